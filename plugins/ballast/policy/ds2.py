@@ -1,0 +1,447 @@
+"""DS2 evaluation: how many workers each operator needs, from true rates.
+
+Two models share the same inputs and the same topological propagation of target rates:
+
+* `ds2_pipelined` — DS2 as published (Kalavri et al., OSDI'18; Hoffmann thesis ch. 4): operators
+  run concurrently, so each one only has to keep up with its own input rate (a max-over-operators
+  model).
+* `ds2_microbatch` — Ballast's adaptation to Spark micro-batches: the stages of an epoch run one
+  after another and every epoch pays a fixed overhead, so the *sum* of the stage times plus the
+  overhead must fit the batch time budget. Derivation in docs/policy.md.
+
+Everything here is a pure function of plain dataclasses that mirror metrics DB rows, so the
+Airflow DAG stays thin and the model is unit-tested in milliseconds.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Iterable, Literal, Mapping, Sequence
+
+Aggregation = Literal["sum", "max"]
+
+#: Fixed cost of one Spark micro-batch (NOTES.md: ~0.2-0.3 s on the reference machine).
+DEFAULT_OVERHEAD_S = 0.25
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+@dataclass(frozen=True)
+class WorkerEpochMetrics:
+    """One metrics DB row: what worker `worker` of `operator` did in epoch `epoch`."""
+
+    operator: str
+    epoch: int
+    worker: int
+    records_in: int
+    records_out: int
+    useful_ms: float  # time inside the operator's work, excluding waiting
+    wall_ms: float
+
+
+@dataclass(frozen=True)
+class EpochMetrics:
+    """One metrics DB row per epoch: the source side, measured independently of backpressure."""
+
+    epoch: int
+    input_rows: int
+    batch_ms: float
+    input_rate: float  # rows/s from Kafka end-offset growth (what arrives, not what we read)
+    backlog: int  # rows not yet read at the end of the epoch
+
+
+@dataclass(frozen=True)
+class OperatorNode:
+    """An operator of the job's dataflow; `inputs` names sources or upstream operators.
+
+    `adjustable=False` marks a stage whose parallelism Ballast does not control (e.g. the Kafka
+    read stage): the micro-batch model charges its time to the budget but never resizes it.
+    """
+
+    name: str
+    inputs: tuple[str, ...]
+    parallelism: int
+    adjustable: bool = True
+
+
+@dataclass(frozen=True)
+class Dataflow:
+    """Sources plus operators forming a DAG (today: one source and a chain)."""
+
+    sources: tuple[str, ...]
+    operators: tuple[OperatorNode, ...]
+
+    @staticmethod
+    def chain(source: str, operators: Sequence[tuple[str, int]]) -> "Dataflow":
+        """source -> op1 -> op2 ...; `operators` are (name, current parallelism)."""
+        nodes, prev = [], source
+        for name, p in operators:
+            nodes.append(OperatorNode(name, (prev,), p))
+            prev = name
+        return Dataflow((source,), tuple(nodes))
+
+    def node(self, name: str) -> OperatorNode:
+        for op in self.operators:
+            if op.name == name:
+                return op
+        raise KeyError(name)
+
+    def topological_order(self) -> list[OperatorNode]:
+        """Kahn's algorithm; ties broken by declaration order so results are deterministic."""
+        names = [op.name for op in self.operators]
+        known = set(names) | set(self.sources)
+        if len(set(names)) != len(names) or set(names) & set(self.sources):
+            raise ValueError("operator and source names must be unique")
+        for op in self.operators:
+            for i in op.inputs:
+                if i not in known:
+                    raise ValueError(f"operator {op.name!r} reads unknown input {i!r}")
+        done: set[str] = set(self.sources)
+        order: list[OperatorNode] = []
+        pending = list(self.operators)
+        while pending:
+            ready = [op for op in pending if all(i in done for i in op.inputs)]
+            if not ready:
+                raise ValueError("dataflow has a cycle")
+            op = ready[0]
+            order.append(op)
+            done.add(op.name)
+            pending.remove(op)
+        return order
+
+
+@dataclass(frozen=True)
+class SourceLoad:
+    """What a source must be served at: its arrival rate and the backlog to catch up on."""
+
+    rate: float  # rows/s
+    backlog: float = 0.0  # rows
+
+    def target_rate(self, catch_up_s: float) -> float:
+        """DS2's source rate plus Flink's catch-up term: drain the backlog within catch_up_s."""
+        return self.rate + (self.backlog / catch_up_s if catch_up_s > 0 else 0.0)
+
+
+@dataclass(frozen=True)
+class OperatorRates:
+    """Measured rates of one operator over a window of epochs (rows/s)."""
+
+    operator: str
+    instances: int
+    true_rate_per_instance: float  # capacity of one instance, rows in / useful second
+    true_rate: float  # o[λp]: sum over instances (or instances * per-instance for "max")
+    true_output_rate: float  # o[λo]
+    observed_rate: float  # rows in / wall second of the busiest instance (<= true rate)
+    selectivity: float  # o[λo] / o[λp]: rows out per row in
+    useful_s: float
+    wall_s: float
+
+
+# --------------------------------------------------------------------------- measurement
+
+
+def _ceil(x: float) -> int:
+    """ceil that forgives float noise: 1e6/min / 1e5/min must give 10, not 11."""
+    return max(0, math.ceil(x - 1e-9 * max(1.0, abs(x))))
+
+
+def operator_rates(
+    rows: Iterable[WorkerEpochMetrics], aggregation: Aggregation = "sum"
+) -> dict[str, OperatorRates]:
+    """True rates per operator over all epochs in `rows` (a window).
+
+    `sum` is DS2's definition: o[λp] = Σ_k records_in_k / useful_k, per instance = o[λp] / p.
+    `max` is the Flink autoscaler's: the busiest instance's useful time stands for all, i.e.
+    per instance = Σ records_in / (p · max_k useful_k). It is the conservative choice under skew:
+    in a micro-batch the stage ends when its slowest worker ends. Equal to `sum` when balanced.
+    Workers with no useful time are idle instances: counted in p, they add no rate.
+    """
+    per_op: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(lambda: [0, 0, 0.0, 0.0]))
+    for r in rows:
+        acc = per_op[r.operator][r.worker]
+        acc[0] += r.records_in
+        acc[1] += r.records_out
+        acc[2] += r.useful_ms / 1000.0
+        acc[3] += r.wall_ms / 1000.0
+    out: dict[str, OperatorRates] = {}
+    for op, workers in per_op.items():
+        p = len(workers)
+        rin = sum(a[0] for a in workers.values())
+        rout = sum(a[1] for a in workers.values())
+        useful = [a[2] for a in workers.values()]
+        wall = [a[3] for a in workers.values()]
+        if max(useful) <= 0:
+            continue  # rates undefined (DS2: W_u = 0); the caller keeps the current parallelism
+        if aggregation == "sum":
+            tr = sum(a[0] / a[2] for a in workers.values() if a[2] > 0)
+            to = sum(a[1] / a[2] for a in workers.values() if a[2] > 0)
+        elif aggregation == "max":
+            tr = rin / max(useful)
+            to = rout / max(useful)
+        else:
+            raise ValueError(f"unknown aggregation {aggregation!r}")
+        out[op] = OperatorRates(
+            operator=op,
+            instances=p,
+            true_rate_per_instance=tr / p,
+            true_rate=tr,
+            true_output_rate=to,
+            observed_rate=rin / max(wall) if max(wall) > 0 else 0.0,
+            selectivity=to / tr if tr > 0 else 0.0,
+            useful_s=sum(useful),
+            wall_s=sum(wall),
+        )
+    return out
+
+
+def source_load(epochs: Sequence[EpochMetrics]) -> SourceLoad:
+    """Mean arrival rate over the window and the latest backlog (what is still to catch up)."""
+    if not epochs:
+        raise ValueError("no epoch metrics")
+    latest = max(epochs, key=lambda e: e.epoch)
+    return SourceLoad(rate=sum(e.input_rate for e in epochs) / len(epochs), backlog=latest.backlog)
+
+
+def estimate_overhead_s(
+    epochs: Sequence[EpochMetrics], rows: Iterable[WorkerEpochMetrics], default: float = DEFAULT_OVERHEAD_S
+) -> float:
+    """Fixed cost per batch = median over epochs of (batch time − Σ_stage slowest worker's wall).
+
+    Why the median: a single GC pause or slow commit must not inflate the overhead of every batch.
+    """
+    stage_wall: dict[int, dict[str, float]] = defaultdict(dict)
+    for r in rows:
+        d = stage_wall[r.epoch]
+        d[r.operator] = max(d.get(r.operator, 0.0), r.wall_ms / 1000.0)
+    samples = sorted(
+        max(0.0, e.batch_ms / 1000.0 - sum(stage_wall[e.epoch].values()))
+        for e in epochs
+        if e.epoch in stage_wall
+    )
+    if not samples:
+        return default
+    n = len(samples)
+    return samples[n // 2] if n % 2 else (samples[n // 2 - 1] + samples[n // 2]) / 2
+
+
+# --------------------------------------------------------------------------- decisions
+
+
+@dataclass(frozen=True)
+class OperatorTarget:
+    """DS2's answer for one operator; `parallelism` is the raw proposal (before guards)."""
+
+    operator: str
+    current: int
+    parallelism: int
+    target_in_rate: float  # rows/s the operator must absorb
+    target_out_rate: float  # rows/s it hands downstream at the target
+    per_instance_rate: float | None  # None when unmeasured
+    stage_s: float = 0.0  # micro-batch model: predicted stage time per batch at `parallelism`
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class DS2Result:
+    """All targets of one decision plus the numbers a person needs to audit it."""
+
+    model: Literal["pipelined", "microbatch"]
+    targets: dict[str, OperatorTarget]
+    utilization: float  # load / capacity at the current parallelism and target rates
+    feasible: bool = True
+    inputs: dict[str, float] = field(default_factory=dict)
+    note: str = ""
+
+    def parallelism(self) -> dict[str, int]:
+        return {k: t.parallelism for k, t in self.targets.items()}
+
+
+def _target_rates(
+    flow: Dataflow, rates: Mapping[str, OperatorRates], sources: Mapping[str, SourceLoad], catch_up_s: float
+) -> tuple[list[OperatorNode], dict[str, float], dict[str, float]]:
+    """One topological pass: target input rate of each operator, DS2 eq. 4.6.
+
+    Sources emit their target rate; an operator emits target_in · selectivity. An unmeasured
+    operator passes its input through (selectivity 1) — the best guess, flagged in its note.
+    """
+    order = flow.topological_order()
+    out_rate: dict[str, float] = {}
+    in_rate: dict[str, float] = {}
+    for s in flow.sources:
+        if s not in sources:
+            raise ValueError(f"no load for source {s!r}")
+        out_rate[s] = sources[s].target_rate(catch_up_s)
+    for op in order:
+        lam = sum(out_rate[i] for i in op.inputs)
+        in_rate[op.name] = lam
+        sel = rates[op.name].selectivity if op.name in rates else 1.0
+        out_rate[op.name] = lam * sel
+    return order, in_rate, out_rate
+
+
+def ds2_pipelined(
+    flow: Dataflow,
+    rates: Mapping[str, OperatorRates],
+    sources: Mapping[str, SourceLoad],
+    catch_up_s: float = 300.0,
+    target_utilization: float = 1.0,
+) -> DS2Result:
+    """DS2 eq. 4.5: π_i = ⌈ λ_i / (r_i · u) ⌉ with λ_i from the topological pass.
+
+    Correct for pipelined engines (Flink, Heron, Timely) where operators run concurrently; for
+    Spark micro-batches use `ds2_microbatch`, which this under-provisions (see docs/policy.md).
+    """
+    if not 0 < target_utilization <= 1:
+        raise ValueError("target_utilization must be in (0, 1]")
+    order, lam, out = _target_rates(flow, rates, sources, catch_up_s)
+    targets: dict[str, OperatorTarget] = {}
+    util = 0.0
+    for op in order:
+        r = rates.get(op.name)
+        if r is None or r.true_rate_per_instance <= 0:
+            targets[op.name] = OperatorTarget(
+                op.name, op.parallelism, op.parallelism, lam[op.name], out[op.name], None,
+                note="no useful time measured; parallelism kept",
+            )
+            continue
+        util = max(util, lam[op.name] / (op.parallelism * r.true_rate_per_instance))
+        p = op.parallelism if not op.adjustable else max(1, _ceil(lam[op.name] / (r.true_rate_per_instance * target_utilization)))
+        targets[op.name] = OperatorTarget(op.name, op.parallelism, p, lam[op.name], out[op.name], r.true_rate_per_instance)
+    return DS2Result(
+        "pipelined", targets, util,
+        inputs={"catch_up_s": catch_up_s, "target_utilization": target_utilization},
+    )
+
+
+def ds2_microbatch(
+    flow: Dataflow,
+    rates: Mapping[str, OperatorRates],
+    sources: Mapping[str, SourceLoad],
+    batch_budget_s: float,
+    overhead_s: float = DEFAULT_OVERHEAD_S,
+    catch_up_s: float = 300.0,
+    target_utilization: float = 1.0,
+) -> DS2Result:
+    """Parallelism for sequential stages sharing one batch time budget.
+
+    With c_s = λ_s / (p_s r_s) (seconds of stage-s work per second of input), a batch of duration
+    I carries λ·I rows and lasts T = o + I·Σ c_s; the job keeps up iff T ≤ I, i.e.
+    Σ_s c_s ≤ 1 − o/I. We require Σ c_s ≤ β = u·(1 − o/I) minus the share of fixed stages and
+    minimise Σ p_s: Lagrange gives p_s ∝ √a_s with a_s = λ_s / r_s, i.e.
+    p_s = √a_s · Σ_t √a_t / β, then ceil (which only adds headroom). With one stage and o = 0
+    this is DS2's formula. `batch_budget_s` is the trigger interval, or the target batch duration
+    for an as-fast-as-possible trigger (same algebra: T = o / (1 − Σ c_s) ≤ budget).
+    """
+    if not 0 < target_utilization <= 1:
+        raise ValueError("target_utilization must be in (0, 1]")
+    if batch_budget_s <= 0:
+        raise ValueError("batch_budget_s must be > 0")
+    order, lam, out = _target_rates(flow, rates, sources, catch_up_s)
+    share = 1.0 - overhead_s / batch_budget_s  # fraction of each batch left for stage work
+    beta = target_utilization * share
+    load_now = 0.0
+    a: dict[str, float] = {}
+    fixed: dict[str, float] = {}
+    notes: dict[str, str] = {}
+    for op in order:
+        r = rates.get(op.name)
+        if r is None or r.true_rate_per_instance <= 0:
+            notes[op.name] = "no useful time measured; parallelism kept, its time not charged"
+            continue
+        c_now = lam[op.name] / (op.parallelism * r.true_rate_per_instance)
+        load_now += c_now
+        if op.adjustable:
+            a[op.name] = lam[op.name] / r.true_rate_per_instance
+        else:
+            fixed[op.name] = c_now
+    beta_adj = beta - sum(fixed.values())
+    feasible = beta_adj > 0 or not a
+    sq = sum(math.sqrt(v) for v in a.values())
+    targets: dict[str, OperatorTarget] = {}
+    for op in order:
+        r = rates.get(op.name)
+        per = r.true_rate_per_instance if r and r.true_rate_per_instance > 0 else None
+        if op.name in a and feasible:
+            p = max(1, _ceil(math.sqrt(a[op.name]) * sq / beta_adj)) if a[op.name] > 0 else 1
+        else:
+            p = op.parallelism
+        stage = (lam[op.name] * batch_budget_s) / (p * per) if per else 0.0
+        targets[op.name] = OperatorTarget(
+            op.name, op.parallelism, p, lam[op.name], out[op.name], per, stage_s=stage,
+            note=notes.get(op.name, "" if feasible or op.name not in a else "infeasible; kept"),
+        )
+    note = "" if feasible else (
+        f"infeasible: overhead {overhead_s:.3f}s and fixed stages leave no time in a "
+        f"{batch_budget_s:.3f}s batch; raise the budget or the fixed stages' parallelism"
+    )
+    return DS2Result(
+        "microbatch", targets,
+        utilization=load_now / share if share > 0 else math.inf,
+        feasible=feasible,
+        inputs={
+            "batch_budget_s": batch_budget_s, "overhead_s": overhead_s, "catch_up_s": catch_up_s,
+            "target_utilization": target_utilization, "work_share_now": load_now, "beta": beta_adj,
+        },
+        note=note,
+    )
+
+
+def microbatch_duration_s(
+    source_rows: float,
+    stages: Sequence[tuple[float, int, float]],
+    overhead_s: float = DEFAULT_OVERHEAD_S,
+) -> float:
+    """T = o + Σ_s n_s / (p_s r_s) for one batch; stages are (selectivity from source, p, r).
+
+    Stages run one after another; instances of a stage run in parallel (assumes at least p
+    executor cores — the max_workers guard encodes that).
+    """
+    return overhead_s + sum(source_rows * sel / (p * r) for sel, p, r in stages)
+
+
+def microbatch_max_rate(
+    stages: Sequence[tuple[float, int, float]], batch_budget_s: float, overhead_s: float = DEFAULT_OVERHEAD_S
+) -> float:
+    """Largest source rate a configuration sustains within the budget: (1 − o/I) / Σ σ_s/(p_s r_s).
+
+    Compare DS2's pipelined capacity min_s p_s r_s / σ_s: a sum of stage times, not a max.
+    """
+    per_row = sum(sel / (p * r) for sel, p, r in stages)
+    return max(0.0, 1.0 - overhead_s / batch_budget_s) / per_row
+
+
+def evaluate(
+    flow: Dataflow,
+    rows: Iterable[WorkerEpochMetrics],
+    epochs: Sequence[EpochMetrics],
+    *,
+    source: str | None = None,
+    model: Literal["pipelined", "microbatch"] = "microbatch",
+    batch_budget_s: float = 1.0,
+    overhead_s: float | None = None,
+    catch_up_s: float = 300.0,
+    target_utilization: float = 1.0,
+    aggregation: Aggregation = "sum",
+) -> DS2Result:
+    """Metrics-DB rows in, DS2 decision out: the one call the evaluate task makes.
+
+    The overhead is estimated from the rows when not given. Guards (utilization band etc.) are
+    applied afterwards by `ballast.policy.guards`, which is why the default utilization is 1.0.
+    """
+    rows = list(rows)
+    rates = operator_rates(rows, aggregation)
+    src = source or flow.sources[0]
+    loads = {src: source_load(epochs)}
+    if model == "pipelined":
+        res = ds2_pipelined(flow, rates, loads, catch_up_s, target_utilization)
+    else:
+        o = estimate_overhead_s(epochs, rows) if overhead_s is None else overhead_s
+        res = ds2_microbatch(flow, rates, loads, batch_budget_s, o, catch_up_s, target_utilization)
+    res.inputs.update({"source_rate": loads[src].rate, "backlog": loads[src].backlog})
+    for name, r in rates.items():
+        res.inputs[f"{name}.true_rate_per_instance"] = r.true_rate_per_instance
+        res.inputs[f"{name}.selectivity"] = r.selectivity
+    return res

@@ -1,0 +1,248 @@
+"""Control protocol v1: the only language the control plane and the data plane share.
+
+The controller (Airflow) writes one `ControlStep` per Kafka message on `<job>.control`; the job
+reads that topic as a second source of its streaming query, applies steps in order at epoch
+boundaries and answers every step with a `Checkpoint` (metrics DB, echoed on
+`<job>.control.acks`). This module is pure Python on purpose: both sides import it, neither pulls
+the other's framework in. The full contract, with the rules that are enforced where, lives in
+docs/protocol.md.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Literal
+
+SCHEMA = "ballast.control/v1"
+ACK_SCHEMA = "ballast.ack/v1"
+KINDS = ("moves", "map", "noop")
+STATUSES = ("applied", "rejected", "superseded")
+
+StepKind = Literal["moves", "map", "noop"]
+CheckpointStatus = Literal["applied", "rejected", "superseded"]
+
+
+class ProtocolError(ValueError):
+    """A control message that cannot be understood; `reason` is what gets recorded."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def control_topic(job: str) -> str:
+    return f"{job}.control"
+
+
+def acks_topic(job: str) -> str:
+    return f"{job}.control.acks"
+
+
+def message_key(job: str, operator: str) -> bytes:
+    """Kafka key of control and ack messages: one partition per (job, operator) keeps steps in order."""
+    return f"{job}/{operator}".encode()
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _iso(ts: datetime) -> str:
+    if ts.tzinfo is None:
+        raise ProtocolError("timestamps must be timezone-aware UTC")
+    return ts.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def _parse_ts(value: Any, name: str) -> datetime:
+    if not isinstance(value, str):
+        raise ProtocolError(f"{name} must be an ISO-8601 UTC string, got {type(value).__name__}")
+    try:
+        ts = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise ProtocolError(f"{name} is not ISO-8601: {value!r}") from exc
+    if ts.tzinfo is None:
+        raise ProtocolError(f"{name} must carry a UTC offset: {value!r}")
+    return ts.astimezone(timezone.utc)
+
+
+@dataclass(frozen=True, order=True)
+class Move:
+    """Bin `bin` leaves worker `src` for worker `dst` (JSON keys: bin, from, to)."""
+
+    bin: int
+    src: int
+    dst: int
+
+    def to_dict(self) -> dict[str, int]:
+        return {"bin": self.bin, "from": self.src, "to": self.dst}
+
+
+@dataclass(frozen=True)
+class ControlStep:
+    """One step of a migration plan, as carried by one control message.
+
+    `map_version` is the version the job must be at *before* the step (optimistic concurrency:
+    a step planned against a stale map is rejected, never half-applied); `workers` is the worker
+    count *after* it. `effective_at` means "not before": the job applies the step at the first
+    epoch that starts at or after it.
+    """
+
+    job: str
+    operator: str
+    plan_id: str
+    step: int
+    steps: int
+    kind: StepKind
+    moves: tuple[Move, ...]
+    workers: int
+    map_version: int
+    issued_at: datetime
+    effective_at: datetime
+    reason: str = ""
+
+    @property
+    def step_id(self) -> tuple[str, int]:
+        return (self.plan_id, self.step)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA,
+            "job": self.job,
+            "operator": self.operator,
+            "plan_id": self.plan_id,
+            "step": self.step,
+            "steps": self.steps,
+            "kind": self.kind,
+            "moves": [m.to_dict() for m in self.moves],
+            "workers": self.workers,
+            "map_version": self.map_version,
+            "issued_at": _iso(self.issued_at),
+            "effective_at": _iso(self.effective_at),
+            "reason": self.reason,
+        }
+
+    def to_json(self) -> bytes:
+        return json.dumps(self.to_dict(), sort_keys=True).encode()
+
+
+def _req(doc: dict[str, Any], name: str, typ: type | tuple[type, ...]) -> Any:
+    if name not in doc:
+        raise ProtocolError(f"missing field {name!r}")
+    value = doc[name]
+    # bool is an int in Python; a flag where a number is expected is malformed
+    if isinstance(value, bool) and typ in (int, (int,)):
+        raise ProtocolError(f"field {name!r} must be int, got bool")
+    if not isinstance(value, typ):
+        want = typ.__name__ if isinstance(typ, type) else "/".join(t.__name__ for t in typ)
+        raise ProtocolError(f"field {name!r} must be {want}, got {type(value).__name__}")
+    return value
+
+
+def parse_control(raw: bytes | str | None) -> ControlStep:
+    """Parse and check the *shape* of one control message.
+
+    Only what can be judged from the message alone is checked here (schema, types, step range,
+    moves well-formed). What needs the job's state — bin range, owner, map version, worker
+    bounds — is checked by the data plane (spark_jobs.control) at the epoch that applies it.
+    """
+    if raw is None:
+        raise ProtocolError("empty message")
+    try:
+        doc = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ProtocolError(f"not JSON: {exc}") from exc
+    if not isinstance(doc, dict):
+        raise ProtocolError("message must be a JSON object")
+    if doc.get("schema") != SCHEMA:
+        raise ProtocolError(f"unknown schema {doc.get('schema')!r}; expected {SCHEMA!r}")
+    kind = _req(doc, "kind", str)
+    if kind not in KINDS:
+        raise ProtocolError(f"unknown kind {kind!r}; expected one of {KINDS}")
+    step, steps = _req(doc, "step", int), _req(doc, "steps", int)
+    if steps < 1 or not 1 <= step <= steps:
+        raise ProtocolError(f"step {step} of {steps} is out of range (steps are numbered 1..steps)")
+    workers = _req(doc, "workers", int)
+    if workers < 1:
+        raise ProtocolError(f"workers after the step must be >= 1, got {workers}")
+    map_version = _req(doc, "map_version", int)
+    if map_version < 0:
+        raise ProtocolError(f"map_version must be >= 0, got {map_version}")
+    raw_moves = _req(doc, "moves", list)
+    moves: list[Move] = []
+    seen: set[int] = set()
+    for i, m in enumerate(raw_moves):
+        if not isinstance(m, dict):
+            raise ProtocolError(f"moves[{i}] must be an object")
+        b, s, d = (_req(m, k, int) for k in ("bin", "from", "to"))
+        if min(b, s, d) < 0:
+            raise ProtocolError(f"moves[{i}] has a negative bin or worker")
+        if s == d:
+            raise ProtocolError(f"moves[{i}] moves bin {b} from worker {s} to itself")
+        if b in seen:
+            raise ProtocolError(f"bin {b} appears twice in one step")
+        seen.add(b)
+        moves.append(Move(b, s, d))
+    if kind == "noop" and moves:
+        raise ProtocolError("a noop step carries no moves")
+    plan_id = _req(doc, "plan_id", str)
+    if not plan_id:
+        raise ProtocolError("plan_id must not be empty")
+    return ControlStep(
+        job=_req(doc, "job", str),
+        operator=_req(doc, "operator", str),
+        plan_id=plan_id,
+        step=step,
+        steps=steps,
+        kind=kind,  # type: ignore[arg-type]
+        moves=tuple(moves),
+        workers=workers,
+        map_version=map_version,
+        issued_at=_parse_ts(_req(doc, "issued_at", str), "issued_at"),
+        effective_at=_parse_ts(_req(doc, "effective_at", str), "effective_at"),
+        reason=doc.get("reason", "") if isinstance(doc.get("reason", ""), str) else "",
+    )
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """Completion checkpoint of one step: what the controller waits on.
+
+    For a message that could not even be parsed, plan_id is "" and step is 0; `message_offset`
+    then names the control record (partition:offset) so an operator can find it.
+    """
+
+    job: str
+    operator: str
+    plan_id: str
+    step: int
+    status: CheckpointStatus
+    applied_epoch: int | None
+    applied_at: datetime | None
+    completed_at: datetime
+    bins_moved: int = 0
+    keys_moved: int = 0
+    bytes_moved: int = 0
+    migration_ms: float = 0.0
+    map_version_after: int | None = None
+    reason: str = ""
+    message_offset: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["schema"] = ACK_SCHEMA
+        d["applied_at"] = _iso(self.applied_at) if self.applied_at else None
+        d["completed_at"] = _iso(self.completed_at)
+        return d
+
+    def to_json(self) -> bytes:
+        return json.dumps(self.to_dict(), sort_keys=True).encode()
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Checkpoint":
+        d = {k: v for k, v in d.items() if k != "schema"}
+        d["applied_at"] = _parse_ts(d["applied_at"], "applied_at") if d.get("applied_at") else None
+        d["completed_at"] = _parse_ts(d["completed_at"], "completed_at")
+        return cls(**d)

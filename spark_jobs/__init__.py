@@ -1,0 +1,1 @@
+"""The Ballast data plane: migratable binned state on Spark Structured Streaming."""

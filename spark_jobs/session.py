@@ -1,0 +1,47 @@
+"""One way to get a SparkSession that can read Kafka and run the venv's Python in its workers.
+
+Why here: the Kafka connector is not in the pyspark wheel (its jars come from Maven Central into
+`.cache/jars/spark-kafka`, see jvm/spark-kafka/pom.xml), and Spark's Python workers default to
+`python3` on PATH rather than this venv (NOTES.md). Both the job and the tests build sessions here.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+CONNECTOR_JARS = Path(os.environ.get("BALLAST_CACHE_DIR", REPO / ".cache")) / "jars" / "spark-kafka"
+
+
+def connector_jars() -> list[str]:
+    jars = sorted(str(p) for p in CONNECTOR_JARS.glob("*.jar"))
+    if not any("spark-sql-kafka" in j for j in jars):
+        raise RuntimeError(f"Spark Kafka connector jars missing in {CONNECTOR_JARS}: run `make setup`")
+    return jars
+
+
+def build_spark(app_name: str = "ballast", master: str | None = None, conf: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
+    """A SparkSession on `SPARK_MASTER` (default local[2]) with the connector and this venv's Python."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    builder = (
+        SparkSession.builder.appName(app_name)
+        .master(master or os.environ.get("SPARK_MASTER", "local[2]"))
+        .config("spark.jars", ",".join(connector_jars()))
+        .config("spark.pyspark.python", os.environ["PYSPARK_PYTHON"])
+        .config("spark.sql.shuffle.partitions", os.environ.get("BALLAST_SHUFFLE_PARTITIONS", "4"))
+        .config("spark.ui.enabled", "false")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        .config("spark.driver.memory", os.environ.get("BALLAST_DRIVER_MEMORY", "2g"))
+    )
+    for k, v in (conf or {}).items():
+        builder = builder.config(k, v)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel(os.environ.get("BALLAST_SPARK_LOG_LEVEL", "WARN"))
+    return spark
