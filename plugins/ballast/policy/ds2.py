@@ -428,8 +428,10 @@ def evaluate(
 ) -> DS2Result:
     """Metrics-DB rows in, DS2 decision out: the one call the evaluate task makes.
 
-    The overhead is estimated from the rows when not given. Guards (utilization band etc.) are
-    applied afterwards by `ballast.policy.guards`, which is why the default utilization is 1.0.
+    The overhead is estimated from the rows when not given. Guards are applied afterwards by
+    `ballast.policy.guards`; pass the guards' `target_utilization` here too, so that DS2 sizes
+    for the same utilization the band is centred on (a proposal equal to the current count
+    then means "inside the band").
     """
     rows = list(rows)
     rates = operator_rates(rows, aggregation)

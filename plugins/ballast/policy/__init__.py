@@ -1,0 +1,59 @@
+"""Ballast policy: the pure-Python brain of the control plane.
+
+collect (DAG) -> `evaluate` (DS2) -> `evaluate_guards` -> `place` -> `plan_migration` -> emit (DAG).
+No Airflow, Spark, Kafka or SQLAlchemy import here, on purpose: the policy is unit-tested in
+milliseconds and the DAGs stay thin. Formulas and their tests: docs/policy.md.
+"""
+
+from ballast.policy.costmodel import (
+    CheckpointSample,
+    CostModel,
+    choose_plan,
+    fit_cost_model,
+    render_plan,
+)
+from ballast.policy.ds2 import (
+    Dataflow,
+    DS2Result,
+    EpochMetrics,
+    OperatorNode,
+    OperatorRates,
+    OperatorTarget,
+    SourceLoad,
+    WorkerEpochMetrics,
+    ds2_microbatch,
+    ds2_pipelined,
+    estimate_overhead_s,
+    evaluate,
+    microbatch_duration_s,
+    microbatch_max_rate,
+    operator_rates,
+    source_load,
+)
+from ballast.policy.guards import (
+    Decision,
+    GuardConfig,
+    GuardState,
+    Observation,
+    evaluate_guards,
+    record_change,
+)
+from ballast.policy.placement import (
+    PlacementStats,
+    moved_bins,
+    place,
+    placement_stats,
+    uniform_map,
+    worker_loads,
+)
+from ballast.policy.planner import ORDERS, STRATEGIES, Plan, PlanStep, apply_moves, plan_migration
+
+__all__ = [
+    "CheckpointSample", "CostModel", "choose_plan", "fit_cost_model", "render_plan",
+    "Dataflow", "DS2Result", "EpochMetrics", "OperatorNode", "OperatorRates", "OperatorTarget",
+    "SourceLoad", "WorkerEpochMetrics", "ds2_microbatch", "ds2_pipelined", "estimate_overhead_s",
+    "evaluate", "microbatch_duration_s", "microbatch_max_rate", "operator_rates", "source_load",
+    "Decision", "GuardConfig", "GuardState", "Observation", "evaluate_guards", "record_change",
+    "PlacementStats", "moved_bins", "place", "placement_stats", "uniform_map", "worker_loads",
+    "ORDERS", "STRATEGIES", "Plan", "PlanStep", "apply_moves", "plan_migration",
+]
