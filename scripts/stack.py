@@ -246,6 +246,8 @@ def airflow_env() -> dict[str, str]:
         "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(AIRFLOW_HOME / "logs"),
         "PYSPARK_PYTHON": sys.executable,
         "BALLAST_KAFKA_BOOTSTRAP": kafka_bootstrap(),
+        # standalone starts its components as `airflow ...` from PATH: make that the venv's
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
     })
     env.setdefault("BALLAST_DB_URL", f"sqlite:///{STATE / 'metrics.db'}")
     return env

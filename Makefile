@@ -1,0 +1,53 @@
+# Ballast — every target installs what it needs and is safe to re-run.
+#   make demo   run the main job end to end on the embedded defaults
+#   make test   the whole test suite (starts the services it needs itself)
+SHELL := /bin/bash
+VENV  ?= .venv
+PY    := $(VENV)/bin/python
+STACK := $(PY) scripts/stack.py
+PYTEST_ARGS ?=
+
+.PHONY: setup up down status test test-fast demo bench bench-smoke lock db clean help
+
+help:
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
+
+setup: ## venv + pinned packages, Maven jars into .cache/ (idempotent)
+	@bash scripts/setup.sh
+
+up: setup ## start Kafka (KRaft) and Airflow standalone on 127.0.0.1, migrate the metrics DB
+	@$(STACK) up kafka airflow
+	@$(PY) -m migrations_db upgrade
+
+down: ## stop every local service this project started
+	@$(STACK) down
+
+status: ## which local services are up
+	@$(STACK) status
+
+db: setup ## upgrade the metrics DB at BALLAST_DB_URL (default: SQLite under .state/)
+	@$(PY) -m migrations_db upgrade
+
+test: setup ## the whole suite, against real Kafka, Spark, SQLite, PostgreSQL and Airflow
+	@$(PY) -m pytest $(PYTEST_ARGS)
+
+test-fast: setup ## the policy unit tests only (milliseconds)
+	@$(PY) -m pytest -m "controlplane and not slow" tests/policy $(PYTEST_ARGS)
+
+demo: up ## end to end: key-count job, load, a live 1->2 worker migration driven by Airflow
+	@$(PY) scripts/demo.py
+
+bench: setup ## the full benchmark set (tens of minutes); results under bench/results/
+	@$(PY) -m bench.run --full
+
+bench-smoke: setup ## a few-minute benchmark run that checks shapes, not absolute numbers
+	@$(PY) -m bench.run --smoke
+
+lock: ## regenerate constraints.txt from a fresh resolve of requirements.txt
+	@rm -rf .lock-venv && python3 -m venv .lock-venv && .lock-venv/bin/pip install -q -r requirements.txt \
+	  && { echo "# Exact versions of the full dependency set (pip freeze of a working venv). Regenerate with"; \
+	       echo "# \`make lock\` after changing requirements.txt."; .lock-venv/bin/pip freeze; } > constraints.txt \
+	  && rm -rf .lock-venv
+
+clean: down ## remove services' data, checkpoints and logs (keeps the venv and jar cache)
+	rm -rf .state

@@ -1,0 +1,15 @@
+# Spark 4.2 standalone master/worker with the Kafka connector jars and Ballast's Python deps.
+FROM maven:3.9-eclipse-temurin-17 AS jars
+COPY jvm /jvm
+RUN cd /jvm/spark-kafka && mvn -q -B -s ../settings.xml dependency:copy-dependencies \
+      -DincludeScope=runtime -DoutputDirectory=/jars
+
+FROM python:3.11-slim-bookworm
+RUN apt-get update && apt-get install -y --no-install-recommends openjdk-17-jre-headless procps \
+    && rm -rf /var/lib/apt/lists/*
+COPY requirements.txt constraints.txt /tmp/ballast/
+RUN pip install --no-cache-dir "pyspark==4.2.0" pyarrow "pandas<3" lmdb rocksdict kafka-python SQLAlchemy \
+      psycopg2-binary -c /tmp/ballast/constraints.txt
+RUN ln -s "$(python -c 'import pyspark,os;print(os.path.dirname(pyspark.__file__))')" /opt/spark
+COPY --from=jars /jars/ /opt/spark/jars/
+ENV SPARK_HOME=/opt/spark PYSPARK_PYTHON=python3 BALLAST_STATE_DIR=/var/lib/ballast

