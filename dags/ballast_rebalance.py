@@ -1,0 +1,99 @@
+"""ballast_rebalance: scheduled DS2 → placement → plan → emit → await (deferrable) → verify, per job.
+
+Thin on purpose: every task calls one function of ballast.controller. An unfinished plan from an
+earlier run is resumed (emission is idempotent by plan and step), never re-planned.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from airflow.sdk import DAG, TaskGroup, task
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+
+from ballast.config import JobConfig, load_jobs, schedules
+from ballast.operators import EmitPlanOperator
+from ballast.sensors import CheckpointSensor
+
+
+def _rebalance_group(cfg: JobConfig) -> None:
+    rb = cfg.rebalance
+
+    @task(task_id="collect")
+    def collect(job: str = cfg.job) -> dict:
+        from ballast import controller
+        from ballast.config import get_job
+        from ballast.hooks import BallastMetricsDbHook
+
+        try:
+            return controller.collect(BallastMetricsDbHook().url(), get_job(job))
+        except controller.NotReady as exc:
+            raise AirflowSkipException(str(exc)) from exc
+
+    @task(task_id="evaluate")
+    def evaluate(snap: dict, job: str = cfg.job) -> dict:
+        from ballast import controller
+        from ballast.config import get_job
+        from ballast.hooks import BallastMetricsDbHook
+
+        if snap["status"] == "resume":
+            return {"action": "resume", "plan_id": snap["plan_id"], "reason": snap["reason"]}
+        return controller.evaluate(BallastMetricsDbHook().url(), get_job(job), snap)
+
+    @task(task_id="place_and_plan")
+    def plan(snap: dict, decision: dict, job: str = cfg.job) -> str:
+        from ballast import controller
+        from ballast.config import get_job
+        from ballast.hooks import BallastMetricsDbHook
+
+        if decision["action"] == "resume":
+            print(decision["reason"])
+            return decision["plan_id"]
+        if decision["action"] == "no_change":
+            raise AirflowSkipException(f"no change: {decision['reason']}")
+        out = controller.plan_rebalance(BallastMetricsDbHook().url(), get_job(job), snap, decision)
+        if out is None:
+            raise AirflowSkipException("placement keeps every bin where it is: nothing to migrate")
+        return out["plan_id"]
+
+    @task(task_id="verify")
+    def verify(plan_id: str) -> dict:
+        from ballast import controller
+        from ballast.hooks import BallastMetricsDbHook
+
+        try:
+            out = controller.verify(BallastMetricsDbHook().url(), plan_id)
+        except controller.PlanFailed as exc:
+            raise AirflowFailException(str(exc)) from exc
+        print(out["summary"])
+        return {k: v for k, v in out.items() if k != "summary"}
+
+    snap = collect()
+    plan_id = plan(snap, evaluate(snap))
+    emit = EmitPlanOperator(task_id="emit", plan_id=plan_id, timeout_s=rb.await_timeout_s,
+                            poll_interval=rb.poll_interval_s)
+    wait = CheckpointSensor(task_id="await_checkpoints", plan_id=plan_id, timeout=rb.await_timeout_s,
+                            poke_interval=rb.poll_interval_s)
+    emit >> wait >> verify(plan_id)
+
+
+def make_dag(jobs: dict[str, JobConfig], schedule: str | None) -> DAG:
+    with DAG(
+        dag_id="ballast_rebalance",
+        description="DS2 autoscaling and skew rebalancing of Ballast jobs by live bin migration",
+        schedule=schedule,
+        start_date=datetime(2026, 1, 1),
+        catchup=False,
+        max_active_runs=1,
+        dagrun_timeout=timedelta(hours=2),
+        default_args={"retries": 0},
+        tags=["ballast"],
+        doc_md=__doc__,
+    ) as dag:
+        for cfg in jobs.values():
+            with TaskGroup(group_id=cfg.job):
+                _rebalance_group(cfg)
+    return dag
+
+
+dag = make_dag(load_jobs(), schedules()["rebalance"])

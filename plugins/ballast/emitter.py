@@ -1,0 +1,233 @@
+"""Emission of a stored plan's steps on `<job>.control`, exactly once per (plan_id, step).
+
+Why kafka-python and not the Airflow Kafka provider: its ProduceToTopicOperator only logs delivery
+failures (NOTES.md); a control step must be acknowledged by every in-sync replica (acks=all) and
+we wait on each send's future before recording it as emitted.
+
+Idempotency: a step whose plan_steps row has `emitted_at` is never sent again, whatever the mode;
+a re-run of an interrupted plan therefore starts at the first step that was not emitted, and in
+flow-control mode waits for the checkpoint of the step in flight instead of re-sending it. The
+one window left is a crash between the broker's ack and the DB write: the step is then sent a
+second time, which the data plane treats as a duplicate (protocol v1: duplicates are idempotent).
+
+Modes:
+* flow-control (default): step k+1 is sent only once step k's checkpoint is in the metrics DB,
+  with effective_at = max(now, checkpoint k completed_at + gap).
+* prepared-ahead: every remaining step at once, effective_at = now + cumulative gaps.
+No Airflow import: the DAG's operators, the tests and a shell can all drive this.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Literal
+
+from ballast import repository as repo
+from ballast.protocol import ControlStep, acks_topic, control_topic, message_key, parse_control
+
+log = logging.getLogger(__name__)
+
+EmitMode = Literal["flow-control", "prepared-ahead"]
+EMIT_MODES = ("flow-control", "prepared-ahead")
+
+
+class EmitError(RuntimeError):
+    """Emission cannot proceed; the message says what the operator should do."""
+
+
+@dataclass(frozen=True)
+class EmittedStep:
+    step: int
+    partition: int
+    offset: int
+    effective_at: datetime
+
+
+@dataclass
+class EmitOutcome:
+    """What one call did and what the plan is waiting for now."""
+
+    plan_id: str
+    emitted: list[EmittedStep] = field(default_factory=list)
+    already_emitted: list[int] = field(default_factory=list)
+    waiting_for: list[int] = field(default_factory=list)  # steps emitted whose checkpoint is missing
+    all_emitted: bool = False
+    failed_step: int | None = None  # a rejected/superseded checkpoint stops the plan
+    failed_reason: str = ""
+
+    def to_dict(self) -> dict:  # XCom-friendly
+        d = dataclasses.asdict(self)
+        d["emitted"] = [{**dataclasses.asdict(e), "effective_at": e.effective_at.isoformat()} for e in self.emitted]
+        return d
+
+
+def ensure_control_topics(bootstrap: str, job: str, partitions: int = 1) -> None:
+    """Create `<job>.control` and `<job>.control.acks` if missing (the broker does not auto-create).
+
+    One partition is enough: every step of a (job, operator) goes to one partition by key anyway.
+    """
+    from kafka import KafkaAdminClient
+    from kafka.admin import NewTopic
+    from kafka.errors import TopicAlreadyExistsError
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10000)
+    try:
+        have = set(admin.list_topics())
+        new = [NewTopic(t, partitions, 1) for t in (control_topic(job), acks_topic(job)) if t not in have]
+        if new:
+            try:
+                admin.create_topics(new)
+            except TopicAlreadyExistsError:
+                pass
+    finally:
+        admin.close()
+
+
+class ControlEmitter:
+    """A producer bound to one metrics DB; use as a context manager so the producer is closed."""
+
+    def __init__(self, bootstrap: str, db_url: str, send_timeout_s: float = 30.0) -> None:
+        from kafka import KafkaProducer
+
+        self.bootstrap = bootstrap
+        self.db_url = db_url
+        self.send_timeout_s = send_timeout_s
+        try:
+            self._producer = KafkaProducer(
+                bootstrap_servers=bootstrap,
+                acks="all",
+                enable_idempotence=True,
+                linger_ms=0,
+                max_block_ms=15000,
+                request_timeout_ms=10000,
+                bootstrap_timeout_ms=10000,  # kafka-python 3.0 name of api_version_auto_timeout_ms
+            )
+        except Exception as exc:  # NoBrokersAvailable and friends
+            raise EmitError(
+                f"cannot reach the Kafka broker at {bootstrap} ({exc}); check the `ballast_kafka` "
+                "connection or BALLAST_KAFKA_BOOTSTRAP, and that the broker is up (make up)"
+            ) from exc
+        self._checked_topics: set[str] = set()
+
+    def __enter__(self) -> "ControlEmitter":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._producer.close(timeout=10)
+
+    # ------------------------------------------------------------------------------- sending
+
+    def _check_topic(self, topic: str) -> None:
+        if topic in self._checked_topics:
+            return
+        from kafka.errors import KafkaTimeoutError
+
+        try:
+            parts = self._producer.partitions_for(topic)
+        except KafkaTimeoutError:
+            parts = None
+        if not parts:
+            raise EmitError(
+                f"control topic {topic!r} does not exist on {self.bootstrap}; the broker does not "
+                "auto-create topics. Launch the job with the ballast_supervise DAG (it creates the "
+                "control topics) or create it with 1 partition"
+            )
+        self._checked_topics.add(topic)
+
+    def _send(self, step: ControlStep) -> tuple[int, int]:
+        topic = control_topic(step.job)
+        self._check_topic(topic)
+        future = self._producer.send(topic, key=message_key(step.job, step.operator), value=step.to_json())
+        try:
+            md = future.get(timeout=self.send_timeout_s)
+        except Exception as exc:
+            raise EmitError(
+                f"step {step.step}/{step.steps} of plan {step.plan_id} was not acknowledged by the "
+                f"broker ({exc}); nothing was recorded as emitted, so re-running the task retries it"
+            ) from exc
+        return md.partition, md.offset
+
+    def _emit_one(self, rec: repo.StepRecord, effective_at: datetime, now: datetime) -> EmittedStep | None:
+        try:
+            msg = parse_control(_json(rec.payload))
+        except ValueError as exc:
+            raise EmitError(f"stored step {rec.step} of plan {rec.plan_id} is malformed: {exc}") from exc
+        msg = dataclasses.replace(msg, issued_at=now, effective_at=effective_at)
+        if not repo.claim_step_emission(self.db_url, rec.plan_id, rec.step, msg.to_dict(), effective_at):
+            log.info("step %s of plan %s was emitted by someone else meanwhile; not sending", rec.step, rec.plan_id)
+            return None
+        partition, offset = self._send(msg)
+        repo.mark_step_emitted(self.db_url, rec.plan_id, rec.step, datetime.now(timezone.utc), partition, offset)
+        log.info("emitted step %d/%d of plan %s: %d move(s), workers after %d, expects map v%d, "
+                 "effective at %s -> %s[%d]@%d", msg.step, msg.steps, msg.plan_id, len(msg.moves), msg.workers,
+                 msg.map_version, effective_at.isoformat(), control_topic(msg.job), partition, offset)
+        return EmittedStep(rec.step, partition, offset, effective_at)
+
+    # ------------------------------------------------------------------------------- modes
+
+    def emit(self, plan_id: str, mode: EmitMode = "flow-control", gap_s: float | None = None,
+             now: datetime | None = None) -> EmitOutcome:
+        """Send what may be sent now (see module doc); safe to call any number of times."""
+        if mode not in EMIT_MODES:
+            raise EmitError(f"unknown emit mode {mode!r}; use one of {EMIT_MODES}")
+        plan = repo.get_plan(self.db_url, plan_id)
+        if plan is None:
+            raise EmitError(f"plan {plan_id} is not in the metrics DB at {self.db_url}")
+        if plan.status in ("completed", "failed"):
+            raise EmitError(f"plan {plan_id} is already {plan.status}; plan a new migration instead")
+        gap = float(plan.params.get("gap_seconds", 0.0) if gap_s is None else gap_s)
+        steps = repo.plan_steps(self.db_url, plan_id)
+        cps = repo.checkpoints(self.db_url, plan_id)
+        now = now or datetime.now(timezone.utc)
+        out = EmitOutcome(plan_id)
+        if plan.status == "planned":
+            repo.set_plan_status(self.db_url, plan_id, "emitting")
+
+        # a rejected or superseded step stops the plan, whatever the mode
+        for k in sorted(cps):
+            if cps[k].status != "applied":
+                out.failed_step, out.failed_reason = k, f"step {k} {cps[k].status}: {cps[k].reason or 'no reason given'}"
+                out.already_emitted = [s.step for s in steps if s.emitted]
+                return out
+
+        if mode == "flow-control":
+            prev_done: datetime | None = None
+            for rec in steps:
+                cp = cps.get(rec.step)
+                if rec.emitted:
+                    out.already_emitted.append(rec.step)
+                    if cp is None:
+                        out.waiting_for.append(rec.step)
+                        break
+                    prev_done = cp.completed_at
+                    continue
+                eff = max(now, prev_done + timedelta(seconds=gap)) if prev_done else now
+                sent = self._emit_one(rec, eff, now)
+                if sent:
+                    out.emitted.append(sent)
+                out.waiting_for.append(rec.step)
+                break
+        else:
+            pending = [r for r in steps if not r.emitted]
+            out.already_emitted = [r.step for r in steps if r.emitted]
+            for i, rec in enumerate(pending):
+                sent = self._emit_one(rec, now + timedelta(seconds=gap * i), now)
+                if sent:
+                    out.emitted.append(sent)
+            out.waiting_for = [r.step for r in steps if r.step not in cps]
+        self._producer.flush(timeout=self.send_timeout_s)
+        emitted_now = {e.step for e in out.emitted} | set(out.already_emitted)
+        out.all_emitted = emitted_now >= {r.step for r in steps}
+        return out
+
+
+def _json(payload: dict) -> bytes:
+    import json
+
+    return json.dumps(payload).encode()

@@ -1,0 +1,97 @@
+"""Airflow hooks: where the broker and the metrics DB are, from Airflow connections.
+
+Connections are the operator's knob (UI, env `AIRFLOW_CONN_BALLAST_KAFKA`, secrets backend); the
+environment defaults keep a laptop setup (scripts/stack.py) working with no connection defined.
+"""
+
+from __future__ import annotations
+
+import os
+from urllib.parse import quote
+
+from airflow.exceptions import AirflowNotFoundException
+from airflow.sdk import BaseHook
+
+DEFAULT_KAFKA = "127.0.0.1:9092"
+
+
+def _connection_or_none(conn_id: str):  # type: ignore[no-untyped-def]
+    try:
+        return BaseHook.get_connection(conn_id)
+    except AirflowNotFoundException:
+        return None
+
+
+class BallastKafkaHook(BaseHook):
+    """Bootstrap servers of the broker that carries `<job>.control` (conn `ballast_kafka`).
+
+    host[:port] of the connection; a comma-separated list in `host` or `extra.bootstrap_servers`
+    for several brokers. Absent connection: BALLAST_KAFKA_BOOTSTRAP, else 127.0.0.1:9092.
+    """
+
+    conn_name_attr = "kafka_conn_id"
+    default_conn_name = "ballast_kafka"
+    conn_type = "ballast_kafka"
+    hook_name = "Ballast Kafka"
+
+    def __init__(self, kafka_conn_id: str = default_conn_name) -> None:
+        super().__init__()
+        self.kafka_conn_id = kafka_conn_id
+
+    def bootstrap(self) -> str:
+        conn = _connection_or_none(self.kafka_conn_id)
+        if conn is None:
+            return os.environ.get("BALLAST_KAFKA_BOOTSTRAP", DEFAULT_KAFKA)
+        extra = conn.extra_dejson or {}
+        if extra.get("bootstrap_servers"):
+            return str(extra["bootstrap_servers"])
+        if not conn.host:
+            raise ValueError(f"connection {self.kafka_conn_id!r} has no host: set host and port of a broker")
+        return f"{conn.host}:{conn.port}" if conn.port and "," not in conn.host else conn.host
+
+    def get_conn(self) -> str:
+        return self.bootstrap()
+
+
+class BallastMetricsDbHook(BaseHook):
+    """SQLAlchemy URL of the metrics DB (conn `ballast_metrics_db`).
+
+    `extra.sqlalchemy_url` wins; else the URL is built from the connection (sqlite: host = file
+    path; postgres: postgresql+psycopg2://login:password@host:port/schema). Absent connection:
+    BALLAST_DB_URL, else the repo's .state/metrics.db (migrations_db.db.default_url()).
+    """
+
+    conn_name_attr = "db_conn_id"
+    default_conn_name = "ballast_metrics_db"
+    conn_type = "ballast_metrics_db"
+    hook_name = "Ballast metrics DB"
+
+    def __init__(self, db_conn_id: str = default_conn_name) -> None:
+        super().__init__()
+        self.db_conn_id = db_conn_id
+
+    def url(self) -> str:
+        conn = _connection_or_none(self.db_conn_id)
+        if conn is None:
+            from migrations_db.db import default_url
+
+            return default_url()
+        extra = conn.extra_dejson or {}
+        if extra.get("sqlalchemy_url"):
+            return str(extra["sqlalchemy_url"])
+        ctype = (conn.conn_type or "").lower()
+        if ctype == "sqlite":
+            return f"sqlite:///{conn.host or conn.schema}"
+        if ctype in ("postgres", "postgresql"):
+            auth = ""
+            if conn.login:
+                auth = quote(conn.login, safe="") + (f":{quote(conn.password, safe='')}" if conn.password else "") + "@"
+            port = f":{conn.port}" if conn.port else ""
+            return f"postgresql+psycopg2://{auth}{conn.host}{port}/{conn.schema or 'ballast'}"
+        raise ValueError(
+            f"connection {self.db_conn_id!r} has type {conn.conn_type!r}; use sqlite or postgres, or put the "
+            "URL in extra as {\"sqlalchemy_url\": \"...\"}"
+        )
+
+    def get_conn(self) -> str:
+        return self.url()

@@ -1,0 +1,486 @@
+"""Typed reads and writes of the metrics DB for the control plane.
+
+Every function opens its own short transaction (`session_scope`) and returns plain dataclasses,
+never ORM objects, so callers (controller, emitter, trigger, plugin) can hold results across
+sessions and serialise them to XCom. No Airflow import here: this module is used by the
+triggerer, by tests and by the DAG tasks alike.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from typing import Any, Iterable
+
+from sqlalchemy import func, select, update
+from sqlalchemy.exc import IntegrityError
+
+from migrations_db import models as m
+from migrations_db.db import session_scope
+
+
+def _utc(ts: datetime | None) -> datetime | None:
+    """SQLite drops tzinfo on the way back; every timestamp the control plane handles is UTC."""
+    if ts is None:
+        return None
+    return ts.replace(tzinfo=timezone.utc) if ts.tzinfo is None else ts.astimezone(timezone.utc)
+
+
+# ----------------------------------------------------------------------------- routing maps
+
+
+@dataclass(frozen=True)
+class MapSnapshot:
+    """One version of the bin -> worker map."""
+
+    job: str
+    operator: str
+    map_version: int
+    epoch: int
+    workers: int
+    assignment: tuple[int, ...]
+    plan_id: str | None = None
+    step: int | None = None
+
+    @property
+    def bins(self) -> int:
+        return len(self.assignment)
+
+
+def latest_map(url: str, job: str, operator: str) -> MapSnapshot | None:
+    """The map in force now: the highest map version the job has recorded."""
+    with session_scope(url) as s:
+        row = s.scalars(
+            select(m.RoutingMap)
+            .where(m.RoutingMap.job == job, m.RoutingMap.operator == operator)
+            .order_by(m.RoutingMap.map_version.desc())
+            .limit(1)
+        ).first()
+        if row is None:
+            return None
+        return MapSnapshot(job, operator, row.map_version, row.epoch, row.workers,
+                           tuple(int(w) for w in row.assignment), row.plan_id, row.step)
+
+
+def job_bins(url: str, job: str, operator: str) -> int | None:
+    with session_scope(url) as s:
+        row = s.get(m.Job, (job, operator))
+        return row.bins if row else None
+
+
+# ----------------------------------------------------------------------------- metrics windows
+
+
+@dataclass(frozen=True)
+class EpochRow:
+    epoch: int
+    map_version: int
+    workers: int
+    input_rows: int
+    batch_ms: float
+    migration_ms: float
+    input_rate: float | None
+    backlog: int | None
+    started_at: datetime
+    ended_at: datetime
+
+
+@dataclass(frozen=True)
+class WorkerRow:
+    epoch: int
+    worker: int
+    records_in: int
+    records_out: int
+    useful_ms: float
+    wall_ms: float
+    state_keys: int
+    state_bytes: int
+
+
+def epoch_window(url: str, job: str, operator: str, last: int) -> list[EpochRow]:
+    """The last `last` epochs, oldest first."""
+    with session_scope(url) as s:
+        rows = s.scalars(
+            select(m.EpochMetrics)
+            .where(m.EpochMetrics.job == job, m.EpochMetrics.operator == operator)
+            .order_by(m.EpochMetrics.epoch.desc())
+            .limit(last)
+        ).all()
+        out = [
+            EpochRow(r.epoch, r.map_version, r.workers, r.input_rows, r.batch_ms, r.migration_ms,
+                     r.input_rate, r.backlog, _utc(r.started_at), _utc(r.ended_at))  # type: ignore[arg-type]
+            for r in rows
+        ]
+    return sorted(out, key=lambda e: e.epoch)
+
+
+def worker_window(url: str, job: str, operator: str, epochs: Iterable[int]) -> list[WorkerRow]:
+    """Per-worker rows of the given epochs (DS2's per-instance observations)."""
+    ids = sorted(set(epochs))
+    if not ids:
+        return []
+    with session_scope(url) as s:
+        rows = s.scalars(
+            select(m.WorkerMetrics).where(
+                m.WorkerMetrics.job == job, m.WorkerMetrics.operator == operator,
+                m.WorkerMetrics.epoch >= ids[0], m.WorkerMetrics.epoch <= ids[-1],
+            )
+        ).all()
+        return sorted(
+            (WorkerRow(r.epoch, r.worker, r.records_in, r.records_out, r.useful_ms, r.wall_ms,
+                       r.state_keys, r.state_bytes) for r in rows if r.epoch in set(ids)),
+            key=lambda w: (w.epoch, w.worker),
+        )
+
+
+@dataclass(frozen=True)
+class BinStats:
+    """Per-bin load (records over the window) and size (latest state bytes/keys seen)."""
+
+    load: tuple[float, ...]
+    bytes: tuple[int, ...]
+    keys: tuple[int, ...]
+    epochs: int
+
+
+def bin_stats(url: str, job: str, operator: str, bins: int, last_epochs: int) -> BinStats:
+    """Load and size of every bin over the last `last_epochs` epochs that have bin metrics."""
+    with session_scope(url) as s:
+        top = s.scalar(
+            select(func.max(m.BinMetrics.epoch)).where(m.BinMetrics.job == job, m.BinMetrics.operator == operator)
+        )
+        load = [0.0] * bins
+        size = [0] * bins
+        keys = [0] * bins
+        if top is None:
+            return BinStats(tuple(load), tuple(size), tuple(keys), 0)
+        lo = top - last_epochs + 1
+        rows = s.execute(
+            select(m.BinMetrics.epoch, m.BinMetrics.bin, m.BinMetrics.records, m.BinMetrics.state_bytes,
+                   m.BinMetrics.state_keys)
+            .where(m.BinMetrics.job == job, m.BinMetrics.operator == operator, m.BinMetrics.epoch >= lo)
+            .order_by(m.BinMetrics.epoch)
+        ).all()
+    seen: set[int] = set()
+    for epoch, b, records, sbytes, skeys in rows:
+        if not 0 <= b < bins:
+            continue  # a bin outside the job's range is a data-plane bug, not a reason to crash
+        seen.add(epoch)
+        load[b] += records
+        size[b] = int(sbytes or 0)  # ordered by epoch: the last one wins
+        keys[b] = int(skeys or 0)
+    return BinStats(tuple(load), tuple(size), tuple(keys), len(seen))
+
+
+# ----------------------------------------------------------------------------- checkpoints
+
+
+@dataclass(frozen=True)
+class CheckpointRow:
+    plan_id: str
+    step: int
+    status: str
+    applied_epoch: int | None
+    applied_at: datetime | None
+    completed_at: datetime
+    bins_moved: int
+    keys_moved: int
+    bytes_moved: int
+    migration_ms: float
+    map_version_after: int | None
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["applied_at"] = self.applied_at.isoformat() if self.applied_at else None
+        d["completed_at"] = self.completed_at.isoformat()
+        return d
+
+
+def _cp(r: m.Checkpoint) -> CheckpointRow:
+    return CheckpointRow(r.plan_id, r.step, r.status, r.applied_epoch, _utc(r.applied_at),
+                         _utc(r.completed_at), r.bins_moved, r.keys_moved,  # type: ignore[arg-type]
+                         r.bytes_moved, r.migration_ms, r.map_version_after, r.reason or "")
+
+
+def checkpoints(url: str, plan_id: str) -> dict[int, CheckpointRow]:
+    """Checkpoints recorded so far for a plan, by step."""
+    with session_scope(url) as s:
+        rows = s.scalars(select(m.Checkpoint).where(m.Checkpoint.plan_id == plan_id)).all()
+        return {r.step: _cp(r) for r in rows}
+
+
+def recent_checkpoints(url: str, job: str, operator: str, limit: int = 200) -> list[CheckpointRow]:
+    """Applied checkpoints with moves, newest first: the data a migration cost model is fitted on."""
+    with session_scope(url) as s:
+        rows = s.scalars(
+            select(m.Checkpoint)
+            .where(m.Checkpoint.job == job, m.Checkpoint.operator == operator,
+                   m.Checkpoint.status == "applied", m.Checkpoint.bins_moved > 0)
+            .order_by(m.Checkpoint.completed_at.desc())
+            .limit(limit)
+        ).all()
+        return [_cp(r) for r in rows]
+
+
+# ----------------------------------------------------------------------------- decisions
+
+
+@dataclass(frozen=True)
+class DecisionRecord:
+    id: int
+    decided_at: datetime
+    current_workers: int
+    proposed_workers: int
+    target_workers: int
+    action: str
+    reason: str
+    inputs: dict[str, Any]
+    plan_id: str | None
+
+
+def save_decision(
+    url: str, job: str, operator: str, *, current_workers: int, proposed_workers: int, target_workers: int,
+    action: str, reason: str, inputs: dict[str, Any], plan_id: str | None = None, at: datetime | None = None,
+) -> int:
+    with session_scope(url) as s:
+        row = m.Decision(
+            job=job, operator=operator, decided_at=at or datetime.now(timezone.utc),
+            current_workers=current_workers, proposed_workers=proposed_workers, target_workers=target_workers,
+            action=action, reason=reason, inputs=inputs, plan_id=plan_id,
+        )
+        s.add(row)
+        s.flush()
+        return int(row.id)
+
+
+def link_decision(url: str, decision_id: int, plan_id: str) -> None:
+    with session_scope(url) as s:
+        s.execute(update(m.Decision).where(m.Decision.id == decision_id).values(plan_id=plan_id))
+
+
+def latest_decision(url: str, job: str, operator: str) -> DecisionRecord | None:
+    with session_scope(url) as s:
+        r = s.scalars(
+            select(m.Decision).where(m.Decision.job == job, m.Decision.operator == operator)
+            .order_by(m.Decision.decided_at.desc(), m.Decision.id.desc()).limit(1)
+        ).first()
+        if r is None:
+            return None
+        return DecisionRecord(r.id, _utc(r.decided_at), r.current_workers, r.proposed_workers,  # type: ignore[arg-type]
+                              r.target_workers, r.action, r.reason, dict(r.inputs or {}), r.plan_id)
+
+
+# ----------------------------------------------------------------------------- plans
+
+
+@dataclass(frozen=True)
+class PlanRecord:
+    plan_id: str
+    job: str
+    operator: str
+    created_at: datetime
+    strategy: str
+    status: str
+    source_map_version: int
+    source_workers: int
+    target_workers: int
+    target_assignment: tuple[int, ...]
+    steps: int
+    params: dict[str, Any]
+    predicted_ms: float | None
+    reason: str
+    finished_at: datetime | None
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    plan_id: str
+    step: int
+    payload: dict[str, Any]
+    effective_at: datetime
+    emitted_at: datetime | None
+    kafka_partition: int | None
+    kafka_offset: int | None
+    predicted_ms: float | None
+
+    @property
+    def emitted(self) -> bool:
+        return self.emitted_at is not None
+
+
+def _plan(r: m.Plan) -> PlanRecord:
+    return PlanRecord(r.plan_id, r.job, r.operator, _utc(r.created_at), r.strategy, r.status,  # type: ignore[arg-type]
+                      r.source_map_version, r.source_workers, r.target_workers,
+                      tuple(int(w) for w in r.target_assignment), r.steps, dict(r.params or {}),
+                      r.predicted_ms, r.reason or "", _utc(r.finished_at))
+
+
+def save_plan(url: str, plan: PlanRecord, steps: list[StepRecord]) -> None:
+    """Store a plan and its steps in one transaction (a half-stored plan must never be emitted)."""
+    with session_scope(url) as s:
+        s.add(m.Plan(
+            plan_id=plan.plan_id, job=plan.job, operator=plan.operator, created_at=plan.created_at,
+            strategy=plan.strategy, status=plan.status, source_map_version=plan.source_map_version,
+            source_workers=plan.source_workers, target_workers=plan.target_workers,
+            target_assignment=list(plan.target_assignment), steps=plan.steps, params=plan.params,
+            predicted_ms=plan.predicted_ms, reason=plan.reason, finished_at=plan.finished_at,
+        ))
+        for st in steps:
+            s.add(m.PlanStep(
+                plan_id=st.plan_id, step=st.step, payload=st.payload, effective_at=st.effective_at,
+                emitted_at=st.emitted_at, kafka_partition=st.kafka_partition, kafka_offset=st.kafka_offset,
+                predicted_ms=st.predicted_ms,
+            ))
+
+
+def get_plan(url: str, plan_id: str) -> PlanRecord | None:
+    with session_scope(url) as s:
+        r = s.get(m.Plan, plan_id)
+        return _plan(r) if r else None
+
+
+def plan_steps(url: str, plan_id: str) -> list[StepRecord]:
+    with session_scope(url) as s:
+        rows = s.scalars(select(m.PlanStep).where(m.PlanStep.plan_id == plan_id).order_by(m.PlanStep.step)).all()
+        return [StepRecord(r.plan_id, r.step, dict(r.payload), _utc(r.effective_at), _utc(r.emitted_at),  # type: ignore[arg-type]
+                           r.kafka_partition, r.kafka_offset, r.predicted_ms) for r in rows]
+
+
+def open_plans(url: str, job: str, operator: str) -> list[PlanRecord]:
+    """Plans not finished (planned or emitting), oldest first: at most one should exist per operator."""
+    with session_scope(url) as s:
+        rows = s.scalars(
+            select(m.Plan).where(m.Plan.job == job, m.Plan.operator == operator,
+                                 m.Plan.status.in_(("planned", "emitting")))
+            .order_by(m.Plan.created_at)
+        ).all()
+        return [_plan(r) for r in rows]
+
+
+def recent_plans(url: str, limit: int = 50, job: str | None = None) -> list[PlanRecord]:
+    with session_scope(url) as s:
+        q = select(m.Plan).order_by(m.Plan.created_at.desc()).limit(limit)
+        if job:
+            q = q.where(m.Plan.job == job)
+        return [_plan(r) for r in s.scalars(q).all()]
+
+
+def claim_step_emission(url: str, plan_id: str, step: int, payload: dict[str, Any], effective_at: datetime) -> bool:
+    """Rewrite the payload of a not-yet-emitted step just before sending (fresh issued/effective times).
+
+    Returns False when the step was emitted meanwhile: the caller must not send it.
+    """
+    with session_scope(url) as s:
+        res = s.execute(
+            update(m.PlanStep)
+            .where(m.PlanStep.plan_id == plan_id, m.PlanStep.step == step, m.PlanStep.emitted_at.is_(None))
+            .values(payload=payload, effective_at=effective_at)
+        )
+        return res.rowcount == 1  # type: ignore[attr-defined]
+
+
+def mark_step_emitted(url: str, plan_id: str, step: int, at: datetime, partition: int, offset: int) -> None:
+    with session_scope(url) as s:
+        s.execute(
+            update(m.PlanStep).where(m.PlanStep.plan_id == plan_id, m.PlanStep.step == step)
+            .values(emitted_at=at, kafka_partition=partition, kafka_offset=offset)
+        )
+
+
+def set_plan_status(url: str, plan_id: str, status: str, reason: str | None = None,
+                    finished: bool = False) -> None:
+    values: dict[str, Any] = {"status": status}
+    if reason is not None:
+        values["reason"] = reason
+    if finished:
+        values["finished_at"] = datetime.now(timezone.utc)
+    with session_scope(url) as s:
+        s.execute(update(m.Plan).where(m.Plan.plan_id == plan_id).values(**values))
+
+
+# ----------------------------------------------------------------------------- events, heartbeats
+
+
+def add_event(url: str, job: str, operator: str, level: str, kind: str, message: str,
+              epoch: int | None = None, details: dict[str, Any] | None = None) -> bool:
+    """Record an event; an identical one (same job, operator, kind, epoch, message) is kept once."""
+    try:
+        with session_scope(url) as s:
+            s.add(m.Event(job=job, operator=operator, at=datetime.now(timezone.utc), level=level, kind=kind,
+                          message=message, epoch=epoch, details=details or {}))
+        return True
+    except IntegrityError:
+        return False
+
+
+@dataclass(frozen=True)
+class EventRow:
+    at: datetime
+    level: str
+    kind: str
+    message: str
+    epoch: int | None
+    details: dict[str, Any]
+
+
+def events(url: str, job: str, operator: str | None = None, kind: str | None = None,
+           limit: int = 50) -> list[EventRow]:
+    """Newest first."""
+    with session_scope(url) as s:
+        q = select(m.Event).where(m.Event.job == job).order_by(m.Event.at.desc(), m.Event.id.desc()).limit(limit)
+        if operator is not None:
+            q = q.where(m.Event.operator == operator)
+        if kind is not None:
+            q = q.where(m.Event.kind == kind)
+        return [EventRow(_utc(r.at), r.level, r.kind, r.message, r.epoch, dict(r.details or {}))  # type: ignore[arg-type]
+                for r in s.scalars(q).all()]
+
+
+@dataclass(frozen=True)
+class HeartbeatRow:
+    last_epoch: int
+    map_version: int
+    workers: int
+    updated_at: datetime
+    started_at: datetime
+    pid: int
+    host: str
+    status: str
+
+
+def heartbeat(url: str, job: str, operator: str) -> HeartbeatRow | None:
+    with session_scope(url) as s:
+        r = s.get(m.Heartbeat, (job, operator))
+        if r is None:
+            return None
+        return HeartbeatRow(r.last_epoch, r.map_version, r.workers, _utc(r.updated_at),  # type: ignore[arg-type]
+                            _utc(r.started_at), r.pid, r.host, r.status)  # type: ignore[arg-type]
+
+
+def per_worker_counts(rows: Iterable[WorkerRow]) -> dict[int, int]:
+    """Records in per worker over a window (for logs)."""
+    out: dict[int, int] = defaultdict(int)
+    for r in rows:
+        out[r.worker] += r.records_in
+    return dict(out)
+
+
+def map_at(url: str, job: str, operator: str, map_version: int) -> MapSnapshot | None:
+    """One specific map version (verification compares the version a plan should end at)."""
+    with session_scope(url) as s:
+        row = s.get(m.RoutingMap, (job, operator, map_version))
+        if row is None:
+            return None
+        return MapSnapshot(job, operator, row.map_version, row.epoch, row.workers,
+                           tuple(int(w) for w in row.assignment), row.plan_id, row.step)
+
+
+def last_finished_plan(url: str, job: str, operator: str) -> PlanRecord | None:
+    with session_scope(url) as s:
+        r = s.scalars(
+            select(m.Plan).where(m.Plan.job == job, m.Plan.operator == operator, m.Plan.status == "completed")
+            .order_by(m.Plan.finished_at.desc()).limit(1)
+        ).first()
+        return _plan(r) if r else None

@@ -1,0 +1,97 @@
+"""CheckpointSensor: wait (deferred, in the triggerer) until a plan's steps are checkpointed.
+
+On a rejected step or a timeout the plan is marked failed in the metrics DB (plans.status and an
+Event row) before the task fails, so the next rebalance run does not resume it and nothing more
+is emitted for it; the task log says what the operator should do.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from typing import Any, Sequence
+
+from airflow.sdk import BaseSensorOperator
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+
+from ballast import repository as repo
+from ballast.hooks import BallastMetricsDbHook
+from ballast.triggers import CheckpointTrigger
+
+
+def handle_checkpoint_event(db_url: str, event: dict[str, Any], log: Any) -> None:
+    """Shared by the sensor and the emit operator: turn a trigger event into success or a failed plan."""
+    from ballast.controller import fail_plan
+
+    status, plan_id = event.get("status"), event.get("plan_id", "")
+    if status == "done":
+        log.info("plan %s: step(s) %s checkpointed", plan_id, event.get("steps"))
+        return
+    if status == "rejected":
+        msg = fail_plan(db_url, plan_id, f"plan {plan_id} failed: {event.get('reason')}", "plan_rejected")
+    elif status == "timeout":
+        msg = fail_plan(db_url, plan_id, f"plan {plan_id} timed out: {event.get('reason')}", "plan_timeout")
+    else:
+        msg = fail_plan(db_url, plan_id, f"plan {plan_id}: unexpected trigger event {event!r}", "plan_failed")
+    log.error(msg)
+    raise AirflowFailException(msg)
+
+
+class CheckpointSensor(BaseSensorOperator):
+    """Wait for the completion checkpoints of `plan_id` (all steps unless `steps` is given).
+
+    `plan_id` is templated (typically pulled from the plan task's XCom); an empty plan_id means
+    there is nothing to wait for and the task is skipped. Deferrable by default: it frees its
+    worker slot while waiting. `timeout` (seconds) counts from the sensor's start.
+    """
+
+    template_fields: Sequence[str] = ("plan_id",)
+    ui_color = "#d9ead3"
+
+    def __init__(self, *, plan_id: str, steps: list[int] | None = None,
+                 db_conn_id: str = BallastMetricsDbHook.default_conn_name, deferrable: bool = True,
+                 poke_interval: float = 2.0, timeout: float = 600.0, **kwargs: Any) -> None:
+        super().__init__(poke_interval=poke_interval, timeout=timeout, **kwargs)
+        self.plan_id = plan_id
+        self.steps = steps
+        self.db_conn_id = db_conn_id
+        self.deferrable = deferrable
+
+    def _url(self) -> str:
+        return BallastMetricsDbHook(self.db_conn_id).url()
+
+    def _steps(self, url: str) -> list[int]:
+        if self.steps:
+            return list(self.steps)
+        plan = repo.get_plan(url, self.plan_id)
+        if plan is None:
+            raise AirflowFailException(f"plan {self.plan_id} is not in the metrics DB at {url}")
+        return list(range(1, plan.steps + 1))
+
+    def poke(self, context: Any) -> bool:
+        from ballast.controller import progress
+
+        url = self._url()
+        pr = progress(url, self.plan_id, self._steps(url))
+        if pr.failed_step is not None:
+            handle_checkpoint_event(url, {"status": "rejected", "plan_id": self.plan_id,
+                                          "reason": pr.failed_reason}, self.log)
+        return pr.done
+
+    def execute(self, context: Any) -> Any:
+        if not self.plan_id or self.plan_id == "None":
+            raise AirflowSkipException("no plan to wait for")
+        if not self.deferrable:
+            return super().execute(context)
+        if self.poke(context):
+            self.log.info("plan %s: every awaited step is already checkpointed", self.plan_id)
+            return self.plan_id
+        url = self._url()
+        deadline = datetime.now(timezone.utc) + timedelta(seconds=float(self.timeout))
+        self.defer(
+            trigger=CheckpointTrigger(url, self.plan_id, self._steps(url), deadline.isoformat(), self.poke_interval),
+            method_name="execute_complete",
+        )
+
+    def execute_complete(self, context: Any, event: dict[str, Any]) -> str:
+        handle_checkpoint_event(self._url(), event, self.log)
+        return self.plan_id

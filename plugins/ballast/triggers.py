@@ -1,0 +1,65 @@
+"""CheckpointTrigger: waits in the triggerer for a plan's completion checkpoints.
+
+Why a trigger: a migration can take minutes (steps spaced by gaps, slow epochs); polling from a
+worker slot for that long wastes the slot and risks the long-task failures in NOTES.md. The
+trigger polls the metrics DB (in a thread: SQLAlchemy is synchronous) and fires once — all awaited
+steps applied, a step rejected/superseded, or the deadline passed. The deadline is absolute and
+serialized, so a triggerer restart does not extend it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from datetime import datetime, timezone
+from typing import Any
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+
+class CheckpointTrigger(BaseTrigger):
+    """Fire when steps `steps` of `plan_id` all have an applied checkpoint (or one failed, or time ran out).
+
+    Event payload: {"status": "done" | "rejected" | "timeout", "plan_id", "steps", "missing",
+    "failed_step", "reason", "deadline"} (the deadline travels in the event so a deferring operator
+    can re-defer with the same one).
+    """
+
+    def __init__(self, db_url: str, plan_id: str, steps: list[int], deadline: str,
+                 poll_interval: float = 2.0) -> None:
+        super().__init__()
+        self.db_url = db_url
+        self.plan_id = plan_id
+        self.steps = [int(s) for s in steps]
+        self.deadline = deadline  # ISO-8601 UTC
+        self.poll_interval = float(poll_interval)
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (
+            "ballast.triggers.CheckpointTrigger",
+            {"db_url": self.db_url, "plan_id": self.plan_id, "steps": list(self.steps),
+             "deadline": self.deadline, "poll_interval": self.poll_interval},
+        )
+
+    def _event(self, status: str, **kw: Any) -> TriggerEvent:
+        return TriggerEvent({"status": status, "plan_id": self.plan_id, "steps": list(self.steps),
+                             "missing": [], "failed_step": None, "reason": "", "deadline": self.deadline, **kw})
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        from ballast.controller import progress
+
+        deadline = datetime.fromisoformat(self.deadline)
+        self.log.info("waiting for checkpoints of plan %s step(s) %s until %s", self.plan_id, self.steps, self.deadline)
+        while True:
+            pr = await asyncio.to_thread(progress, self.db_url, self.plan_id, self.steps)
+            if pr.failed_step is not None:
+                yield self._event("rejected", failed_step=pr.failed_step, reason=pr.failed_reason)
+                return
+            if pr.done:
+                yield self._event("done")
+                return
+            if datetime.now(timezone.utc) >= deadline:
+                yield self._event("timeout", missing=list(pr.missing),
+                                  reason=f"no checkpoint for step(s) {list(pr.missing)} by {self.deadline}")
+                return
+            await asyncio.sleep(self.poll_interval)

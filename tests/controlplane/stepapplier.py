@@ -1,0 +1,120 @@
+"""A reference step applier for control-plane tests until the Spark data plane lands.
+
+It does what the data plane does with control messages, minus the state: consumes the real
+`<job>.control` topic, checks each step's expected map version and move sources (rejecting with
+a reason, never half-applying), honours effective_at, records the new routing map version and a
+completion checkpoint in the metrics DB. It also records every message it saw, so tests can
+assert that nothing was emitted twice. It is not a fake of the controller under test: the emitter,
+trigger, sensor and verifier all run for real against the broker and the DB.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import datetime, timezone
+
+from kafka import KafkaConsumer, TopicPartition
+
+from ballast import repository as repo
+from ballast.protocol import ProtocolError, control_topic, parse_control
+from migrations_db import models as m
+from migrations_db.db import session_scope
+
+
+class StepApplier(threading.Thread):
+    def __init__(self, bootstrap: str, db_url: str, job: str, operator: str = "keycount",
+                 reject: dict[int, str] | None = None, hold_steps: set[int] | None = None) -> None:
+        super().__init__(daemon=True)
+        self.bootstrap, self.db_url, self.job, self.operator = bootstrap, db_url, job, operator
+        self.reject = reject or {}
+        self.hold_steps = hold_steps or set()  # steps received but never answered (a stuck job)
+        self.seen: list[tuple[str, int, int]] = []  # (plan_id, step, offset)
+        self.applied_at: dict[tuple[str, int], datetime] = {}
+        self._halt = threading.Event()
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join(timeout=10)
+
+    def run(self) -> None:
+        consumer = KafkaConsumer(bootstrap_servers=self.bootstrap, enable_auto_commit=False,
+                                 auto_offset_reset="earliest", consumer_timeout_ms=200)
+        consumer.assign([TopicPartition(control_topic(self.job), 0)])
+        consumer.seek_to_beginning()
+        try:
+            while not self._halt.is_set():
+                for rec in consumer:
+                    self._handle(rec.value, rec.offset)
+                    if self._halt.is_set():
+                        break
+        finally:
+            consumer.close()
+
+    def _handle(self, raw: bytes, offset: int) -> None:
+        try:
+            msg = parse_control(raw)
+        except ProtocolError:
+            return
+        self.seen.append((msg.plan_id, msg.step, offset))
+        if msg.step in self.hold_steps:
+            return
+        if msg.step in repo.checkpoints(self.db_url, msg.plan_id):
+            return  # duplicate: idempotent
+        while datetime.now(timezone.utc) < msg.effective_at and not self._halt.is_set():
+            time.sleep(0.02)
+        cur = repo.latest_map(self.db_url, self.job, self.operator)
+        assert cur is not None
+        now = datetime.now(timezone.utc)
+        reason = self.reject.get(msg.step, "")
+        if not reason and msg.map_version != cur.map_version:
+            reason = f"expected map v{msg.map_version}, job is at v{cur.map_version}"
+        new = list(cur.assignment)
+        for mv in msg.moves:
+            if not reason and new[mv.bin] != mv.src:
+                reason = f"bin {mv.bin} is on worker {new[mv.bin]}, not {mv.src}"
+            new[mv.bin] = mv.dst
+        with session_scope(self.db_url) as s:
+            if reason:
+                s.add(m.Checkpoint(job=self.job, operator=self.operator, plan_id=msg.plan_id, step=msg.step,
+                                   status="rejected", applied_epoch=None, applied_at=None, completed_at=now,
+                                   reason=reason, map_version_after=cur.map_version))
+                return
+            epoch = cur.epoch + 1
+            s.add(m.RoutingMap(job=self.job, operator=self.operator, map_version=cur.map_version + 1, epoch=epoch,
+                               workers=msg.workers, assignment=new, created_at=now, plan_id=msg.plan_id,
+                               step=msg.step))
+            s.add(m.Checkpoint(job=self.job, operator=self.operator, plan_id=msg.plan_id, step=msg.step,
+                               status="applied", applied_epoch=epoch, applied_at=now,
+                               completed_at=datetime.now(timezone.utc), bins_moved=len(msg.moves),
+                               keys_moved=10 * len(msg.moves), bytes_moved=1000 * len(msg.moves),
+                               migration_ms=5.0 * len(msg.moves), map_version_after=cur.map_version + 1))
+        self.applied_at[(msg.plan_id, msg.step)] = now
+
+
+def seed_job(db_url: str, job: str, bins: int = 16, workers: int = 1, input_rate: float = 15000.0,
+             per_worker_rate: float = 10000.0, epochs: int = 5, operator: str = "keycount") -> None:
+    """Metrics of a job that ran `epochs` epochs under map v0: what the data plane writes each epoch.
+
+    Defaults describe one worker that processes 10k rows per useful second fed 15k rows/s: DS2
+    (micro-batch model, 0.1 s overhead per 1 s batch) asks for 2 workers.
+    """
+    now = datetime.now(timezone.utc)
+    assignment = [b * workers // bins for b in range(bins)]
+    with session_scope(db_url) as s:
+        s.add(m.Job(job=job, operator=operator, bins=bins, created_at=now, config={}))
+        s.add(m.RoutingMap(job=job, operator=operator, map_version=0, epoch=0, workers=workers,
+                           assignment=assignment, created_at=now))
+        for e in range(1, epochs + 1):
+            rows = int(input_rate)  # one second of input per epoch
+            s.add(m.EpochMetrics(job=job, operator=operator, epoch=e, map_version=0, workers=workers,
+                                 input_rows=rows, batch_ms=1000.0 * rows / (per_worker_rate * workers) + 100.0,
+                                 input_rate=input_rate, backlog=0, started_at=now, ended_at=now))
+            for w in range(workers):
+                rin = rows // workers
+                useful = 1000.0 * rin / per_worker_rate
+                s.add(m.WorkerMetrics(job=job, operator=operator, epoch=e, worker=w, records_in=rin, records_out=rin,
+                                      useful_ms=useful, wall_ms=useful, state_keys=1000, state_bytes=100000))
+            for b in range(bins):
+                s.add(m.BinMetrics(job=job, operator=operator, epoch=e, bin=b, worker=assignment[b],
+                                   records=rows // bins + (b % 4) * 10, state_keys=100 + b, state_bytes=10000 + 100 * b))
