@@ -128,8 +128,10 @@ def evaluate(url: str, cfg: JobConfig, snap: dict[str, Any], now: datetime | Non
                                       w["useful_ms"], w["wall_ms"]) for w in snap["workers"]]
     epochs = [policy.EpochMetrics(e["epoch"], e["input_rows"], e["batch_ms"], e["input_rate"], e["backlog"])
               for e in snap["epochs"]]
+    # DS2 sizes for the same utilization the guards' band is centred on
     res = policy.evaluate(flow, rows, epochs, model=rb.model, batch_budget_s=rb.batch_budget_s,  # type: ignore[arg-type]
-                          catch_up_s=rb.catch_up_s, aggregation=rb.aggregation)  # type: ignore[arg-type]
+                          catch_up_s=rb.catch_up_s, aggregation=rb.aggregation,  # type: ignore[arg-type]
+                          target_utilization=rb.target_utilization)
     target = res.targets[cfg.operator]
     rates = policy.operator_rates(rows, rb.aggregation)  # type: ignore[arg-type]
     true_rate = rates[cfg.operator].true_rate if cfg.operator in rates else None

@@ -30,7 +30,7 @@ def test_produce_consume_roundtrip_on_four_partitions(kafka_bootstrap, make_topi
 
 
 def test_existing_topic_with_other_partition_count_is_an_error(kafka_bootstrap, make_topics, unique_name):
-    from conftest import stack
+    stack = __import__("sys").modules["ballast_stack"]  # loaded by tests/conftest.py
 
     topic = f"{unique_name}.pc"
     make_topics({topic: 2})

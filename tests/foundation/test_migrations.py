@@ -43,7 +43,7 @@ def test_models_match_migrations(tmp_path):
 
 @pytest.fixture(scope="module")
 def postgres_url():
-    from conftest import stack
+    stack = __import__("sys").modules["ballast_stack"]  # loaded by tests/conftest.py
 
     try:
         stack.postgres_up()

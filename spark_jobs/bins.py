@@ -1,0 +1,74 @@
+"""Keys → bins → workers, and the on-disk key layout that makes a bin a contiguous key range.
+
+A key's hash is Spark's `xxhash64(key)` (stable across runs, JVM-side, seed 42), read as an
+unsigned 64-bit number. Its bin is the top `k` bits (`B = 2^k`). A state entry is stored under
+`hash.to_bytes(8, "big") + key`, so all keys of bin `b` lie in the byte range
+`[b << (64-k), (b+1) << (64-k))` of the first 8 bytes — for *any* k. Raising k later splits every
+bin into two adjacent ranges without rewriting a single key (only the per-bin counters need one
+recount); lowering it merges neighbours.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+
+MASK64 = (1 << 64) - 1
+
+
+def bits_for(bins: int) -> int:
+    """k for B bins; B must be a power of two between 1 and 2^16."""
+    if bins < 1 or bins & (bins - 1) or bins > 1 << 16:
+        raise ValueError(f"bins must be a power of two in [1, 65536], got {bins}")
+    return bins.bit_length() - 1
+
+
+def unsigned(h: int) -> int:
+    """Spark's xxhash64 is a signed long; the layout uses its unsigned value."""
+    return h & MASK64
+
+
+def bin_of_hash(h: int, k: int) -> int:
+    return unsigned(h) >> (64 - k) if k else 0
+
+
+def store_key(h: int, key: bytes) -> bytes:
+    """8-byte big-endian unsigned hash, then the key bytes."""
+    return struct.pack(">Q", unsigned(h)) + key
+
+
+def split_store_key(sk: bytes) -> tuple[int, bytes]:
+    return struct.unpack(">Q", sk[:8])[0], sk[8:]
+
+
+def bin_of_store_key(sk: bytes, k: int) -> int:
+    return struct.unpack(">Q", sk[:8])[0] >> (64 - k) if k else 0
+
+
+def bin_range(b: int, k: int) -> tuple[bytes, bytes | None]:
+    """[lo, hi) of bin b's store keys; hi None for the last bin (runs to the end of the space)."""
+    lo = b << (64 - k)
+    hi = (b + 1) << (64 - k)
+    return struct.pack(">Q", lo), (struct.pack(">Q", hi) if hi <= MASK64 else None)
+
+
+def uniform_assignment(bins: int, workers: int) -> list[int]:
+    """Initial map: contiguous bin ranges, assignment[b] = b·W // B (the control plane's too)."""
+    if workers < 1:
+        raise ValueError("workers must be >= 1")
+    return [b * workers // bins for b in range(bins)]
+
+
+def spark_columns(key_col: str, k: int, assignment: Sequence[int]):  # type: ignore[no-untyped-def]
+    """(hash, bin, worker) Spark columns for a DataFrame with a binary/string key column.
+
+    The worker lookup is an array literal indexed by bin: one vectorised expression, no join, no
+    Python UDF before the shuffle.
+    """
+    from pyspark.sql import functions as F
+
+    h = F.xxhash64(F.col(key_col))
+    b = F.shiftrightunsigned(h, 64 - k).cast("int") if k else F.lit(0)
+    amap = F.array(*[F.lit(int(w)) for w in assignment])
+    w = F.element_at(amap, b + 1)
+    return h, b, w

@@ -1,0 +1,101 @@
+"""`python -m spark_jobs.cli run ...`: start a Ballast job and keep it running until SIGTERM.
+
+SIGTERM/SIGINT stop the query after the current epoch (exit code 0); a failed query exits 1.
+`python -m spark_jobs.cli stop --checkpoint-dir D` does the same through a file, which also works
+under spark-submit (there the JVM is the parent process and handles SIGTERM itself, abruptly).
+The same entry point runs under spark-submit via spark_jobs/main.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+
+from spark_jobs.runner import JobConfig, JobRunner
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="ballast-job", description="Ballast data plane: a migratable stateful job")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run", help="run a job until SIGTERM")
+    r.add_argument("--job", required=True, help="job name; topics <job>.control, <job>.control.acks, <job>.output")
+    r.add_argument("--operator", default="keycount", help="keycount | wordcount")
+    r.add_argument("--input-topic", required=True)
+    r.add_argument("--bins", type=int, default=256, help="B = 2^k, fixed at the first start")
+    r.add_argument("--workers", type=int, default=2, help="initial W (first start only)")
+    r.add_argument("--checkpoint-dir", required=True)
+    r.add_argument("--state-dir", default=None, help="default <checkpoint-dir>/state")
+    r.add_argument("--bootstrap", default="127.0.0.1:9092")
+    r.add_argument("--db-url", default=None, help="default $BALLAST_DB_URL or the repo's SQLite file")
+    r.add_argument("--trigger-ms", type=int, default=1000)
+    r.add_argument("--max-offsets-per-trigger", type=int, default=None)
+    r.add_argument("--output-partitions", type=int, default=2)
+    r.add_argument("--max-future-s", type=float, default=86400.0, help="reject steps effective later than this")
+    r.add_argument("--master", default=None, help="Spark master (default $SPARK_MASTER or local[2])")
+    st = sub.add_parser("stop", help="ask a running job to stop after its current epoch (works under spark-submit)")
+    st.add_argument("--checkpoint-dir", required=True)
+    return ap
+
+
+def config_from_args(a: argparse.Namespace) -> JobConfig:
+    from migrations_db.db import default_url
+
+    return JobConfig(
+        job=a.job, operator=a.operator, input_topic=a.input_topic, bins=a.bins, workers=a.workers,
+        checkpoint_dir=a.checkpoint_dir, state_dir=a.state_dir, bootstrap=a.bootstrap,
+        db_url=a.db_url or default_url(), trigger_ms=a.trigger_ms, max_offsets_per_trigger=a.max_offsets_per_trigger,
+        output_partitions=a.output_partitions, max_future_s=a.max_future_s,
+    )
+
+
+def run(cfg: JobConfig, master: str | None = None, spark=None) -> int:  # type: ignore[no-untyped-def]
+    from spark_jobs.session import build_spark
+
+    spark = spark or build_spark(f"ballast-{cfg.job}", master=master, conf={"spark.ui.showConsoleProgress": "false"})
+    runner = JobRunner(spark, cfg)
+
+    def on_signal(signum: int, _frame: object) -> None:
+        logging.getLogger("ballast.cli").info("signal %d: stopping after the current epoch", signum)
+        runner.request_stop()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    runner.start()
+    try:
+        runner.await_termination()
+    except RuntimeError as exc:
+        logging.getLogger("ballast.cli").error("%s", exc)
+        return 1
+    return 0
+
+
+def setup_logging() -> None:
+    logging.basicConfig(level=os.environ.get("BALLAST_LOG_LEVEL", "INFO"),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    logging.getLogger("kafka").setLevel(logging.WARNING)
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+
+
+def main(argv: list[str] | None = None) -> int:
+    setup_logging()
+    a = parser().parse_args(argv)
+    if a.cmd == "run":
+        return run(config_from_args(a), master=a.master)
+    if a.cmd == "stop":
+        from pathlib import Path
+
+        stop = Path(a.checkpoint_dir) / "ballast" / "STOP"
+        if not stop.parent.exists():
+            print(f"no Ballast job state in {a.checkpoint_dir}", file=sys.stderr)
+            return 1
+        stop.touch()
+        print(f"stop requested: {stop}")
+        return 0
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

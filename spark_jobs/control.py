@@ -1,0 +1,284 @@
+"""Control records → a per-epoch decision: which steps apply, are rejected, queued, superseded.
+
+Pure Python and deterministic given (state before the epoch, the epoch's control records, `now`):
+the runner logs the result durably before acting on it (spark_jobs.journal), and a replayed epoch
+reuses the log instead of calling `decide` again (effective_at is compared with the wall clock,
+so recomputing could differ).
+
+Rules (docs/protocol.md has the full contract):
+* malformed → rejected (Event row + ack, no checkpoint row: it has no (plan, step) to key on);
+* for another job/operator → rejected the same way (a checkpoint row under our job would be
+  misleading, and one under theirs is not ours to write);
+* duplicate of a finished (plan, step) → idempotent: no new checkpoint row, the ack is re-echoed;
+  duplicate of a queued step → ignored;
+* a step of a plan older than the newest plan seen → superseded; a new plan supersedes every
+  queued step of older plans;
+* effective_at more than `max_future_s` ahead → rejected; otherwise queued until it is due;
+* steps of a plan apply in order (step s waits for s-1; if s-1 was not applied, s is rejected);
+* at most ONE step applies per epoch (Megaphone: one configuration per timestamp), so every
+  map version is in force for at least one epoch and each checkpoint measures one step;
+* a due step is validated against the job's state and either applied whole or rejected;
+* every applied step — moves, map or noop (a move-less step may change the worker count) —
+  creates exactly one new map version, so step i of a plan expects base + i - 1.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from ballast.protocol import ControlStep, ProtocolError, parse_control
+
+TICK_SCHEMA = "ballast.tick/v1"
+KEEP_FINAL = 2000
+KEEP_PLANS = 200
+
+
+def step_key(plan_id: str, step: int) -> str:
+    return f"{plan_id}#{step}"
+
+
+@dataclass
+class ControlRecord:
+    """One record of the control topic as consumed in an epoch."""
+
+    offset: str  # "partition:offset"
+    value: bytes | None
+
+
+@dataclass
+class ControlState:
+    """Everything the job knows about its configuration after an epoch (logged with the decision)."""
+
+    map_version: int
+    workers: int
+    assignment: list[int]
+    queue: list[dict[str, Any]] = field(default_factory=list)  # {"msg": ..., "offset": ..., "epoch": ...}
+    final: dict[str, dict[str, Any]] = field(default_factory=dict)  # step_key -> {status, epoch, reason}
+    plans: list[str] = field(default_factory=list)  # plan ids in arrival order; last = current
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "ControlState":
+        return cls(**d)
+
+
+@dataclass
+class Entry:
+    """One line of the decision log (a StepDecision row)."""
+
+    seq: int
+    action: str  # apply | reject | queue | duplicate | supersede
+    plan_id: str
+    step: int
+    reason: str
+    offset: str
+    job: str
+    operator: str
+    checkpoint: bool  # a DB checkpoint row + ack is owed for this entry
+    reecho: bool = False  # duplicate of a finished step: re-echo its ack
+    event: bool = False  # malformed / foreign: Event row + ack only
+    map_version_after: int | None = None
+    message: dict[str, Any] | None = None
+
+
+@dataclass
+class Decision:
+    epoch: int
+    decided_at: str
+    entries: list[Entry]
+    state_after: ControlState
+    map_version_before: int
+    workers_before: int
+    applied: dict[str, Any] | None = None  # {plan_id, step, moves [[bin, from, to]], workers, map_version_after}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "epoch": self.epoch, "decided_at": self.decided_at,
+            "entries": [asdict(e) for e in self.entries], "state_after": self.state_after.to_dict(),
+            "map_version_before": self.map_version_before, "workers_before": self.workers_before,
+            "applied": self.applied,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Decision":
+        return cls(
+            epoch=d["epoch"], decided_at=d["decided_at"], entries=[Entry(**e) for e in d["entries"]],
+            state_after=ControlState.from_dict(d["state_after"]), map_version_before=d["map_version_before"],
+            workers_before=d["workers_before"], applied=d.get("applied"),
+        )
+
+
+def validate(step: ControlStep, st: ControlState, bins: int) -> str | None:
+    """Why `step` cannot apply to state `st` (None when it can). Checks everything before changing anything."""
+    if step.map_version != st.map_version:
+        return f"map version mismatch: step expects {step.map_version}, job is at {st.map_version}"
+    w_before, w_after = st.workers, step.workers
+    if w_after > bins:
+        return f"workers after the step ({w_after}) exceed the number of bins ({bins})"
+    limit = max(w_before, w_after)
+    new = list(st.assignment)
+    for m in step.moves:
+        if not 0 <= m.bin < bins:
+            return f"unknown bin {m.bin}: this job has bins 0..{bins - 1}"
+        if new[m.bin] != m.src:
+            return f"wrong source worker for bin {m.bin}: step says {m.src}, owner is {new[m.bin]}"
+        if m.dst >= limit:
+            return f"bin {m.bin} moves to worker {m.dst}, but workers must be < max(before, after) = {limit}"
+        new[m.bin] = m.dst
+    stranded = [b for b, w in enumerate(new) if w >= w_after]
+    if stranded:
+        b = stranded[0]
+        return (f"after the step {len(stranded)} bin(s) (first: bin {b}) would sit on worker {new[b]} "
+                f">= workers {w_after}")
+    return None
+
+
+def _is_tick(raw: bytes | None) -> bool:
+    if not raw or b"ballast.tick" not in raw:
+        return False
+    try:
+        doc = json.loads(raw)
+    except ValueError:
+        return False
+    return isinstance(doc, dict) and doc.get("schema") == TICK_SCHEMA
+
+
+def tick_message(job: str, operator: str, at: datetime) -> bytes:
+    """What the runner sends to its own control topic to get an epoch when only queued steps are due."""
+    return json.dumps({"schema": TICK_SCHEMA, "job": job, "operator": operator, "at": at.isoformat()}).encode()
+
+
+def _step_of(q: dict[str, Any]) -> ControlStep:
+    return parse_control(json.dumps(q["msg"]))
+
+
+def has_due_step(st: ControlState, now: datetime) -> bool:
+    """A queued step could apply at an epoch starting now (the runner ticks when no data comes)."""
+    for q in st.queue:
+        s = _step_of(q)
+        if s.effective_at <= now and (s.step == 1 or step_key(s.plan_id, s.step - 1) in st.final):
+            return True
+    return False
+
+
+def decide(
+    state: ControlState, records: list[ControlRecord], *, epoch: int, now: datetime, job: str,
+    operator: str, bins: int, max_future_s: float,
+) -> Decision:
+    st = copy.deepcopy(state)
+    entries: list[Entry] = []
+
+    def add(action: str, plan_id: str, step: int, reason: str, offset: str, mjob: str = job,
+            mop: str = operator, **kw: Any) -> None:
+        entries.append(Entry(len(entries), action, plan_id, step, reason, offset, mjob, mop, **kw))
+
+    def finish(s: ControlStep, status: str, reason: str, offset: str, action: str) -> None:
+        st.final[step_key(s.plan_id, s.step)] = {"status": status, "epoch": epoch, "reason": reason}
+        add(action, s.plan_id, s.step, reason, offset, checkpoint=True,
+            map_version_after=st.map_version if status == "applied" else None, message=s.to_dict())
+
+    received: set[str] = set()
+    # 1) the epoch's new control records, in topic order
+    for rec in records:
+        if _is_tick(rec.value):
+            continue
+        try:
+            s = parse_control(rec.value)
+        except ProtocolError as exc:
+            add("reject", "", 0, f"malformed control message: {exc.reason}", rec.offset, checkpoint=False, event=True)
+            continue
+        if s.job != job or s.operator != operator:
+            add("reject", s.plan_id, s.step, f"step is for {s.job}/{s.operator}, this is {job}/{operator}",
+                rec.offset, mjob=s.job, mop=s.operator, checkpoint=False, event=True, message=s.to_dict())
+            continue
+        sk = step_key(s.plan_id, s.step)
+        if sk in st.final:
+            f = st.final[sk]
+            add("duplicate", s.plan_id, s.step, f"duplicate: already {f['status']} at epoch {f['epoch']}",
+                rec.offset, checkpoint=False, reecho=True)
+            continue
+        if any(step_key(q["msg"]["plan_id"], q["msg"]["step"]) == sk for q in st.queue):
+            add("duplicate", s.plan_id, s.step, "duplicate: already queued", rec.offset, checkpoint=False)
+            continue
+        if s.plan_id in st.plans and s.plan_id != st.plans[-1]:
+            finish(s, "superseded", f"plan {s.plan_id} was superseded by plan {st.plans[-1]}", rec.offset, "supersede")
+            continue
+        if (s.effective_at - now).total_seconds() > max_future_s:
+            finish(s, "rejected", f"effective_at {s.effective_at.isoformat()} is more than {max_future_s:.0f}s "
+                   "in the future", rec.offset, "reject")
+            continue
+        if s.plan_id not in st.plans:
+            for q in st.queue:
+                finish(_step_of(q), "superseded", f"superseded by newer plan {s.plan_id}", q["offset"], "supersede")
+            st.queue = []
+            st.plans = (st.plans + [s.plan_id])[-KEEP_PLANS:]
+        st.queue.append({"msg": s.to_dict(), "offset": rec.offset, "epoch": epoch})
+        received.add(sk)
+
+    # 2) the queue: apply at most one due step, in order
+    applied: dict[str, Any] | None = None
+    remaining: list[dict[str, Any]] = []
+    waiting: dict[str, str] = {}
+    for q in st.queue:
+        s = _step_of(q)
+        sk = step_key(s.plan_id, s.step)
+        if applied is not None:
+            remaining.append(q)
+            waiting[sk] = f"waits: step {applied['plan_id']}#{applied['step']} applies at this epoch"
+            continue
+        if s.effective_at > now:
+            remaining.append(q)
+            waiting[sk] = f"queued until effective_at {s.effective_at.isoformat()}"
+            continue
+        if s.step > 1:
+            prev = st.final.get(step_key(s.plan_id, s.step - 1))
+            if prev is None:
+                remaining.append(q)
+                waiting[sk] = f"waits for step {s.step - 1} of plan {s.plan_id}"
+                continue
+            if prev["status"] != "applied":
+                finish(s, "rejected", f"step {s.step - 1} of plan {s.plan_id} was {prev['status']}", q["offset"], "reject")
+                continue
+        err = validate(s, st, bins)
+        if err:
+            finish(s, "rejected", err, q["offset"], "reject")
+            continue
+        before = (st.map_version, st.workers, list(st.assignment))
+        for m in s.moves:
+            st.assignment[m.bin] = m.dst
+        st.workers = s.workers
+        st.map_version += 1  # every applied step is one new map version (the planner counts on it)
+        applied = {
+            "plan_id": s.plan_id, "step": s.step, "kind": s.kind,
+            "moves": [[m.bin, m.src, m.dst] for m in s.moves],
+            "workers_before": before[1], "workers": st.workers,
+            "map_version_before": before[0], "map_version_after": st.map_version,
+        }
+        finish(s, "applied", s.reason, q["offset"], "apply")
+    st.queue = remaining
+    for q in remaining:
+        sk = step_key(q["msg"]["plan_id"], q["msg"]["step"])
+        if sk in received:
+            add("queue", q["msg"]["plan_id"], q["msg"]["step"], waiting.get(sk, "queued"), q["offset"], checkpoint=False)
+    if len(st.final) > KEEP_FINAL:
+        st.final = dict(list(st.final.items())[-KEEP_FINAL:])
+    return Decision(
+        epoch=epoch, decided_at=now.isoformat(), entries=entries, state_after=st,
+        map_version_before=state.map_version, workers_before=state.workers, applied=applied,
+    )
+
+
+def initial_state(bins: int, workers: int) -> ControlState:
+    from spark_jobs.bins import uniform_assignment
+
+    return ControlState(map_version=0, workers=workers, assignment=uniform_assignment(bins, workers))
+
+
+def max_future_default() -> float:
+    return timedelta(days=1).total_seconds()

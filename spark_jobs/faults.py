@@ -1,0 +1,38 @@
+"""Crash injection for the exactly-once tests: kill this process at a named point, once.
+
+`BALLAST_FAULTS_FILE` names a file of lines `<point> <n>`: the n-th time (counted per process)
+that point is reached, the line is removed from the file (so a restarted job runs on) and the
+process SIGKILLs itself. Points: after_decision, mid_move (after the import into the new worker,
+before the delete from the old one), after_moves, after_apply, before_checkpoints,
+worker_before_commit (inside a Spark Python worker, before its store commits). Unset: no-op.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import signal
+
+_counts: dict[str, int] = {}
+
+
+def hit(point: str) -> None:
+    path = os.environ.get("BALLAST_FAULTS_FILE")
+    if not path or not os.path.exists(path):
+        return
+    _counts[point] = _counts.get(point, 0) + 1
+    with open(path, "r+") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        lines = [ln.split() for ln in f.read().splitlines() if ln.strip()]
+        for i, parts in enumerate(lines):
+            if parts[0] == point and int(parts[1]) <= _counts[point]:
+                del lines[i]
+                f.seek(0)
+                f.truncate()
+                f.write("".join(" ".join(p) + "\n" for p in lines))
+                f.flush()
+                os.fsync(f.fileno())
+                print(f"[ballast-fault] killing pid {os.getpid()} at {point}", flush=True)
+                if os.environ.get("BALLAST_FAULTS_KILL_GROUP") == "1":
+                    os.killpg(os.getpgrp(), signal.SIGKILL)
+                os.kill(os.getpid(), signal.SIGKILL)

@@ -1,0 +1,92 @@
+"""Everything the data plane writes to the metrics DB, idempotent per epoch.
+
+A replayed epoch rewrites its own rows: per-epoch metric rows are replaced (delete + insert in
+one transaction, portable across SQLite and Postgres), routing maps, checkpoints and events are
+insert-if-absent (a checkpoint is written exactly once per (plan, step)), the heartbeat is merged.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import delete, select
+
+from migrations_db import models as m
+from migrations_db.db import session_scope
+
+
+def ensure_job_row(url: str, job: str, operator: str, bins: int, config: dict[str, Any], now: datetime) -> None:
+    with session_scope(url) as s:
+        row = s.get(m.Job, (job, operator))
+        if row is None:
+            s.add(m.Job(job=job, operator=operator, bins=bins, created_at=now, config=config))
+        elif row.bins != bins:
+            raise RuntimeError(f"metrics DB has job {job}/{operator} with {row.bins} bins, this start has {bins}")
+        else:
+            row.config = config
+
+
+def write_step_decisions(url: str, job: str, operator: str, epoch: int, entries: list[Any]) -> None:
+    with session_scope(url) as s:
+        s.execute(delete(m.StepDecision).where(
+            m.StepDecision.job == job, m.StepDecision.operator == operator, m.StepDecision.epoch == epoch))
+        for e in entries:
+            s.add(m.StepDecision(
+                job=job, operator=operator, epoch=epoch, seq=e.seq, plan_id=e.plan_id, step=e.step,
+                action=e.action, reason=e.reason, payload={"offset": e.offset, "job": e.job, "operator": e.operator,
+                                                           "map_version_after": e.map_version_after},
+            ))
+
+
+def ensure_routing_map(s: Any, job: str, operator: str, version: int, epoch: int, workers: int,
+                       assignment: list[int], now: datetime, plan_id: str | None, step: int | None) -> None:
+    if s.get(m.RoutingMap, (job, operator, version)) is None:
+        s.add(m.RoutingMap(job=job, operator=operator, map_version=version, epoch=epoch, workers=workers,
+                           assignment=list(assignment), created_at=now, plan_id=plan_id, step=step))
+
+
+def insert_checkpoint_once(s: Any, row: m.Checkpoint) -> bool:
+    """True when written now; False when the (plan, step) already has its one row."""
+    if s.get(m.Checkpoint, (row.job, row.operator, row.plan_id, row.step)) is not None:
+        return False
+    s.add(row)
+    return True
+
+
+def insert_event_once(s: Any, ev: m.Event) -> None:
+    exists = s.execute(select(m.Event.id).where(
+        m.Event.job == ev.job, m.Event.operator == ev.operator, m.Event.kind == ev.kind,
+        m.Event.epoch == ev.epoch, m.Event.message == ev.message)).first()
+    if exists is None:
+        s.add(ev)
+
+
+def replace_epoch_metrics(s: Any, job: str, operator: str, epoch: int, epoch_row: m.EpochMetrics,
+                          workers: list[m.WorkerMetrics], bins: list[m.BinMetrics]) -> None:
+    for model in (m.EpochMetrics, m.WorkerMetrics, m.BinMetrics):
+        s.execute(delete(model).where(model.job == job, model.operator == operator, model.epoch == epoch))
+    s.flush()
+    s.add(epoch_row)
+    s.add_all(workers)
+    s.add_all(bins)
+
+
+def heartbeat(s: Any, job: str, operator: str, *, epoch: int, map_version: int, workers: int,
+              now: datetime, started_at: datetime, status: str) -> None:
+    row = s.get(m.Heartbeat, (job, operator))
+    if row is None:
+        row = m.Heartbeat(job=job, operator=operator, started_at=started_at)
+        s.add(row)
+    row.last_epoch, row.map_version, row.workers = epoch, map_version, workers
+    row.updated_at, row.started_at, row.status = now, started_at, status
+    row.pid, row.host = os.getpid(), socket.gethostname()
+
+
+def set_status(url: str, job: str, operator: str, status: str, now: datetime) -> None:
+    with session_scope(url) as s:
+        row = s.get(m.Heartbeat, (job, operator))
+        if row is not None:
+            row.status, row.updated_at = status, now

@@ -1,0 +1,71 @@
+"""Reading `<job>.output` exactly once: the consumer rule for outputs of a replayed epoch.
+
+Every output record carries the header `ballast-id = "<epoch>:<worker>:<seq>"`. A replayed epoch
+re-emits its outbox under the same ids (same values), so a consumer that drops a record whose id
+it has already seen observes each output exactly once. Replays only ever concern the last epoch
+or two (the outbox keeps 2 epochs), so a consumer may bound its seen-set to ids of epochs
+>= (highest epoch seen - 2).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from spark_jobs.worker import ID_HEADER
+
+
+def output_topic(job: str) -> str:
+    return f"{job}.output"
+
+
+@dataclass(frozen=True, order=True)
+class OutputRecord:
+    epoch: int
+    worker: int
+    seq: int
+    key: bytes
+    value: bytes
+
+
+def parse_id(raw: bytes) -> tuple[int, int, int]:
+    e, w, s = raw.decode().split(":")
+    return int(e), int(w), int(s)
+
+
+def read_output(bootstrap: str, topic: str, timeout_s: float = 60.0) -> tuple[list[OutputRecord], int]:
+    """All records now in `topic` (up to the end offsets at call time) and how many were duplicates."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None,
+                             consumer_timeout_ms=1000, max_poll_records=5000)
+    try:
+        parts = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or [])]
+        consumer.assign(parts)
+        consumer.seek_to_beginning(*parts)
+        end = consumer.end_offsets(parts)
+        seen: dict[tuple[int, int, int], OutputRecord] = {}
+        dups = 0
+        deadline = time.time() + timeout_s
+        while any(consumer.position(tp) < end[tp] for tp in parts):
+            if time.time() > deadline:
+                raise TimeoutError(f"reading {topic} did not reach its end offsets in {timeout_s}s")
+            for tp, msgs in consumer.poll(timeout_ms=500).items():
+                for msg in msgs:
+                    hdr = dict(msg.headers or [])
+                    rid = parse_id(hdr[ID_HEADER])
+                    rec = OutputRecord(*rid, msg.key, msg.value)
+                    if rid in seen:
+                        dups += 1
+                        if seen[rid] != rec:
+                            raise AssertionError(f"output id {rid} seen with two different values")
+                        continue
+                    seen[rid] = rec
+        return sorted(seen.values()), dups
+    finally:
+        consumer.close()
+
+
+def read_deduplicated_output(bootstrap: str, topic: str, timeout_s: float = 60.0) -> list[OutputRecord]:
+    """Outputs of `topic` with replay duplicates dropped, ordered by (epoch, worker, seq)."""
+    return read_output(bootstrap, topic, timeout_s)[0]

@@ -1,0 +1,515 @@
+"""The job runner: one Structured Streaming query over the input topic AND `<job>.control`.
+
+Per epoch (foreachBatch), in this order — each step is safe to redo when Spark replays the epoch:
+ 1. control records of the batch (the control topic is a second topic of the same Kafka source,
+    so a replayed epoch sees exactly the same records);
+ 2. decide (spark_jobs.control) — or reuse the decision logged for this epoch — and log it
+    durably (journal file + StepDecision rows) before touching any state;
+ 3. move the bins of the applied step between worker stores (spark_jobs.migrate);
+ 4. route the input rows to workers (`repartitionById(W, assignment[bin])`) and apply them
+    (spark_jobs.worker); outputs go to `<job>.output` with ids (epoch, worker, seq);
+ 5. commit metrics, routing map, checkpoints, events and the heartbeat in one DB transaction,
+    then echo the checkpoints on `<job>.control.acks`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from ballast.protocol import Checkpoint as CheckpointMsg
+from ballast.protocol import acks_topic, control_topic, message_key, utcnow
+from migrations_db import models as m
+from migrations_db.db import session_scope
+from spark_jobs import faults
+from spark_jobs import metrics as mx
+from spark_jobs.bins import bits_for, spark_columns
+from spark_jobs.control import ControlRecord, ControlState, Decision, decide, has_due_step, initial_state, tick_message
+from spark_jobs.journal import Journal
+from spark_jobs.migrate import move_bins
+from spark_jobs.offsets import epoch_ranges
+from spark_jobs.operators import get_operator
+from spark_jobs.output import output_topic
+from spark_jobs.state import WorkerStore, worker_dir
+from spark_jobs.worker import OUTPUT_SCHEMA, ApplyConfig, make_apply_fn
+
+log = logging.getLogger("ballast.runner")
+
+
+@dataclass
+class JobConfig:
+    """Everything a job run needs; `bins` and `operator` are fixed at the first start."""
+
+    job: str
+    input_topic: str
+    checkpoint_dir: str
+    bootstrap: str
+    db_url: str
+    operator: str = "keycount"
+    bins: int = 256
+    workers: int = 2  # initial worker count; on restart the logged map wins
+    state_dir: str | None = None  # default <checkpoint_dir>/state
+    trigger_ms: int = 1000
+    max_offsets_per_trigger: int | None = None
+    output_partitions: int = 2
+    max_future_s: float = 86400.0
+    keep_outbox: int = 2
+    starting_offsets: str = "earliest"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def state_path(self) -> str:
+        return self.state_dir or str(Path(self.checkpoint_dir) / "state")
+
+    def to_dict(self) -> dict[str, Any]:
+        """For logs and the jobs table: the DB password is masked."""
+        from sqlalchemy.engine import make_url
+
+        d = asdict(self)
+        try:
+            d["db_url"] = make_url(self.db_url).render_as_string(hide_password=True)
+        except Exception:
+            d["db_url"] = "<unparseable>"
+        return d
+
+
+def ensure_job_topics(bootstrap: str, job: str, output_partitions: int) -> None:
+    """Create `<job>.control` (1 partition: steps stay ordered), acks (1) and output (N) if missing."""
+    from kafka import KafkaAdminClient
+    from kafka.admin import NewTopic
+    from kafka.errors import TopicAlreadyExistsError
+
+    want = {control_topic(job): 1, acks_topic(job): 1, output_topic(job): output_partitions}
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        existing = set(admin.list_topics())
+        new = [NewTopic(t, n, 1) for t, n in want.items() if t not in existing]
+        if new:
+            try:
+                admin.create_topics(new)
+            except TopicAlreadyExistsError:
+                pass
+    finally:
+        admin.close()
+
+
+def _iso(ts: datetime) -> str:
+    return ts.astimezone(timezone.utc).isoformat()
+
+
+def _parse_iso(s: str) -> datetime:
+    return datetime.fromisoformat(s)
+
+
+def _utc(ts: datetime | None) -> datetime | None:
+    """SQLite hands back naive datetimes; everything we store is UTC."""
+    if ts is None:
+        return None
+    return ts.replace(tzinfo=timezone.utc) if ts.tzinfo is None else ts
+
+
+class StopRequested(RuntimeError):
+    """Raised into a batch that began after a stop was requested."""
+
+
+class JobRunner:
+    """Owns one streaming query. `start()` returns at once; `stop()` ends it after the current epoch."""
+
+    def __init__(self, spark: Any, cfg: JobConfig) -> None:
+        self.spark = spark
+        self.cfg = cfg
+        self.k = bits_for(cfg.bins)
+        self.op = get_operator(cfg.operator)
+        self.journal = Journal(cfg.checkpoint_dir)
+        self.ctl_topic = control_topic(cfg.job)
+        self.out_topic = output_topic(cfg.job)
+        self.started_at = utcnow()
+        self.query: Any = None
+        self._in_batch = threading.Event()
+        self._stopping = threading.Event()
+        self._last_batch_end = time.time()
+        self._last_tick = 0.0
+        self._state: ControlState | None = None
+        self._prev_end: tuple[float, int] | None = None  # (time, sum of input end offsets)
+        self._producer: Any = None
+        self._consumer: Any = None
+        self._lock = threading.Lock()
+        self._stopper: threading.Thread | None = None
+        self.epochs_done = 0
+        self.last_epoch: int | None = None
+
+    # ---------------------------------------------------------------- lifecycle --------------
+    def start(self) -> Any:
+        cfg = self.cfg
+        fixed = {"job": cfg.job, "operator": cfg.operator, "bins": cfg.bins, "input_topic": cfg.input_topic}
+        self.journal.ensure_job(fixed)
+        mx.ensure_job_row(cfg.db_url, cfg.job, cfg.operator, cfg.bins, cfg.to_dict(), utcnow())
+        ensure_job_topics(cfg.bootstrap, cfg.job, cfg.output_partitions)
+        self._state = self.journal.latest_state()
+        self.stop_file.unlink(missing_ok=True)  # a stale request must not stop this run
+        if self._state is not None and self._state.workers != cfg.workers:
+            log.warning("job %s restarts with the logged map (W=%d, map v%d); --workers %d is ignored",
+                        cfg.job, self._state.workers, self._state.map_version, cfg.workers)
+        from kafka import KafkaConsumer, KafkaProducer
+
+        self._producer = KafkaProducer(bootstrap_servers=cfg.bootstrap, acks="all", linger_ms=5)
+        self._consumer = KafkaConsumer(bootstrap_servers=cfg.bootstrap, enable_auto_commit=False, group_id=None)
+        log.info("ballast job starting with effective configuration: %s",
+                 json.dumps({**cfg.to_dict(), "state_dir": cfg.state_path, "bins_bits": self.k,
+                             "control_topic": self.ctl_topic, "acks_topic": acks_topic(cfg.job),
+                             "output_topic": self.out_topic,
+                             "spark_checkpoint": str(self.journal.spark_checkpoint)}, sort_keys=True))
+        reader = (
+            self.spark.readStream.format("kafka")
+            .option("kafka.bootstrap.servers", cfg.bootstrap)
+            .option("subscribe", f"{cfg.input_topic},{self.ctl_topic}")
+            .option("startingOffsets", cfg.starting_offsets)
+            .option("failOnDataLoss", "false")
+        )
+        if cfg.max_offsets_per_trigger:
+            reader = reader.option("maxOffsetsPerTrigger", str(cfg.max_offsets_per_trigger))
+        src = reader.load()
+        self.query = (
+            src.writeStream.queryName(f"ballast-{cfg.job}")
+            .foreachBatch(self._batch)
+            .option("checkpointLocation", str(self.journal.spark_checkpoint))
+            .trigger(processingTime=f"{cfg.trigger_ms} milliseconds")
+            .start()
+        )
+        threading.Thread(target=self._ticker, name="ballast-ticker", daemon=True).start()
+        return self.query
+
+    @property
+    def stop_file(self) -> Path:
+        """Touch it (`python -m spark_jobs.cli stop --checkpoint-dir D`) to stop after the current epoch.
+
+        Under spark-submit the driver JVM is the parent process and answers SIGTERM by stopping
+        the SparkContext at once; the stop file reaches the Python driver whatever launched it."""
+        return self.journal.dir / "STOP"
+
+    def stop(self, timeout_s: float = 120.0) -> None:
+        """Stop after the current epoch (never in the middle of ours)."""
+        self._stopping.set()
+        deadline = time.time() + timeout_s
+        while self._in_batch.is_set() and time.time() < deadline:
+            time.sleep(0.05)
+        if self.query is not None:
+            self.query.stop()
+        try:
+            mx.set_status(self.cfg.db_url, self.cfg.job, self.cfg.operator, "stopped", utcnow())
+        except Exception:  # the DB being away must not turn a clean stop into a crash
+            log.exception("could not record the stopped status")
+        for c in (self._producer, self._consumer):
+            try:
+                if c is not None:
+                    c.close()
+            except Exception:
+                pass
+        log.info("job %s stopped after epoch %s", self.cfg.job, self.last_epoch)
+
+    def request_stop(self) -> None:
+        """Signal-safe: ask a helper thread to stop the query after the current epoch."""
+        if not self._stopping.is_set():
+            self._stopping.set()
+            try:
+                mx.set_status(self.cfg.db_url, self.cfg.job, self.cfg.operator, "stopping", utcnow())
+            except Exception:
+                pass
+            self._stopper = threading.Thread(target=self.stop, name="ballast-stop", daemon=True)
+            self._stopper.start()
+
+    def await_termination(self, poll_s: float = 1.0) -> None:
+        while self.query is not None and self.query.isActive:
+            self.query.awaitTermination(poll_s)
+        if self._stopper is not None:
+            self._stopper.join(timeout=60)
+        exc = self.query.exception() if self.query is not None else None
+        if exc is not None and not (self._stopping.is_set() and "StopRequested" in str(exc)):
+            raise RuntimeError(f"streaming query failed: {exc}")
+
+    def _ticker(self) -> None:
+        """Queued steps that came due need an epoch even when no data arrives: send a tick record
+        to our own control topic (in-band, so replays stay exact)."""
+        period = max(self.cfg.trigger_ms / 1000.0, 0.5)
+        while not self._stopping.is_set() and (self.query is None or self.query.isActive):
+            time.sleep(0.25)
+            if self.stop_file.exists():
+                log.info("stop file %s found: stopping after the current epoch", self.stop_file)
+                self.request_stop()
+                return
+            st = self._state
+            now = time.time()
+            if st is None or not st.queue or self._in_batch.is_set():
+                continue
+            if now - self._last_batch_end < period or self._last_tick > self._last_batch_end:
+                continue
+            if has_due_step(st, utcnow()):
+                try:
+                    self._producer.send(self.ctl_topic, key=message_key(self.cfg.job, self.cfg.operator),
+                                        value=tick_message(self.cfg.job, self.cfg.operator, utcnow())).get(timeout=10)
+                    self._last_tick = now
+                except Exception:
+                    log.exception("tick failed")
+
+    # ---------------------------------------------------------------- one epoch -------------
+    def _offset_ranges(self, epoch: int) -> dict[str, dict[int, tuple[int, int]]] | None:
+        """{topic: {partition: (start, end)}} of this epoch, from Spark's offset log (no Spark job)."""
+        return epoch_ranges(self.journal.spark_checkpoint, epoch, self._earliest)
+
+    def _earliest(self, topic: str, p: int) -> int:
+        from kafka import TopicPartition
+
+        tp = TopicPartition(topic, p)
+        return int(self._consumer.beginning_offsets([tp])[tp])
+
+    def _batch(self, df: Any, epoch: int) -> None:
+        if self._stopping.is_set():
+            # a batch that started while we stop: touch nothing; Spark does not commit it and a
+            # restart runs it again (stop() interrupting our Python code mid-epoch is worse)
+            raise StopRequested(f"job {self.cfg.job} is stopping; epoch {epoch} left for the next run")
+        self._in_batch.set()
+        try:
+            with self._lock:
+                self._run_epoch(df, epoch)
+        finally:
+            self._last_batch_end = time.time()
+            self._in_batch.clear()
+
+    def _run_epoch(self, df: Any, epoch: int) -> None:
+        from pyspark.sql import functions as F
+
+        cfg = self.cfg
+        t0 = time.perf_counter()
+        started_at = utcnow()
+        ranges = self._offset_ranges(epoch)
+        cached = False
+        if ranges is None:  # offset log unreadable: count with Spark (one extra job)
+            df = df.persist()
+            cached = True
+            counts = {r["topic"]: r["n"] for r in df.groupBy("topic").agg(F.count("*").alias("n")).collect()}
+            input_rows, control_rows = counts.get(cfg.input_topic, 0), counts.get(self.ctl_topic, 0)
+            end_offsets: dict[int, int] = {}
+        else:
+            input_rows = sum(e - s for s, e in ranges.get(cfg.input_topic, {}).values())
+            control_rows = sum(e - s for s, e in ranges.get(self.ctl_topic, {}).values())
+            end_offsets = {p: e for p, (_, e) in ranges.get(cfg.input_topic, {}).items()}
+        records: list[ControlRecord] = []
+        if control_rows:
+            if not cached:
+                df = df.persist()
+                cached = True
+            rows = df.where(F.col("topic") == self.ctl_topic).select("partition", "offset", "value").collect()
+            records = [ControlRecord(f"{r['partition']}:{r['offset']}", r["value"])
+                       for r in sorted(rows, key=lambda r: (r["partition"], r["offset"]))]
+
+        # 2) decision: reuse the logged one on replay
+        decision = self.journal.load_decision(epoch)
+        replay = decision is not None
+        if decision is None:
+            before = self.journal.state_before(epoch) or initial_state(cfg.bins, cfg.workers)
+            decision = decide(before, records, epoch=epoch, now=started_at, job=cfg.job, operator=cfg.operator,
+                              bins=cfg.bins, max_future_s=cfg.max_future_s)
+            if records or decision.entries or before.queue or self.journal.latest_state() is None:
+                self.journal.write_decision(decision)
+        if decision.entries:  # also on replay: a crash may have come between the file and the rows
+            mx.write_step_decisions(cfg.db_url, cfg.job, cfg.operator, epoch, decision.entries)
+        faults.hit("after_decision")
+        st = decision.state_after
+        self._state = st
+
+        # 3) moves, after epoch-1 committed everywhere and before any record of this epoch
+        moves_doc: dict[str, Any] | None = None
+        applied = decision.applied
+        if applied and applied["moves"]:
+            moves_doc = self.journal.load_moves(epoch)
+            if moves_doc is None:
+                stats = move_bins(cfg.state_path, epoch, [tuple(x) for x in applied["moves"]], self.k)
+                moves_doc = {**stats.to_dict(), "completed_at": _iso(utcnow())}
+                self.journal.write_moves(epoch, moves_doc)
+        faults.hit("after_moves")
+
+        # 4) route and apply
+        if input_rows:
+            src = df.where(F.col("topic") == cfg.input_topic)
+            keyed = self.op.keyed(src)
+            h, b, w = spark_columns("key", self.k, st.assignment)
+            routed = keyed.select("key", "value", "partition", "offset", h.alias("h"), b.alias("bin"), w.alias("worker"))
+            apply_cfg = ApplyConfig(epoch=epoch, state_dir=cfg.state_path, operator=cfg.operator,
+                                    bins_bits=self.k, workers=st.workers, keep_outbox=cfg.keep_outbox)
+            out = routed.repartitionById(st.workers, "worker").mapInArrow(make_apply_fn(apply_cfg), OUTPUT_SCHEMA)
+            (out.write.format("kafka").option("kafka.bootstrap.servers", cfg.bootstrap)
+             .option("topic", self.out_topic).save())
+        if cached:
+            df.unpersist()
+        faults.hit("after_apply")
+        t_apply = time.perf_counter()
+
+        # 5) metrics, routing map, checkpoints, events, heartbeat: one DB transaction
+        worker_docs = self._worker_metrics(epoch, st.workers, applied_now=bool(input_rows))
+        backlog, rate, end_now = self._backlog(end_offsets)
+        ended_at = utcnow()
+        batch_ms = (time.perf_counter() - t0) * 1000
+        acks = self._commit_db(epoch, decision, moves_doc, worker_docs, started_at, ended_at, batch_ms,
+                               input_rows, control_rows, backlog, rate, end_now)
+        t_db = time.perf_counter()
+        faults.hit("before_acks")
+        self._send_acks(acks)
+        log.debug("epoch %d phases: pre-apply+apply %.0f ms, db %.0f ms, acks %.0f ms", epoch,
+                  (t_apply - t0) * 1000, (t_db - t_apply) * 1000, (time.perf_counter() - t_db) * 1000)
+        self.journal.gc(epoch)
+        self.epochs_done += 1
+        self.last_epoch = epoch
+        self._log_epoch(epoch, decision, moves_doc, input_rows, batch_ms, backlog, replay, worker_docs)
+
+    def _worker_metrics(self, epoch: int, workers: int, applied_now: bool) -> list[dict[str, Any]]:
+        docs = []
+        for w in range(workers):
+            if not worker_dir(self.cfg.state_path, w).exists() and not applied_now:
+                docs.append({"worker": w, "records_in": 0, "records_out": 0, "useful_ms": 0.0, "wall_ms": 0.0,
+                             "state_keys": 0, "state_bytes": 0, "bins": {}})
+                continue
+            with WorkerStore(self.cfg.state_path, w) as s:
+                doc = s.get_metrics(epoch) if applied_now else None
+                if doc is None:
+                    with s.env.begin() as txn:
+                        keys, nbytes = s.totals(txn)
+                    doc = {"worker": w, "records_in": 0, "records_out": 0, "useful_ms": 0.0, "wall_ms": 0.0,
+                           "state_keys": keys, "state_bytes": nbytes, "bins": {}}
+            docs.append(doc)
+        return docs
+
+    def _backlog(self, end_offsets: dict[int, int]) -> tuple[int | None, float | None, dict[str, int]]:
+        from kafka import TopicPartition
+
+        try:
+            parts = self._consumer.partitions_for_topic(self.cfg.input_topic) or set()
+            tps = [TopicPartition(self.cfg.input_topic, p) for p in sorted(parts)]
+            latest = self._consumer.end_offsets(tps)
+        except Exception:
+            log.exception("could not read end offsets of %s", self.cfg.input_topic)
+            return None, None, {}
+        now = time.time()
+        total = sum(latest.values())
+        backlog = sum(max(latest[tp] - end_offsets.get(tp.partition, 0), 0) for tp in tps) if end_offsets else None
+        rate = None
+        if self._prev_end is not None and now > self._prev_end[0]:
+            rate = max(total - self._prev_end[1], 0) / (now - self._prev_end[0])
+        self._prev_end = (now, total)
+        return backlog, rate, {str(tp.partition): int(latest[tp]) for tp in tps}
+
+    def _commit_db(self, epoch: int, d: Decision, moves_doc: dict[str, Any] | None, worker_docs: list[dict[str, Any]],
+                   started_at: datetime, ended_at: datetime, batch_ms: float, input_rows: int, control_rows: int,
+                   backlog: int | None, rate: float | None, end_now: dict[str, int]) -> list[bytes]:
+        cfg = self.cfg
+        st = d.state_after
+        decided_at = _parse_iso(d.decided_at)
+        acks: list[bytes] = []
+        migration_ms = float(moves_doc["ms"]) if moves_doc else 0.0
+        with session_scope(cfg.db_url) as s:
+            # routing map in force from this epoch (version 0 at the first epoch)
+            applied = d.applied
+            mx.ensure_routing_map(s, cfg.job, cfg.operator, st.map_version, epoch, st.workers, st.assignment,
+                                  ended_at, applied["plan_id"] if applied else None, applied["step"] if applied else None)
+            for e in d.entries:
+                if e.checkpoint:
+                    is_applied = e.action == "apply"
+                    completed = decided_at
+                    if is_applied and moves_doc:
+                        completed = _parse_iso(moves_doc["completed_at"])
+                    row = m.Checkpoint(
+                        job=cfg.job, operator=cfg.operator, plan_id=e.plan_id, step=e.step,
+                        status={"apply": "applied", "reject": "rejected", "supersede": "superseded"}[e.action],
+                        applied_epoch=epoch if is_applied else None, applied_at=decided_at if is_applied else None,
+                        completed_at=completed,
+                        bins_moved=int(moves_doc["bins"]) if is_applied and moves_doc else 0,
+                        keys_moved=int(moves_doc["keys"]) if is_applied and moves_doc else 0,
+                        bytes_moved=int(moves_doc["bytes"]) if is_applied and moves_doc else 0,
+                        migration_ms=migration_ms if is_applied else 0.0,
+                        map_version_after=e.map_version_after, reason=e.reason,
+                    )
+                    mx.insert_checkpoint_once(s, row)
+                    acks.append(self._ack(row, e.offset))
+                elif e.event:
+                    mx.insert_event_once(s, m.Event(
+                        job=cfg.job, operator=cfg.operator, at=decided_at, level="warning",
+                        kind="control_rejected", message=e.reason, epoch=epoch,
+                        details={"offset": e.offset, "plan_id": e.plan_id, "step": e.step,
+                                 "message_job": e.job, "message_operator": e.operator},
+                    ))
+                    acks.append(CheckpointMsg(
+                        job=e.job, operator=e.operator, plan_id=e.plan_id, step=e.step, status="rejected",
+                        applied_epoch=None, applied_at=None, completed_at=decided_at, reason=e.reason,
+                        message_offset=e.offset).to_json())
+                elif e.reecho:
+                    row = s.get(m.Checkpoint, (cfg.job, cfg.operator, e.plan_id, e.step))
+                    if row is not None:
+                        acks.append(self._ack(row, e.offset, duplicate=True))
+            wrows = []
+            brows = []
+            for doc in worker_docs:
+                wrows.append(m.WorkerMetrics(
+                    job=cfg.job, operator=cfg.operator, epoch=epoch, worker=int(doc["worker"]),
+                    records_in=int(doc["records_in"]), records_out=int(doc["records_out"]),
+                    useful_ms=float(doc["useful_ms"]), wall_ms=float(doc["wall_ms"]),
+                    state_keys=int(doc["state_keys"]), state_bytes=int(doc["state_bytes"])))
+                for b, (rec, keys, nbytes) in doc["bins"].items():
+                    if int(doc["worker"]) != st.assignment[int(b)]:
+                        log.error("migration property violated: bin %s applied by worker %s at epoch %d, map says %d",
+                                  b, doc["worker"], epoch, st.assignment[int(b)])
+                    brows.append(m.BinMetrics(job=cfg.job, operator=cfg.operator, epoch=epoch, bin=int(b),
+                                              worker=int(doc["worker"]), records=int(rec), state_keys=int(keys),
+                                              state_bytes=int(nbytes)))
+            erow = m.EpochMetrics(
+                job=cfg.job, operator=cfg.operator, epoch=epoch, map_version=st.map_version, workers=st.workers,
+                input_rows=input_rows, control_rows=control_rows, batch_ms=batch_ms, migration_ms=migration_ms,
+                input_rate=rate, backlog=backlog, end_offsets=end_now or None, started_at=started_at, ended_at=ended_at)
+            mx.replace_epoch_metrics(s, cfg.job, cfg.operator, epoch, erow, wrows, brows)
+            mx.heartbeat(s, cfg.job, cfg.operator, epoch=epoch, map_version=st.map_version, workers=st.workers,
+                         now=ended_at, started_at=self.started_at,
+                         status="stopping" if self._stopping.is_set() else "running")
+        return acks
+
+    def _ack(self, row: m.Checkpoint, offset: str, duplicate: bool = False) -> bytes:
+        return CheckpointMsg(
+            job=row.job, operator=row.operator, plan_id=row.plan_id, step=row.step, status=row.status,  # type: ignore[arg-type]
+            applied_epoch=row.applied_epoch, applied_at=_utc(row.applied_at), completed_at=_utc(row.completed_at),  # type: ignore[arg-type]
+            bins_moved=row.bins_moved, keys_moved=row.keys_moved, bytes_moved=row.bytes_moved,
+            migration_ms=row.migration_ms, map_version_after=row.map_version_after, reason=row.reason,
+            message_offset=offset, extra={"duplicate": True} if duplicate else {},
+        ).to_json()
+
+    def _send_acks(self, acks: list[bytes]) -> None:
+        if not acks:
+            return
+        key = message_key(self.cfg.job, self.cfg.operator)
+        futures = [self._producer.send(acks_topic(self.cfg.job), key=key, value=a) for a in acks]
+        self._producer.flush(timeout=30)
+        for f in futures:
+            f.get(timeout=30)
+
+    def _log_epoch(self, epoch: int, d: Decision, moves_doc: dict[str, Any] | None, rows: int, batch_ms: float,
+                   backlog: int | None, replay: bool, worker_docs: list[dict[str, Any]]) -> None:
+        st = d.state_after
+        acts: dict[str, list[str]] = {}
+        for e in d.entries:
+            acts.setdefault(e.action, []).append(f"{e.plan_id or '?'}#{e.step}")
+        steps = " ".join(f"{a}={','.join(v)}" for a, v in acts.items()) or "none"
+        moved = (f" moved {moves_doc['bins']} bins/{moves_doc['keys']} keys/{moves_doc['bytes']} B "
+                 f"in {moves_doc['ms']:.0f} ms" if moves_doc else "")
+        useful = max((float(w["useful_ms"]) for w in worker_docs), default=0.0)
+        log.info("epoch %d%s: rows=%d W=%d map=v%d steps: %s%s; batch %.0f ms (max worker useful %.0f ms) "
+                 "backlog=%s queued=%d", epoch, " (replay)" if replay else "", rows, st.workers, st.map_version,
+                 steps, moved, batch_ms, useful, backlog, len(st.queue))
+
+
+def start_job(spark: Any, cfg: JobConfig) -> JobRunner:
+    """Start a job in this process (tests, notebooks); call `.stop()` on the result to end it."""
+    runner = JobRunner(spark, cfg)
+    runner.start()
+    return runner

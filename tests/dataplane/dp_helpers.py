@@ -1,0 +1,214 @@
+"""Shared helpers of the data-plane tests: deterministic input, a test controller, oracles."""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from sqlalchemy import select
+
+from ballast.protocol import ControlStep, Move, acks_topic, control_topic, message_key
+from migrations_db import models as m
+from migrations_db.db import session_scope
+from spark_jobs.bins import bin_of_store_key, uniform_assignment
+from spark_jobs.offsets import epoch_ranges
+from spark_jobs.operators import decode_count
+from spark_jobs.state import read_all_state
+
+
+def zipf_keys(n_records: int, n_keys: int, seed: int = 1, s: float = 1.1) -> list[bytes]:
+    """Every one of n_keys keys once, the rest Zipf(s)-distributed over them; shuffled, seeded."""
+    rng = random.Random(seed)
+    weights = [1.0 / (r + 1) ** s for r in range(n_keys)]
+    names = [b"user-%06d" % i for i in range(n_keys)]
+    rng.shuffle(names)  # hot keys spread over the hash space
+    recs = list(names) + rng.choices(names, weights=weights, k=n_records - n_keys)
+    rng.shuffle(recs)
+    return recs
+
+
+def produce(bootstrap: str, topic: str, keys: list[bytes], partitions: int, values: list[bytes] | None = None) -> None:
+    p = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=20, batch_size=256 * 1024, acks="all")
+    for i, k in enumerate(keys):
+        p.send(topic, key=k, value=values[i] if values else b"1", partition=i % partitions)
+    p.flush(timeout=120)
+    p.close()
+
+
+def read_topic(bootstrap: str, topic: str) -> dict[tuple[int, int], tuple[bytes | None, bytes]]:
+    """(partition, offset) -> (key, value) of everything now in `topic`."""
+    c = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None, max_poll_records=10000)
+    parts = [TopicPartition(topic, p) for p in sorted(c.partitions_for_topic(topic) or [])]
+    c.assign(parts)
+    c.seek_to_beginning(*parts)
+    end = c.end_offsets(parts)
+    out = {}
+    deadline = time.time() + 120
+    while any(c.position(tp) < end[tp] for tp in parts) and time.time() < deadline:
+        for tp, msgs in c.poll(timeout_ms=500).items():
+            for msg in msgs:
+                out[(tp.partition, msg.offset)] = (msg.key, msg.value)
+    c.close()
+    return out
+
+
+def read_json_topic(bootstrap: str, topic: str) -> list[dict[str, Any]]:
+    recs = read_topic(bootstrap, topic)
+    return [json.loads(v) for _, (_, v) in sorted(recs.items())]
+
+
+def wait_until(pred: Callable[[], Any], timeout: float, what: str, poll: float = 0.5, check: Callable[[], None] | None = None) -> Any:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if check:
+            check()
+        r = pred()
+        if r:
+            return r
+        time.sleep(poll)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+def plan_maps(bins: int) -> list[tuple[int, list[int]]]:
+    """A ≥8-step plan as (workers, assignment) after each step: W 2→3→2, more than half the bins moved."""
+    a = uniform_assignment(bins, 2)
+    maps: list[tuple[int, list[int]]] = []
+    rng = random.Random(5)
+    # steps 1-3: grow to 3 workers, feeding worker 2 from both
+    w0 = [b for b in range(bins) if a[b] == 0]
+    w1 = [b for b in range(bins) if a[b] == 1]
+    rng.shuffle(w0)
+    rng.shuffle(w1)
+    chunk = max(bins // 16, 1)
+    for i in range(3):
+        a = list(a)
+        for b in w0[i * chunk:(i + 1) * chunk] + w1[i * chunk:(i + 1) * chunk]:
+            a[b] = 2
+        maps.append((3, a))
+    # steps 4-5: swap bins between workers 0 and 1 (rebalance)
+    for i in range(2):
+        a = list(a)
+        for b in w0[(3 + i) * chunk:(4 + i) * chunk]:
+            a[b] = 1
+        for b in w1[(3 + i) * chunk:(4 + i) * chunk]:
+            a[b] = 0
+        maps.append((3, a))
+    # steps 6-8: drain worker 2 to 0 and 1, then shrink to 2 workers
+    on2 = sorted(b for b in range(bins) if a[b] == 2)
+    thirds = [on2[0::3], on2[1::3], on2[2::3]]
+    for i, part in enumerate(thirds):
+        a = list(a)
+        for j, b in enumerate(part):
+            a[b] = (b + j) % 2
+        maps.append((2 if i == 2 else 3, a))
+    return maps
+
+
+def steps_from_maps(job: str, operator: str, plan_id: str, bins: int, maps: list[tuple[int, list[int]]],
+                    start_version: int = 0, effective_at: datetime | None = None) -> list[ControlStep]:
+    prev = uniform_assignment(bins, 2)
+    now = datetime.now(timezone.utc)
+    out = []
+    for i, (w, a) in enumerate(maps):
+        moves = tuple(Move(b, prev[b], a[b]) for b in range(bins) if prev[b] != a[b])
+        out.append(ControlStep(job=job, operator=operator, plan_id=plan_id, step=i + 1, steps=len(maps),
+                               kind="moves" if moves else "map", moves=moves, workers=w,
+                               map_version=start_version + i, issued_at=now, effective_at=effective_at or now,
+                               reason=f"test step {i + 1}"))
+        prev = a
+    return out
+
+
+def send_control(bootstrap: str, job: str, payloads: list[bytes], operator: str = "keycount") -> None:
+    p = KafkaProducer(bootstrap_servers=bootstrap, acks="all", max_block_ms=20000)
+    for v in payloads:
+        p.send(control_topic(job), key=message_key(job, operator), value=v).get(timeout=30)
+    p.close()
+
+
+def checkpoints(db_url: str, job: str) -> dict[tuple[str, int], m.Checkpoint]:
+    with session_scope(db_url) as s:
+        return {(c.plan_id, c.step): c for c in s.scalars(select(m.Checkpoint).where(m.Checkpoint.job == job))}
+
+
+def reference_by_epoch(bootstrap: str, input_topic: str, spark_ckpt: Path, epochs: list[int]) -> tuple[Counter, set]:
+    """Pure-Python key count without migration, cut at the job's own epoch boundaries.
+
+    Returns (final count per key, expected outputs {(epoch, key, count)}): KeyCount emits one
+    (key, count) per key present in an epoch.
+    """
+    recs = read_topic(bootstrap, input_topic)
+    counts: Counter = Counter()
+    expected = set()
+    for e in sorted(epochs):
+        r = epoch_ranges(spark_ckpt, e)
+        assert r is not None, f"offset log of epoch {e} missing"
+        seen = Counter()
+        for p, (s, end) in r.get(input_topic, {}).items():
+            for off in range(s, end):
+                k, _ = recs[(p, off)]
+                seen[k] += 1
+        for k, n in seen.items():
+            counts[k] += n
+            expected.add((e, k, counts[k]))
+    return counts, expected
+
+
+def check_state(state_dir: str, workers: int, final_assignment: list[int], bins: int, expected: Counter) -> None:
+    """Union of all worker stores == expected counts; every key sits on its bin's final owner."""
+    k = bins.bit_length() - 1
+    stores = read_all_state(state_dir, range(max(workers, 4)))
+    got: dict[bytes, int] = {}
+    for w, kv in stores.items():
+        for sk, v in kv.items():
+            key = sk[8:]
+            assert key not in got, f"key {key!r} stored twice"
+            b = bin_of_store_key(sk, k)
+            assert final_assignment[b] == w, f"key {key!r} (bin {b}) on worker {w}, map says {final_assignment[b]}"
+            got[key] = decode_count(v)
+    assert got == dict(expected), _diff(got, expected)
+
+
+def _diff(got: dict[bytes, int], exp: Counter) -> str:
+    missing = [k for k in exp if k not in got][:5]
+    extra = [k for k in got if k not in exp][:5]
+    wrong = [(k, got[k], exp[k]) for k in exp if k in got and got[k] != exp[k]][:5]
+    return f"state differs: {len(got)} vs {len(exp)} keys; missing {missing} extra {extra} wrong {wrong}"
+
+
+def check_migration_property(db_url: str, job: str) -> int:
+    """Every bin's records at epoch e were applied by map(e, bin)'s worker. Returns rows checked."""
+    with session_scope(db_url) as s:
+        maps = sorted(s.scalars(select(m.RoutingMap).where(m.RoutingMap.job == job)), key=lambda r: r.map_version)
+        rows = list(s.scalars(select(m.BinMetrics).where(m.BinMetrics.job == job)))
+    assert maps and maps[0].map_version == 0
+    versions = [r.map_version for r in maps]
+    assert versions == list(range(len(versions))), f"map versions not consecutive: {versions}"
+    for r in rows:
+        in_force = [mp for mp in maps if mp.epoch <= r.epoch][-1]
+        assert in_force.assignment[r.bin] == r.worker, (
+            f"epoch {r.epoch} bin {r.bin}: applied by worker {r.worker}, map v{in_force.map_version} says "
+            f"{in_force.assignment[r.bin]}")
+    return len(rows)
+
+
+def outputs_as_set(outs: list[Any]) -> set[tuple[int, bytes, int]]:
+    return {(o.epoch, o.key, int(o.value)) for o in outs}
+
+
+def by_epoch(outs: list[Any]) -> dict[int, int]:
+    d: dict[int, int] = defaultdict(int)
+    for o in outs:
+        d[o.epoch] += 1
+    return d
+
+
+def future(seconds: float) -> datetime:
+    return datetime.now(timezone.utc) + timedelta(seconds=seconds)

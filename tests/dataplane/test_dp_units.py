@@ -1,0 +1,197 @@
+"""Fast checks of the pure parts: bin layout, the decision rules, store counters, idempotent moves."""
+
+from __future__ import annotations
+
+import json
+import random
+import struct
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from ballast.protocol import ControlStep, Move
+from spark_jobs import bins as B
+from spark_jobs import faults, migrate
+from spark_jobs.control import ControlRecord, decide, has_due_step, initial_state, tick_message
+from spark_jobs.journal import JobMismatch, Journal
+from spark_jobs.state import WorkerStore, read_all_state
+
+pytestmark = pytest.mark.dataplane
+NOW = datetime(2026, 11, 21, 12, 0, tzinfo=timezone.utc)
+
+
+# ------------------------------------------------------------------ bins -----------------------
+def test_bin_is_a_contiguous_key_range_for_any_k():
+    rng = random.Random(1)
+    keys = [B.store_key(rng.getrandbits(64) - (1 << 63), b"k%d" % i) for i in range(2000)]
+    for k in (1, 4, 8, 12):
+        for sk in keys:
+            b = B.bin_of_store_key(sk, k)
+            lo, hi = B.bin_range(b, k)
+            assert lo <= sk and (hi is None or sk < hi)
+            # raising k by one splits bin b into 2b and 2b+1, which tile the old range
+            assert B.bin_of_store_key(sk, k + 1) in (2 * b, 2 * b + 1)
+    assert B.bin_of_hash(-1, 8) == 255 and B.bin_of_hash(0, 8) == 0
+    with pytest.raises(ValueError):
+        B.bits_for(100)
+
+
+def test_spark_bin_matches_python_layout(spark):
+    from pyspark.sql import functions as F
+
+    df = spark.createDataFrame([(b"a",), (b"user-1",), (b"\x00\xff",)], "key binary")
+    h, b, _ = B.spark_columns("key", 6, [0] * 64)
+    for row in df.select(h.alias("h"), b.alias("b")).collect():
+        assert row.b == B.bin_of_hash(row.h, 6)
+
+
+# ------------------------------------------------------------------ decisions ------------------
+def _step(plan="p", step=1, steps=1, moves=((0, 0, 1),), workers=2, version=0, eff=NOW, job="j", op="keycount"):
+    return ControlStep(job=job, operator=op, plan_id=plan, step=step, steps=steps, kind="moves" if moves else "noop",
+                       moves=tuple(Move(*m) for m in moves), workers=workers, map_version=version,
+                       issued_at=NOW, effective_at=eff)
+
+
+def _run(st, msgs, epoch=5, now=NOW, bins=8):
+    recs = [ControlRecord(f"0:{i}", m if isinstance(m, bytes) else m.to_json()) for i, m in enumerate(msgs)]
+    return decide(st, recs, epoch=epoch, now=now, job="j", operator="keycount", bins=bins, max_future_s=3600)
+
+
+def test_decide_applies_one_valid_step_and_bumps_the_map():
+    st = initial_state(8, 2)
+    d = _run(st, [_step(moves=((0, 0, 1), (7, 1, 0)))])
+    assert d.applied and d.applied["map_version_after"] == 1
+    assert d.state_after.assignment[0] == 1 and d.state_after.assignment[7] == 0
+    assert st.assignment[0] == 0, "input state is not mutated"
+    assert [(e.action, e.checkpoint) for e in d.entries] == [("apply", True)]
+
+
+@pytest.mark.parametrize("msg, why", [
+    (_step(moves=((9, 0, 1),)), "unknown bin"),
+    (_step(version=3), "map version mismatch"),
+    (_step(moves=((0, 1, 0),)), "wrong source worker"),
+    (_step(moves=((0, 0, 2),)), "workers must be <"),
+    (_step(workers=1), "would sit on worker"),
+    (_step(eff=NOW + timedelta(days=2)), "in the future"),
+])
+def test_decide_rejects_whole_step_with_reason(msg, why):
+    st = initial_state(8, 2)
+    d = _run(st, [msg])
+    assert d.applied is None
+    assert d.state_after.assignment == st.assignment and d.state_after.map_version == 0
+    [e] = d.entries
+    assert e.action == "reject" and why in e.reason and e.checkpoint
+
+
+def test_malformed_and_foreign_are_events_not_checkpoints():
+    d = _run(initial_state(8, 2), [b"{oops", json.dumps({"schema": "nope"}).encode(), _step(job="other"),
+                                   tick_message("j", "keycount", NOW)])
+    assert [(e.action, e.event, e.checkpoint) for e in d.entries] == [("reject", True, False)] * 3
+    assert "other/keycount" in d.entries[2].reason
+
+
+def test_queue_order_duplicates_and_supersede():
+    st = initial_state(8, 2)
+    s1 = _step(plan="a", step=1, steps=3, moves=((0, 0, 1),), version=0)
+    s2 = _step(plan="a", step=2, steps=3, moves=((1, 0, 1),), version=1)
+    s3 = _step(plan="a", step=3, steps=3, moves=((2, 0, 1),), version=2, eff=NOW + timedelta(seconds=30))
+    d = _run(st, [s2, s1, s3])  # out of order: step 2 waits for step 1; one step per epoch
+    assert d.applied["step"] == 1
+    assert {(e.plan_id, e.step, e.action) for e in d.entries} == {("a", 1, "apply"), ("a", 2, "queue"), ("a", 3, "queue")}
+    assert not has_due_step(initial_state(8, 2), NOW)
+    assert has_due_step(d.state_after, NOW)
+    d2 = _run(d.state_after, [s1], epoch=6)  # duplicate of a finished step: no checkpoint, ack re-echo
+    assert d2.applied["step"] == 2
+    dup = [e for e in d2.entries if e.action == "duplicate"]
+    assert dup and dup[0].reecho and not dup[0].checkpoint
+    d3 = _run(d2.state_after, [], epoch=7)
+    assert d3.applied is None and len(d3.state_after.queue) == 1  # step 3 not yet due
+    d4 = _run(d3.state_after, [_step(plan="b", moves=((3, 0, 1),), version=2)], epoch=8)
+    acts = {(e.plan_id, e.step): e.action for e in d4.entries}
+    assert acts == {("a", 3): "supersede", ("b", 1): "apply"}
+    d5 = _run(d4.state_after, [s3], epoch=9)  # a late step of a superseded plan
+    assert [e.action for e in d5.entries] == ["duplicate"]
+
+
+def test_moveless_step_changes_workers_and_bumps_the_version():
+    d = _run(initial_state(8, 2), [_step(moves=(), workers=3)])
+    assert d.applied and d.state_after.workers == 3 and d.state_after.map_version == 1
+    d2 = _run(d.state_after, [_step(plan="q", moves=(), workers=3, version=1)], epoch=6)
+    assert d2.state_after.map_version == 2, "a pure noop is a version too"
+
+
+def test_step_after_a_rejected_step_is_rejected():
+    st = initial_state(8, 2)
+    bad = _step(plan="a", step=1, steps=2, version=9)
+    nxt = _step(plan="a", step=2, steps=2, version=0)
+    d = _run(st, [bad, nxt])
+    assert [(e.step, e.action) for e in d.entries] == [(1, "reject"), (2, "reject")]
+    assert "was rejected" in d.entries[1].reason
+
+
+# ------------------------------------------------------------------ journal ---------------------
+def test_journal_refuses_a_different_bin_count(tmp_path):
+    j = Journal(tmp_path)
+    j.ensure_job({"job": "j", "bins": 256})
+    j.ensure_job({"job": "j", "bins": 256})
+    with pytest.raises(JobMismatch, match="bins"):
+        Journal(tmp_path).ensure_job({"job": "j", "bins": 512})
+
+
+def test_journal_replays_the_logged_decision(tmp_path):
+    j = Journal(tmp_path)
+    d = _run(initial_state(8, 2), [_step()], epoch=4)
+    j.write_decision(d)
+    assert j.load_decision(4).to_dict() == d.to_dict()
+    assert j.state_before(5).assignment == d.state_after.assignment
+    assert j.state_before(4) is None
+    j.gc(10_000)  # long after, with no newer decision: the newest file is the state, it stays
+    assert j.state_before(10_001).assignment == d.state_after.assignment
+
+
+# ------------------------------------------------------------------ stores and moves -----------
+def _fill(root, worker, k, n, seed=0):
+    rng = random.Random(seed)
+    s = WorkerStore(root, worker)
+    with s.env.begin(write=True) as txn:
+        for i in range(n):
+            sk = B.store_key(rng.getrandbits(64), b"key%d" % i)
+            v = struct.pack(">q", i)
+            txn.put(sk, v, db=s.data)
+            s.add_bin_counter(txn, B.bin_of_store_key(sk, k), 1, len(sk) + len(v))
+    s.close()
+
+
+def test_move_is_idempotent_under_a_crash_between_import_and_delete(tmp_path, monkeypatch):
+    k = 3
+    _fill(tmp_path, 0, k, 4000)
+    before = read_all_state(tmp_path, [0, 1])
+    moves = [(1, 0, 1), (2, 0, 1)]
+    calls = {"n": 0}
+
+    def crash_on_second(point):
+        if point == "mid_move":
+            calls["n"] += 1
+            if calls["n"] == 2:
+                raise RuntimeError("simulated crash")
+
+    monkeypatch.setattr(faults, "hit", crash_on_second)
+    with pytest.raises(RuntimeError):
+        migrate.move_bins(tmp_path, 10, moves, k)
+    # bin 2 was imported into worker 1 but not yet deleted from worker 0: re-run repairs it
+    stats = migrate.move_bins(tmp_path, 10, moves, k)
+    again = migrate.move_bins(tmp_path, 10, moves, k)  # a replay of the same epoch: nothing moves twice
+    after = read_all_state(tmp_path, [0, 1])
+    merged_before = {**before[0], **before[1]}
+    assert {**after[0], **after[1]} == merged_before
+    assert all(B.bin_of_store_key(sk, k) in (1, 2) for sk in after[1])
+    assert not any(B.bin_of_store_key(sk, k) in (1, 2) for sk in after[0])
+    assert stats.keys == again.keys == len(after[1]) and stats.bins == 2
+    for w in (0, 1):
+        s = WorkerStore(tmp_path, w)
+        counters = s.bin_counters()
+        with s.env.begin() as txn:
+            tot = s.totals(txn)
+        s.close()
+        assert sum(c[0] for c in counters.values()) == len(after[w]) == tot[0]
+        assert sum(c[1] for c in counters.values()) == sum(len(a) + len(b) for a, b in after[w].items()) == tot[1]
