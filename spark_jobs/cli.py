@@ -52,8 +52,12 @@ def config_from_args(a: argparse.Namespace) -> JobConfig:
 
 
 def run(cfg: JobConfig, master: str | None = None, spark=None) -> int:  # type: ignore[no-untyped-def]
+    from migrations_db.db import migrate
     from spark_jobs.session import build_spark
 
+    # a fresh metrics DB (first start, new BALLAST_DB_URL) works without a separate `make db`;
+    # upgrading an up-to-date schema is a no-op
+    migrate(cfg.db_url)
     spark = spark or build_spark(f"ballast-{cfg.job}", master=master, conf={"spark.ui.showConsoleProgress": "false"})
     runner = JobRunner(spark, cfg)
 
