@@ -151,6 +151,8 @@ def main() -> int:
         before = current_map()
         target = before.workers + 1 if before.workers < 4 else 1
         say(f"map version {before.map_version}: {before.workers} worker(s); migrating live to {target}")
+        # one plan at a time per job: hold the scheduled rebalance while the manual plan runs
+        af.call("PATCH", "/dags/ballast_rebalance", {"is_paused": True})
         run = af.trigger("ballast_migrate", {"job": JOB, "target_workers": target, "strategy": "batched",
                                              "dry_run": False, "reason": "make demo"})
         state = af.wait_run("ballast_migrate", run, 900)
@@ -173,6 +175,7 @@ def main() -> int:
         if state != "success":
             say("the migration run failed: open the Airflow UI (ballast_migrate) for the task log")
             return 1
+        af.call("PATCH", "/dags/ballast_rebalance", {"is_paused": False})
         say("asking DS2 (ballast_rebalance) what it makes of the running job")
         af.wait_run("ballast_rebalance", af.trigger("ballast_rebalance", {}), 900)
         with session_scope() as s:

@@ -30,8 +30,13 @@ class EmitPlanOperator(BaseOperator):
 
     def __init__(self, *, plan_id: str, mode: str = "", timeout_s: float = 600.0, poll_interval: float = 2.0,
                  kafka_conn_id: str = BallastKafkaHook.default_conn_name,
-                 db_conn_id: str = BallastMetricsDbHook.default_conn_name, **kwargs: Any) -> None:
+                 db_conn_id: str = BallastMetricsDbHook.default_conn_name, inline_wait_s: float = 30.0,
+                 **kwargs: Any) -> None:
+        # emission is idempotent by (plan, step), so a retry resumes the plan where it stopped
+        kwargs.setdefault("retries", 2)
+        kwargs.setdefault("retry_delay", timedelta(seconds=5))
         super().__init__(**kwargs)
+        self.inline_wait_s = inline_wait_s
         self.plan_id = plan_id
         self.mode = mode  # "" = the plan's own emit_mode
         self.timeout_s = timeout_s
@@ -49,6 +54,21 @@ class EmitPlanOperator(BaseOperator):
         handle_checkpoint_event(BallastMetricsDbHook(self.db_conn_id).url(), event, self.log)
         return self._step(event["deadline"])
 
+    def _wait_inline(self, url: str, steps: Sequence[int], deadline: str) -> bool:
+        """True when every step in `steps` has a checkpoint within `inline_wait_s` (and the deadline)."""
+        import time
+
+        from ballast import repository as repo
+
+        left = (datetime.fromisoformat(deadline) - datetime.now(timezone.utc)).total_seconds()
+        end = time.monotonic() + max(0.0, min(self.inline_wait_s, left))
+        while time.monotonic() < end:
+            done = repo.checkpoints(url, self.plan_id)
+            if all(s in done for s in steps):
+                return True
+            time.sleep(min(self.poll_interval, 1.0))
+        return False
+
     def _step(self, deadline: str) -> Any:
         from ballast import repository as repo
         from ballast.controller import fail_plan
@@ -61,16 +81,22 @@ class EmitPlanOperator(BaseOperator):
         mode = self.mode or plan.params.get("emit_mode", "flow-control")
         try:
             with ControlEmitter(bootstrap, url) as em:
-                out = em.emit(self.plan_id, mode)  # type: ignore[arg-type]
+                while True:
+                    out = em.emit(self.plan_id, mode)  # type: ignore[arg-type]
+                    if out.failed_step is not None:
+                        msg = fail_plan(url, self.plan_id, f"plan {self.plan_id} failed: {out.failed_reason}",
+                                        "plan_rejected")
+                        raise AirflowFailException(msg)
+                    self.log.info("plan %s (%s): sent now %s, sent before %s, waiting for %s", self.plan_id, mode,
+                                  [e.step for e in out.emitted], out.already_emitted, out.waiting_for)
+                    if mode == "prepared-ahead" or not out.waiting_for:
+                        return out.to_dict()
+                    # most steps complete within seconds: wait here briefly rather than defer for
+                    # each one (a trigger that fires right after deferral races the scheduler)
+                    if not self._wait_inline(url, out.waiting_for, deadline):
+                        break
         except EmitError as exc:
             raise AirflowFailException(str(exc)) from exc
-        if out.failed_step is not None:
-            msg = fail_plan(url, self.plan_id, f"plan {self.plan_id} failed: {out.failed_reason}", "plan_rejected")
-            raise AirflowFailException(msg)
-        self.log.info("plan %s (%s): sent now %s, sent before %s, waiting for %s", self.plan_id, mode,
-                      [e.step for e in out.emitted], out.already_emitted, out.waiting_for)
-        if mode == "prepared-ahead" or not out.waiting_for:
-            return out.to_dict()
         if datetime.now(timezone.utc) >= datetime.fromisoformat(deadline):
             handle_checkpoint_event(url, {"status": "timeout", "plan_id": self.plan_id,
                                           "reason": f"deadline {deadline} passed"}, self.log)

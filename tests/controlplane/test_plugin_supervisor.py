@@ -37,9 +37,9 @@ def test_plans_api_lists_plans_and_steps(airflow_db, db_url, jobs_file, unique_n
 def test_hooks_fall_back_to_environment_without_connections(airflow_db, monkeypatch):
     from ballast.hooks import BallastKafkaHook, BallastMetricsDbHook
 
-    monkeypatch.setenv("BALLAST_KAFKA_BOOTSTRAP", "10.0.0.7:19092")
+    monkeypatch.setenv("BALLAST_KAFKA_BOOTSTRAP", "kafka.example.internal:19092")
     monkeypatch.setenv("BALLAST_DB_URL", "sqlite:////tmp/elsewhere.db")
-    assert BallastKafkaHook().bootstrap() == "10.0.0.7:19092"
+    assert BallastKafkaHook().bootstrap() == "kafka.example.internal:19092"
     assert BallastMetricsDbHook().url() == "sqlite:////tmp/elsewhere.db"
     monkeypatch.setenv("AIRFLOW_CONN_BALLAST_KAFKA", "kafka://broker-a:9094")
     monkeypatch.setenv("AIRFLOW_CONN_BALLAST_METRICS_DB",

@@ -1,0 +1,250 @@
+"""Benchmark entry point: `python -m bench.run --smoke | --full [--only migration,native,bins,ds2]`.
+
+Results go to bench/results/<run-id>/ (ignored by git): one directory per experiment with CSVs,
+PNGs and a README.md, plus the run's summary.json and REPORT.md. `--publish` also copies the
+report, summary.json and the PNGs to bench/report/ (the committed copy). docs/benchmarks.md
+explains every figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import sys
+import time
+import traceback
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from bench import experiments as ex
+from bench import report as rp
+from bench.infra import REPO, git_commit, kafka_up, machine_info
+
+RESULTS = REPO / "bench" / "results"
+PUBLISH = REPO / "bench" / "report"
+ORDER = ("migration", "native", "bins", "ds2")
+RUNNERS = {"migration": ex.exp_migration, "native": ex.exp_native, "bins": ex.exp_bins, "ds2": ex.exp_ds2}
+
+# Every key summary.json must have (dotted paths); tests/bench checks them.
+REQUIRED_KEYS = (
+    "migration.max_latency_ms", "migration.duration_s", "migration.steady_p99_ms", "migration.peak_rss_mb",
+    "throughput.ballast_rows_per_s", "throughput.spark_native_rows_per_s", "reconfig.spark_restart_downtime_s",
+    "reconfig.ballast_downtime_s", "ds2.decisions_to_converge", "commit", "machine",
+)
+
+
+def _get(doc: dict[str, Any], dotted: str) -> Any:
+    cur: Any = doc
+    for part in dotted.split("."):
+        if not isinstance(cur, dict) or part not in cur:
+            raise KeyError(dotted)
+        cur = cur[part]
+    return cur
+
+
+def build_summary(ctx: ex.Ctx, results: dict[str, Any], errors: dict[str, str], t_start: float,
+                  machine: dict[str, Any]) -> dict[str, Any]:
+    nan = math.nan
+    s: dict[str, Any] = {"run_id": ctx.run_id, "profile": ctx.profile.name, "commit": git_commit(), "machine": machine,
+                         "profile_settings": ctx.profile.__dict__,
+                         "migration_reused_from": results.get("migration", {}).get("reused_from"),
+                         "started_at": datetime.fromtimestamp(t_start, timezone.utc).isoformat(),
+                         "elapsed_s": time.time() - t_start, "errors": errors,
+                         "quiet_machine": machine["loadavg_at_start"][0] < 1.5}
+    mig = results.get("migration", {}).get("by_bins", {})
+    migration: dict[str, Any] = {"max_latency_ms": {}, "duration_s": {}, "steady_p99_ms": nan, "peak_rss_mb": {},
+                                 "rss_delta_mb": {}, "p99_latency_ms": {}, "by_bins": {},
+                                 "gap_s": ctx.profile.gap_s, "batch_steps": ctx.profile.batch_steps}
+    for b, r in sorted(mig.items()):
+        meas = [m for m in r["migrations"] if m["role"] == "measured"]
+        migration["by_bins"][str(b)] = {
+            "keys": r["keys"], "steady_p99_ms": r["steady"].get("p99_ms"),
+            **{k: {m["strategy"]: m[k] for m in meas} for k in
+               ("max_latency_ms", "duration_s", "peak_rss_mb", "rss_delta_mb", "p99_latency_ms", "steps", "keys_moved")},
+        }
+    if mig:
+        head = max(mig)  # headline: the largest bin count measured
+        hb = migration["by_bins"][str(head)]
+        migration.update({"bins": head, "keys": hb["keys"], "max_latency_ms": hb["max_latency_ms"],
+                          "duration_s": hb["duration_s"], "peak_rss_mb": hb["peak_rss_mb"],
+                          "rss_delta_mb": hb["rss_delta_mb"], "p99_latency_ms": hb["p99_latency_ms"],
+                          "steps": hb["steps"], "keys_moved": hb["keys_moved"],
+                          "steady_p99_ms": hb["steady_p99_ms"]})
+        ml = hb["max_latency_ms"]
+        if ml.get("all-at-once") and ml.get("batched"):
+            migration["max_latency_ratio_all_at_once_over_batched"] = ml["all-at-once"] / ml["batched"]
+    s["migration"] = migration
+    nat = results.get("native", {})
+    bt = nat.get("ballast_throughput", {}).get("rows_per_s", nan)
+    nt = nat.get("native_throughput", {}).get("rows_per_s", nan)
+    s["throughput"] = {"ballast_rows_per_s": bt, "spark_native_rows_per_s": nt,
+                       "ballast_over_native": bt / nt if nt and nt == nt else nan,
+                       "input": "the migration experiment's prefill topic (each key once), same maxOffsetsPerTrigger"}
+    nr, br = nat.get("native_reconfig", {}), nat.get("ballast_reconfig", {})
+    s["reconfig"] = {
+        "spark_restart_downtime_s": nr.get("downtime_s", nan), "spark_recovery_s": nr.get("recovery_s", nan),
+        "spark_offline_repartition_s": nr.get("offline_repartition_s", nan),
+        "spark_stop_s": nr.get("stop_s", nan), "spark_restart_to_first_batch_s": nr.get("restart_to_first_batch_s", nan),
+        "spark_repartition_inner_s": nr.get("repartition_inner_s", nan),
+        "spark_state_kept": nr.get("repartition_ok"),
+        "spark_state_partitions": [nr.get("state_partitions_before"), nr.get("state_partitions_after")],
+        "ballast_downtime_s": br.get("downtime_s", nan), "ballast_migration_duration_s": br.get("duration_s", nan),
+        "ballast_max_latency_ms": br.get("max_latency_ms", nan), "ballast_steady_batch_gap_s": br.get("steady_batch_gap_s", nan),
+        "spark_steady_batch_gap_s": nr.get("steady_batch_gap_s", nan),
+        "to_workers": ctx.profile.reconfig_to_workers,
+    }
+    d = results.get("ds2", {})
+    s["ds2"] = {"decisions_to_converge": d.get("decisions_to_converge", {}), "phases": d.get("phases", []),
+                "rate": d.get("rate"), "changes": d.get("changes", []), "decisions_evaluated": d.get("decisions")}
+    s["bins"] = results.get("bins", {}).get("rows", [])
+    return s
+
+
+def write_report(run_dir: Path, s: dict[str, Any]) -> Path:
+    m, t, r, d = s["migration"], s["throughput"], s["reconfig"], s["ds2"]
+    strat = list(m.get("max_latency_ms", {}))
+    rows = [{"strategy": k, "max_latency_ms": m["max_latency_ms"].get(k), "p99_ms": m["p99_latency_ms"].get(k),
+             "duration_s": m["duration_s"].get(k), "peak_rss_mb": m["peak_rss_mb"].get(k),
+             "rss_delta_mb": m["rss_delta_mb"].get(k)} for k in strat]
+    mach = s["machine"]
+    lines = [
+        f"# Ballast benchmark report — run `{s['run_id']}` ({s['profile']})", "",
+        f"commit `{s['commit']}`; {mach['cores']} cores, {mach['ram_gb']} GB, {mach['cpu_model']}; "
+        f"Python {mach['python']}, Spark {mach['spark']}, {mach['java']}; load average at start "
+        f"{mach['loadavg_at_start']} ({'quiet' if s['quiet_machine'] else 'NOT quiet: other work was running'}); "
+        f"{s['elapsed_s'] / 60:.1f} min.", "",
+        f"## 1. Migration strategies (key-count, B={m.get('bins')}, {m.get('keys')} keys, W=2)", "",
+        rp.md_table(rows, ["strategy", "max_latency_ms", "p99_ms", "duration_s", "peak_rss_mb", "rss_delta_mb"]), "",
+        f"Steady p99 (outside migrations): {m.get('steady_p99_ms', float('nan')):.0f} ms. Headline max-latency ratio "
+        f"all-at-once / batched: **{m.get('max_latency_ratio_all_at_once_over_batched', float('nan')):.2f}×**.", "",
+        "## 3. Spark's own options", "",
+        f"Throughput on the same input: Ballast {t['ballast_rows_per_s']:,.0f} rows/s, Spark native groupBy.count "
+        f"(RocksDB) {t['spark_native_rows_per_s']:,.0f} rows/s (ratio {t['ballast_over_native']:.2f}).", "",
+        f"Changing parallelism 2→{r['to_workers']}: Spark stop + offline state repartition + restart: downtime "
+        f"{r['spark_restart_downtime_s']:.1f} s (repartition alone {r['spark_offline_repartition_s']:.1f} s), back to "
+        f"steady backlog after {r['spark_recovery_s']:.1f} s; state kept: {r['spark_state_kept']}. Ballast live: longest "
+        f"gap between epochs {r['ballast_downtime_s']:.1f} s (steady {r['ballast_steady_batch_gap_s']:.1f} s), plan "
+        f"duration {r['ballast_migration_duration_s']:.1f} s, max latency {r['ballast_max_latency_ms']:.0f} ms.", "",
+        "## 4. DS2 closed loop", "",
+        f"Rate {d.get('rate')} → ×2 → ÷2; scaling actions to converge per phase: {d.get('decisions_to_converge')}; "
+        f"executed changes: {[(c['from'], c['to'], round(c['t_emit_s'], 1)) for c in d.get('changes', [])]}.", "",
+        rp.md_table(d.get("phases", []), ["phase", "rate", "scaling_actions", "workers_end", "oracle_workers",
+                                          "backlog_peak_after_s", "over_provisioned_worker_s", "under_provisioned_worker_s"]),
+        "", "## 2. Bin count", "",
+        rp.md_table(s.get("bins", []), ["bins", "catchup_rows_per_s", "catchup_batch_ms_per_1k_rows",
+                                        "steady_useful_us_per_row", "steady_useful_us_per_row_vs_B1",
+                                        "all-at-once_max_latency_ms", "batched_max_latency_ms", "fluid_max_latency_ms"]),
+        "", "Per-experiment details (tables, timelines, CDFs): the README.md of each directory of the run.",
+    ]
+    if s["errors"]:
+        lines += ["", "## Errors", ""] + [f"- {k}: {v.splitlines()[-1] if v else v}" for k, v in s["errors"].items()]
+    p = run_dir / "REPORT.md"
+    p.write_text("\n".join(lines) + "\n")
+    return p
+
+
+def publish(run_dir: Path) -> None:
+    PUBLISH.mkdir(parents=True, exist_ok=True)
+    for old in PUBLISH.glob("*"):
+        if old.is_file():
+            old.unlink()
+    shutil.copy(run_dir / "summary.json", PUBLISH / "summary.json")
+    shutil.copy(run_dir / "REPORT.md", PUBLISH / "REPORT.md")
+    for png in run_dir.rglob("*.png"):
+        shutil.copy(png, PUBLISH / f"{png.parent.name}__{png.name}")
+    for md in run_dir.rglob("README.md"):
+        text = md.read_text()
+        for png in md.parent.glob("*.png"):  # the PNGs are flattened to <experiment>__<name>.png
+            text = text.replace(f"]({png.name})", f"]({md.parent.name}__{png.name})")
+        (PUBLISH / f"{md.parent.name}.md").write_text(text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="bench.run", description=__doc__.splitlines()[0])
+    g = ap.add_mutually_exclusive_group(required=True)
+    g.add_argument("--smoke", action="store_true", help="a few minutes; checks shapes, not absolute numbers")
+    g.add_argument("--full", action="store_true", help="the full set (tens of minutes on 2 cores)")
+    ap.add_argument("--only", default=",".join(ORDER), help=f"comma list of {ORDER}")
+    ap.add_argument("--run-id", default=None)
+    ap.add_argument("--set", action="append", default=[], metavar="FIELD=JSON",
+                    help="override a profile field, e.g. --set keys=500000 --set 'bins=[256]'")
+    ap.add_argument("--publish", action="store_true", help="copy the report, summary.json and PNGs to bench/report/")
+    ap.add_argument("--reuse-migration", default=None, metavar="RUN_DIR",
+                    help="take experiment 1's finished sessions (migration-b*/result.json) from an earlier run "
+                         "instead of running them (experiments 2 and 3 build on them)")
+    a = ap.parse_args(argv)
+    profile = ex.Profile(**{**ex.FULL.__dict__}) if a.full else ex.Profile(**{**ex.SMOKE.__dict__})
+    for kv in a.set:
+        k, v = kv.split("=", 1)
+        if not hasattr(profile, k):
+            ap.error(f"unknown profile field {k}")
+        val = json.loads(v)
+        setattr(profile, k, tuple(val) if isinstance(val, list) else val)
+    only = [x for x in a.only.split(",") if x]
+    bad = [x for x in only if x not in RUNNERS]
+    if bad:
+        ap.error(f"unknown experiment(s) {bad}")
+    run_id = a.run_id or f"{datetime.now().strftime('%Y%m%d-%H%M%S')}-{profile.name}"
+    run_dir = RESULTS / run_id
+    run_dir.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("BALLAST_SPARK_LOG_LEVEL", "ERROR")
+    t_start = time.time()
+    machine = machine_info()
+    log_fh = (run_dir / "run.log").open("a")
+
+    def log(msg: str) -> None:
+        line = f"{datetime.now().strftime('%H:%M:%S')} {msg}"
+        print(line, flush=True)
+        log_fh.write(line + "\n")
+        log_fh.flush()
+
+    bootstrap = kafka_up()
+    from migrations_db.db import migrate
+
+    db_url = f"sqlite:///{run_dir / 'metrics.db'}"
+    migrate(db_url)
+    ctx = ex.Ctx(run_id=run_id.replace("_", "-").lower(), run_dir=run_dir, bootstrap=bootstrap, db_url=db_url,
+                 profile=profile, log=log)
+    log(f"bench run {run_id} ({profile.name}): {only}; results in {run_dir}; load {machine['loadavg_at_start']}")
+    results: dict[str, Any] = {}
+    errors: dict[str, str] = {}
+    if a.reuse_migration:
+        src = Path(a.reuse_migration)
+        by_bins = {}
+        for rj in sorted(src.glob("migration-b*/result.json")):
+            r = json.loads(rj.read_text())
+            by_bins[int(r["bins"])] = r
+            dst = run_dir / rj.parent.name
+            if not dst.exists():
+                shutil.copytree(rj.parent, dst)
+        results["migration"] = ctx.shared["migration"] = {"by_bins": by_bins, "reused_from": str(src)}
+        log(f"reusing experiment 1 sessions {sorted(by_bins)} from {src}")
+        only = [x for x in only if x != "migration"]
+    for name in [x for x in ORDER if x in only]:
+        t0 = time.time()
+        log(f"== {name}")
+        try:
+            results[name] = RUNNERS[name](ctx)
+            if isinstance(results[name], dict) and results[name].get("errors"):
+                errors[name] = results[name]["errors"]
+                log(f"!! {name} partly failed:\n{errors[name]}")
+        except Exception:  # noqa: BLE001 - one failed experiment must not lose the others
+            errors[name] = traceback.format_exc()
+            log(f"!! {name} failed:\n{errors[name]}")
+        log(f"== {name} done in {time.time() - t0:.0f}s")
+    summary = build_summary(ctx, results, errors, t_start, machine)
+    rp.write_json(run_dir / "summary.json", summary)
+    report = write_report(run_dir, summary)
+    if a.publish:
+        publish(run_dir)
+        log(f"published to {PUBLISH}")
+    log(f"summary: {run_dir / 'summary.json'}; report: {report}")
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

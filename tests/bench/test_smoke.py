@@ -1,0 +1,79 @@
+"""`python -m bench.run --smoke` end to end against real Kafka and Spark: checks SHAPES, not times.
+
+Ratios are against baselines measured in the same run, never against fixed numbers.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from bench.run import REQUIRED_KEYS, RESULTS, _get
+
+pytestmark = [pytest.mark.bench, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def smoke_run(kafka_bootstrap: str) -> Path:
+    run_id = f"pytest-smoke-{uuid.uuid4().hex[:6]}"
+    proc = subprocess.run([sys.executable, "-m", "bench.run", "--smoke", "--run-id", run_id], cwd=REPO,
+                          capture_output=True, text=True, timeout=3000)
+    run_dir = RESULTS / run_id
+    assert (run_dir / "summary.json").exists(), f"no summary.json\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+    assert proc.returncode == 0, f"bench.run --smoke failed\n{proc.stdout[-6000:]}\n{proc.stderr[-3000:]}"
+    return run_dir
+
+
+@pytest.mark.timeout(3100)
+def test_summary_has_every_key(smoke_run: Path) -> None:
+    s = json.loads((smoke_run / "summary.json").read_text())
+    for k in REQUIRED_KEYS:
+        _get(s, k)
+    assert not s["errors"]
+    assert s["commit"] and s["machine"]["cores"] >= 1 and s["machine"]["spark"]
+    for k in ("max_latency_ms", "duration_s", "peak_rss_mb"):
+        assert set(s["migration"][k]) == {"all-at-once", "fluid", "batched", "batched-gap"}, k
+
+
+@pytest.mark.timeout(3100)
+def test_shapes(smoke_run: Path) -> None:
+    s = json.loads((smoke_run / "summary.json").read_text())
+    m = s["migration"]
+    # Megaphone's shape: all-at-once has the highest max latency and the shortest duration
+    assert m["max_latency_ms"]["all-at-once"] > m["max_latency_ms"]["batched"]
+    assert m["max_latency_ms"]["all-at-once"] > m["max_latency_ms"]["fluid"]
+    assert m["duration_s"]["all-at-once"] < m["duration_s"]["fluid"]
+    # a gap between steps is a lower bound on the plan's duration ("not before" times)
+    assert m["duration_s"]["batched-gap"] >= (m["steps"]["batched-gap"] - 1) * m["gap_s"]
+    assert 0 < m["steady_p99_ms"] < m["max_latency_ms"]["all-at-once"]
+    t = s["throughput"]
+    assert t["ballast_rows_per_s"] > 0 and t["spark_native_rows_per_s"] > 0
+    r = s["reconfig"]
+    # stop + restart of Spark's query is a real outage: longer than Ballast's longest epoch gap
+    assert r["spark_restart_downtime_s"] > r["ballast_downtime_s"] > 0
+    d = s["ds2"]
+    assert isinstance(d["decisions_to_converge"], dict) and d["decisions_evaluated"] > 0
+    assert not any(math.isnan(v) for v in m["max_latency_ms"].values() if isinstance(v, float))
+
+
+@pytest.mark.timeout(3100)
+def test_files(smoke_run: Path) -> None:
+    for exp, files in {
+        "migration-b64": ["migrations.csv", "timeline.csv", "rss.csv", "latency_timeline.png", "latency_ccdf.png",
+                          "strategies.png", "README.md"],
+        "bins": ["bins.csv", "latency_vs_duration.png", "cost_per_record.png", "README.md"],
+        "native": ["throughput.csv", "reconfig.csv", "native_vs_ballast.png", "reconfig_backlog.png", "README.md"],
+        "ds2": ["decisions.csv", "phases.csv", "epochs.csv", "ds2_timeline.png", "README.md"],
+    }.items():
+        for f in files:
+            p = smoke_run / exp / f
+            assert p.exists() and p.stat().st_size > 0, p
+    assert (smoke_run / "REPORT.md").read_text().startswith("# Ballast benchmark report")
