@@ -29,6 +29,7 @@ import numpy as np
 
 from bench.infra import PY, Proc, unix, wait_until
 from bench.loadgen import Schedule
+from spark_jobs.offsets import read_offset_file
 
 OPERATOR = "keycount"
 
@@ -284,10 +285,10 @@ def half_of_half(assignment: list[int], workers: int) -> list[int]:
 
 
 def _read_offset_file(path: Path, topic: str) -> dict[int, int] | None:
-    try:
-        lines = path.read_text().splitlines()
-    except OSError:
+    doc = read_offset_file(path)
+    if not doc or topic not in doc:
         return None
+    return {int(k): int(v) for k, v in doc[topic].items()}
     for line in lines[1:]:
         try:
             doc = json.loads(line)

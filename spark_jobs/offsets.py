@@ -16,10 +16,14 @@ Ranges = dict[str, dict[int, tuple[int, int]]]
 
 
 def read_end_offsets(spark_checkpoint: str | Path, epoch: int) -> dict[str, dict[str, int]] | None:
-    p = Path(spark_checkpoint) / "offsets" / str(epoch)
+    return read_offset_file(Path(spark_checkpoint) / "offsets" / str(epoch))
+
+
+def read_offset_file(p: Path) -> dict[str, dict[str, int]] | None:
+    """{topic: {partition: end offset}} from one file of Spark's offset log (or a copy of one)."""
     try:
         lines = p.read_text().splitlines()
-    except FileNotFoundError:
+    except OSError:
         return None
     for line in lines[1:]:
         try:
