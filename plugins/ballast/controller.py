@@ -9,6 +9,7 @@ stored before anything is emitted, so an interrupted run resumes from the DB, ne
 from __future__ import annotations
 
 import logging
+import math
 import time
 import uuid
 from dataclasses import dataclass
@@ -118,6 +119,18 @@ def _guard_state(url: str, cfg: JobConfig) -> policy.GuardState:
     return state
 
 
+def _json_safe(value: Any) -> Any:
+    """inf/nan -> None: DS2 reports infinite utilization when the batch overhead alone fills the
+    budget, and neither XCom nor PostgreSQL's JSON accept non-finite numbers."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value
+
+
 def evaluate(url: str, cfg: JobConfig, snap: dict[str, Any], now: datetime | None = None) -> dict[str, Any]:
     """DS2 + guards (+ a skew check at equal worker count); stores the decision, "no change" too."""
     now = now or _now()
@@ -158,13 +171,13 @@ def evaluate(url: str, cfg: JobConfig, snap: dict[str, Any], now: datetime | Non
     inputs[GUARD_STATE_KEY] = new_state.to_dict()
     decision_id = repo.save_decision(url, cfg.job, cfg.operator, current_workers=cur,
                                      proposed_workers=decision.proposed_workers, target_workers=target_workers,
-                                     action=action, reason=reason, inputs=inputs, at=now)
+                                     action=action, reason=reason, inputs=_json_safe(inputs), at=now)
     log.info("decision #%d for %s/%s: %s (%d -> %d workers; DS2 proposes %d, utilization %.2f): %s",
              decision_id, cfg.job, cfg.operator, action, cur, target_workers, decision.proposed_workers,
              res.utilization, reason)
-    return {"decision_id": decision_id, "action": action, "current_workers": cur,
-            "proposed_workers": decision.proposed_workers, "target_workers": target_workers, "reason": reason,
-            "utilization": res.utilization}
+    return _json_safe({"decision_id": decision_id, "action": action, "current_workers": cur,
+                       "proposed_workers": decision.proposed_workers, "target_workers": target_workers,
+                       "reason": reason, "utilization": res.utilization})
 
 
 # ------------------------------------------------------------------------------------ place

@@ -1,0 +1,30 @@
+"""controller.evaluate on real DB rows: decisions stay valid JSON when DS2 has no finite answer."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ballast import controller
+from ballast import repository as repo
+from ballast.config import load_jobs
+from migrations_db import models as m
+from migrations_db.db import session_scope
+from stepapplier import seed_job
+
+pytestmark = pytest.mark.controlplane
+
+
+def test_overhead_filling_the_budget_gives_a_json_safe_decision(db_url, jobs_file, unique_name):
+    jobs_file(bins=16)
+    seed_job(db_url, unique_name, bins=16)
+    with session_scope(db_url) as s:  # every batch spends 5 s outside the workers: > the 1 s budget
+        for row in s.query(m.EpochMetrics).filter_by(job=unique_name):
+            row.batch_ms = 5000.0
+    cfg = load_jobs()[unique_name]
+    out = controller.evaluate(db_url, cfg, controller.collect(db_url, cfg))
+    json.dumps(out, allow_nan=False)  # XCom rejects inf/nan
+    d = repo.latest_decision(db_url, unique_name, "keycount")
+    json.dumps(d.inputs, allow_nan=False)  # PostgreSQL's JSON type too
+    assert d.action == "no_change" and out["utilization"] is None
