@@ -115,7 +115,7 @@ def test_bad_control_input_is_rejected_and_job_keeps_running(spark, kafka_bootst
 
         ckpt = cfg.checkpoint_dir + "/spark"
         wait_until(lambda: (e := committed_epochs(ckpt)) and sum(read_end_offsets(ckpt, e[-1]).get(topic, {}).values())
-                   == len(keys), 120, "all input consumed", check=alive)
+                   == len(keys), 240, "all input consumed", check=alive)
     finally:
         runner.stop()
 

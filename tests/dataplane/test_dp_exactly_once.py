@@ -84,7 +84,8 @@ def test_sigkill_anywhere_then_restart_is_exactly_once(kafka_bootstrap, make_top
     # each run: a fault to hit (or a random-time kill), then restart from the checkpoint
     # (after a crash inside one worker, the other workers' stores have committed the epoch: the replay
     # re-emits their outboxes; a random kill lands anywhere, often after the apply or mid-epoch)
-    runs: list[tuple[str | None, float]] = [("mid_move 1", 120), ("worker_before_commit 2", 120), (None, 120)]
+    # generous limits: a fault run ends as soon as the job kills itself; they only matter on a loaded box
+    runs: list[tuple[str | None, float]] = [("mid_move 1", 360), ("worker_before_commit 2", 360), (None, 360)]
     kills = 0
     for i, (fault, limit) in enumerate(runs):
         faults_file.write_text(f"{fault}\n" if fault else "")
@@ -115,7 +116,7 @@ def test_sigkill_anywhere_then_restart_is_exactly_once(kafka_bootstrap, make_top
     with open(logs / "final.log", "wb") as log:
         proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         try:
-            deadline = time.time() + 300
+            deadline = time.time() + 600
             while time.time() < deadline and not done():
                 assert proc.poll() is None, (logs / "final.log").read_text()[-3000:]
                 control_tick()

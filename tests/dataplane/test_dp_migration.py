@@ -66,7 +66,7 @@ def test_live_plan_keeps_state_and_outputs_exact(spark, kafka_bootstrap, make_to
             end = read_end_offsets(ckpt, eps[-1]) if eps else None
             return bool(end) and sum(end.get(topic, {}).values()) == N_RECORDS
 
-        wait_until(consumed_all, 300, "all input consumed", check=alive)
+        wait_until(consumed_all, 600, "all input consumed", check=alive)
     finally:
         runner.stop()
         logging.getLogger("ballast").removeHandler(handler)

@@ -39,13 +39,13 @@ def test_wordcount_counts_words_across_a_move(spark, kafka_bootstrap, make_topic
     runner = start_job(spark, cfg)
     ckpt = cfg.checkpoint_dir + "/spark"
     try:
-        wait_until(lambda: len(committed_epochs(ckpt)) >= 1, 120, "first epoch")
+        wait_until(lambda: len(committed_epochs(ckpt)) >= 1, 240, "first epoch")
         now = datetime.now(timezone.utc)
         step = ControlStep(job=job, operator="wordcount", plan_id="wc", step=1, steps=1, kind="moves",
                            moves=(Move(0, 0, 1), Move(7, 1, 0)), workers=2, map_version=0, issued_at=now,
                            effective_at=now)
         send_control(kafka_bootstrap, job, [step.to_json()], operator="wordcount")
-        wait_until(lambda: ("wc", 1) in checkpoints(db_url, job), 120, "checkpoint")
+        wait_until(lambda: ("wc", 1) in checkpoints(db_url, job), 240, "checkpoint")
         wait_until(lambda: (e := committed_epochs(ckpt)) and sum(read_end_offsets(ckpt, e[-1]).get(topic, {}).values())
                    == len(sentences), 180, "all input consumed")
         # the stop file (what `python -m spark_jobs.cli stop` touches) ends the query after an epoch
