@@ -81,6 +81,7 @@ def setup_logging() -> None:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     logging.getLogger("kafka").setLevel(logging.WARNING)
     logging.getLogger("py4j").setLevel(logging.WARNING)
+    logging.getLogger("alembic").setLevel(logging.WARNING)  # the start-up schema check is not news
 
 
 def main(argv: list[str] | None = None) -> int:
