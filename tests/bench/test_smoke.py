@@ -55,8 +55,10 @@ def test_shapes(smoke_run: Path) -> None:
     # its ordering is asserted only by the full run's report, not here.
     with open(smoke_run / "migration-b64" / "migrations.csv") as f:
         pause = {r["strategy"]: float(r["move_ms_max_step"]) for r in csv.DictReader(f) if r["role"] == "measured"}
+    # (batched vs fluid is not asserted: at smoke scale a step's fixed cost, ~70 ms, dominates a
+    # 4-bin step's copy time, so their order is noise)
+    assert pause["all-at-once"] > pause["batched"], pause
     assert pause["all-at-once"] > pause["fluid"], pause
-    assert pause["batched"] > pause["fluid"], pause
     assert all(math.isfinite(v) and v > 0 for v in m["max_latency_ms"].values())
     assert m["duration_s"]["all-at-once"] < m["duration_s"]["fluid"]
     # a gap between steps is a lower bound on the plan's duration ("not before" times)
