@@ -202,18 +202,13 @@ def kafka_down() -> None:
 def ensure_topics(topics: dict[str, int], bootstrap: str | None = None) -> None:
     """Create topics with explicit partition counts; an existing topic must have that count."""
     from kafka import KafkaAdminClient
-    from kafka.admin import NewTopic
-    from kafka.errors import TopicAlreadyExistsError
 
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap or kafka_bootstrap())
+    from ballast.topics import create_missing_topics
+
+    bootstrap = bootstrap or kafka_bootstrap()
+    create_missing_topics(bootstrap, topics)
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
     try:
-        existing = set(admin.list_topics())
-        new = [NewTopic(t, n, 1) for t, n in topics.items() if t not in existing]
-        if new:
-            try:
-                admin.create_topics(new)
-            except TopicAlreadyExistsError:
-                pass
         for desc in admin.describe_topics(list(topics)):
             name = desc.get("name") or desc.get("topic")
             want, have = topics[name], len(desc["partitions"])

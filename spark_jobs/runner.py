@@ -25,6 +25,7 @@ from typing import Any
 
 from ballast.protocol import Checkpoint as CheckpointMsg
 from ballast.protocol import acks_topic, control_topic, message_key, utcnow
+from ballast.topics import create_missing_topics
 from migrations_db import models as m
 from migrations_db.db import session_scope
 from spark_jobs import faults
@@ -81,22 +82,7 @@ class JobConfig:
 
 def ensure_job_topics(bootstrap: str, job: str, output_partitions: int) -> None:
     """Create `<job>.control` (1 partition: steps stay ordered), acks (1) and output (N) if missing."""
-    from kafka import KafkaAdminClient
-    from kafka.admin import NewTopic
-    from kafka.errors import TopicAlreadyExistsError
-
-    want = {control_topic(job): 1, acks_topic(job): 1, output_topic(job): output_partitions}
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    try:
-        existing = set(admin.list_topics())
-        new = [NewTopic(t, n, 1) for t, n in want.items() if t not in existing]
-        if new:
-            try:
-                admin.create_topics(new)
-            except TopicAlreadyExistsError:
-                pass
-    finally:
-        admin.close()
+    create_missing_topics(bootstrap, {control_topic(job): 1, acks_topic(job): 1, output_topic(job): output_partitions})
 
 
 def _iso(ts: datetime) -> str:

@@ -27,6 +27,7 @@ from typing import Literal
 
 from ballast import repository as repo
 from ballast.protocol import ControlStep, acks_topic, control_topic, message_key, parse_control
+from ballast.topics import create_missing_topics
 
 log = logging.getLogger(__name__)
 
@@ -65,25 +66,11 @@ class EmitOutcome:
 
 
 def ensure_control_topics(bootstrap: str, job: str, partitions: int = 1) -> None:
-    """Create `<job>.control` and `<job>.control.acks` if missing (the broker does not auto-create).
+    """Create `<job>.control` and `<job>.control.acks` if missing.
 
     One partition is enough: every step of a (job, operator) goes to one partition by key anyway.
     """
-    from kafka import KafkaAdminClient
-    from kafka.admin import NewTopic
-    from kafka.errors import TopicAlreadyExistsError
-
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10000)
-    try:
-        have = set(admin.list_topics())
-        new = [NewTopic(t, partitions, 1) for t in (control_topic(job), acks_topic(job)) if t not in have]
-        if new:
-            try:
-                admin.create_topics(new)
-            except TopicAlreadyExistsError:
-                pass
-    finally:
-        admin.close()
+    create_missing_topics(bootstrap, {control_topic(job): partitions, acks_topic(job): partitions})
 
 
 class ControlEmitter:

@@ -1,0 +1,24 @@
+"""Create Kafka topics that are missing, with explicit partition counts (the broker does not
+auto-create). The one place the stack script, the emitter and the job create topics from; no
+Spark or Airflow import, so both planes can use it."""
+
+from __future__ import annotations
+
+
+def create_missing_topics(bootstrap: str, topics: dict[str, int], timeout_ms: int = 10000) -> None:
+    """Create each topic in `topics` ({name: partitions}) that does not exist yet; racing creators are fine."""
+    from kafka import KafkaAdminClient
+    from kafka.admin import NewTopic
+    from kafka.errors import TopicAlreadyExistsError
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=timeout_ms)
+    try:
+        have = set(admin.list_topics())
+        new = [NewTopic(t, n, 1) for t, n in topics.items() if t not in have]
+        if new:
+            try:
+                admin.create_topics(new)
+            except TopicAlreadyExistsError:
+                pass
+    finally:
+        admin.close()
