@@ -63,12 +63,21 @@ def spark_columns(key_col: str, k: int, assignment: Sequence[int]):  # type: ign
     """(hash, bin, worker) Spark columns for a DataFrame with a binary/string key column.
 
     The worker lookup is an array literal indexed by bin: one vectorised expression, no join, no
-    Python UDF before the shuffle.
+    Python UDF before the shuffle. The literal is parsed from one SQL string in the JVM: building it
+    as `F.array(*[F.lit(w) ...])` costs one Py4J round trip per bin, 2.6 s per epoch at B=4096.
     """
     from pyspark.sql import functions as F
 
     h = F.xxhash64(F.col(key_col))
     b = F.shiftrightunsigned(h, 64 - k).cast("int") if k else F.lit(0)
-    amap = F.array(*[F.lit(int(w)) for w in assignment])
+    amap = F.expr(assignment_literal(assignment))
     w = F.element_at(amap, b + 1)
     return h, b, w
+
+
+def assignment_literal(assignment: Sequence[int]) -> str:
+    """`array(0,0,1,...)` as Spark SQL text; the ints are validated so no text reaches the parser."""
+    ws = [int(w) for w in assignment]
+    if not ws or min(ws) < 0:
+        raise ValueError("assignment must be a non-empty list of worker indices >= 0")
+    return "array(" + ",".join(map(str, ws)) + ")"

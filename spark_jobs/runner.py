@@ -448,9 +448,9 @@ class JobRunner:
                     if int(doc["worker"]) != st.assignment[int(b)]:
                         log.error("migration property violated: bin %s applied by worker %s at epoch %d, map says %d",
                                   b, doc["worker"], epoch, st.assignment[int(b)])
-                    brows.append(m.BinMetrics(job=cfg.job, operator=cfg.operator, epoch=epoch, bin=int(b),
-                                              worker=int(doc["worker"]), records=int(rec), state_keys=int(keys),
-                                              state_bytes=int(nbytes)))
+                    brows.append({"job": cfg.job, "operator": cfg.operator, "epoch": epoch, "bin": int(b),
+                                  "worker": int(doc["worker"]), "records": int(rec), "state_keys": int(keys),
+                                  "state_bytes": int(nbytes)})
             erow = m.EpochMetrics(
                 job=cfg.job, operator=cfg.operator, epoch=epoch, map_version=st.map_version, workers=st.workers,
                 input_rows=input_rows, control_rows=control_rows, batch_ms=batch_ms, migration_ms=migration_ms,

@@ -154,8 +154,14 @@ def evaluate(url: str, cfg: JobConfig, snap: dict[str, Any], now: datetime | Non
     decision, new_state = policy.evaluate_guards(obs, state, _guard_config(cfg))
     action, reason, target_workers = decision.action, decision.reason, decision.target_workers
 
+    if not res.feasible:
+        # "no change" alone would hide a growing backlog: say why and what the operator can do
+        reason = f"{reason}; {res.note}"
+        log.warning("job %s/%s: %s (set rebalance.batch_budget_s and the job's trigger interval together)",
+                    cfg.job, cfg.operator, res.note)
     inputs: dict[str, Any] = {**decision.inputs, **{f"ds2.{k}": v for k, v in res.inputs.items()},
                               "ds2.model": res.model, "ds2.feasible": res.feasible,
+                              "ds2.advised_budget_s": res.advised_budget_s,
                               "ds2.note": res.note or target.note, "map_version": snap["map"]["version"],
                               "window_epochs": [e["epoch"] for e in snap["epochs"]]}
     if action == "no_change" and cur > 1 and sum(snap["bins"]["load"]) > 0:

@@ -28,3 +28,6 @@ def test_overhead_filling_the_budget_gives_a_json_safe_decision(db_url, jobs_fil
     d = repo.latest_decision(db_url, unique_name, "keycount")
     json.dumps(d.inputs, allow_nan=False)  # PostgreSQL's JSON type too
     assert d.action == "no_change" and out["utilization"] is None
+    # and it does not hide the cause: the reason names the infeasibility and a trigger interval that fits
+    assert "infeasible" in d.reason and "trigger interval" in d.reason
+    assert d.inputs["ds2.advised_budget_s"] > 5.0  # the 5 s overhead must fit inside it

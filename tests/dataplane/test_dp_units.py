@@ -45,6 +45,24 @@ def test_spark_bin_matches_python_layout(spark):
         assert row.b == B.bin_of_hash(row.h, 6)
 
 
+def test_spark_worker_follows_an_arbitrary_assignment_at_4096_bins(spark):
+    import random
+
+    rnd = random.Random(7)
+    assignment = [rnd.randrange(5) for _ in range(4096)]
+    df = spark.createDataFrame([(f"user-{i}".encode(),) for i in range(3000)], "key binary")
+    h, b, w = B.spark_columns("key", 12, assignment)
+    rows = df.select(h.alias("h"), b.alias("b"), w.alias("w")).collect()
+    assert len({r.b for r in rows}) > 1000
+    assert all(r.w == assignment[B.bin_of_hash(r.h, 12)] for r in rows)
+
+
+@pytest.mark.parametrize("bad", [[], [0, -1], ["0); drop table x; --"]])
+def test_assignment_literal_refuses_what_is_not_a_worker_list(bad):
+    with pytest.raises(ValueError):
+        B.assignment_literal(bad)
+
+
 # ------------------------------------------------------------------ decisions ------------------
 def _step(plan="p", step=1, steps=1, moves=((0, 0, 1),), workers=2, version=0, eff=NOW, job="j", op="keycount"):
     return ControlStep(job=job, operator=op, plan_id=plan, step=step, steps=steps, kind="moves" if moves else "noop",

@@ -248,3 +248,22 @@ def test_evaluate_records_its_inputs() -> None:
     assert res.parallelism() == {"agg": math.ceil(3.1 / 0.8)}
     pipe = evaluate(flow, rows, eps, model="pipelined", catch_up_s=60)
     assert pipe.parallelism() == {"agg": 4}
+
+
+def test_infeasible_overhead_advises_a_budget_that_is_feasible() -> None:
+    """Overhead 1.5 s in a 1 s budget: DS2 keeps W and advises the smallest interval that fits."""
+    flow = Dataflow.chain("src", [("agg", 1)])
+    rows = [row("agg", 0, 1000, 1000, 1000)]  # 1000 rows/s per instance
+    res = ds2_microbatch(flow, operator_rates(rows), {"src": SourceLoad(300)}, batch_budget_s=1.0, overhead_s=1.5)
+    assert not res.feasible and res.parallelism() == {"agg": 1}
+    # the current worker needs 0.3 of each second: I = 1.5 / (1 − 0.3) = 2.14 → 2.2 s
+    assert res.advised_budget_s == pytest.approx(2.2)
+    assert "at least 2.2s" in res.note
+    again = ds2_microbatch(flow, operator_rates(rows), {"src": SourceLoad(300)}, res.advised_budget_s, 1.5)
+    assert again.feasible and again.parallelism() == {"agg": 1}
+    # load beyond half the share: the advice leaves half of each batch to the stages, and DS2 scales there
+    busy = ds2_microbatch(flow, operator_rates(rows), {"src": SourceLoad(900)}, 1.0, 1.5)
+    assert busy.advised_budget_s == pytest.approx(3.0)
+    scaled = ds2_microbatch(flow, operator_rates(rows), {"src": SourceLoad(900)}, busy.advised_budget_s, 1.5)
+    assert scaled.feasible and scaled.parallelism() == {"agg": 2}
+    assert ds2_microbatch(flow, operator_rates(rows), {"src": SourceLoad(300)}, 4.0, 1.5).advised_budget_s is None

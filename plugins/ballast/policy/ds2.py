@@ -254,6 +254,9 @@ class DS2Result:
     feasible: bool = True
     inputs: dict[str, float] = field(default_factory=dict)
     note: str = ""
+    #: micro-batch model, infeasible only: the smallest batch budget (trigger interval) that would
+    #: make room for the stage work again; see `advise_budget_s`
+    advised_budget_s: float | None = None
 
     def parallelism(self) -> dict[str, int]:
         return {k: t.parallelism for k, t in self.targets.items()}
@@ -373,10 +376,13 @@ def ds2_microbatch(
             op.name, op.parallelism, p, lam[op.name], out[op.name], per, stage_s=stage,
             note=notes.get(op.name, "" if feasible or op.name not in a else "infeasible; kept"),
         )
-    note = "" if feasible else (
-        f"infeasible: overhead {overhead_s:.3f}s and fixed stages leave no time in a "
-        f"{batch_budget_s:.3f}s batch; raise the budget or the fixed stages' parallelism"
-    )
+    advised = None if feasible else advise_budget_s(overhead_s, sum(fixed.values()), load_now, target_utilization)
+    note = ""
+    if not feasible:
+        remedy = (f"raise the batch budget (the trigger interval) to at least {advised:.1f}s"
+                  if advised is not None and math.isfinite(advised) else "no batch budget suffices")
+        note = (f"infeasible: overhead {overhead_s:.3f}s and fixed stages leave no time in a "
+                f"{batch_budget_s:.3f}s batch; {remedy}, or raise the fixed stages' parallelism")
     return DS2Result(
         "microbatch", targets,
         utilization=load_now / share if share > 0 else math.inf,
@@ -386,7 +392,27 @@ def ds2_microbatch(
             "target_utilization": target_utilization, "work_share_now": load_now, "beta": beta_adj,
         },
         note=note,
+        advised_budget_s=advised,
     )
+
+
+def advise_budget_s(overhead_s: float, fixed_share: float, load_now: float, target_utilization: float = 1.0) -> float:
+    """Smallest batch budget I that leaves room for stage work when the overhead fills the current one.
+
+    A longer trigger interval amortises the fixed cost o over more rows: the work share left is
+    u·(1 − o/I) − fixed. If the current parallelism's work share `load_now` fits below u − fixed,
+    the budget at which it exactly fits needs no scaling: I = u·o / (u − fixed − load_now).
+    Otherwise no interval saves the current parallelism; we advise the interval at which the
+    overhead takes half of the usable share, I = 2·u·o / (u − fixed), and DS2 then sizes the
+    stages to the other half. Rounded up to 0.1 s. Infinite when the fixed stages alone exceed u.
+    """
+    u = target_utilization
+    room = u - fixed_share
+    if room <= 0:
+        return math.inf
+    adj = load_now - fixed_share  # the adjustable stages' share at the current parallelism
+    exact = u * overhead_s / (room - min(max(adj, 0.0), room / 2))
+    return math.ceil(exact * 10 - 1e-9) / 10
 
 
 def microbatch_duration_s(
