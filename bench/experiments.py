@@ -251,6 +251,8 @@ def migration_session(ctx: Ctx, label: str, bins: int, keys: int, strategies: tu
             steady_all.merge(st)
         rss_base = rss.median_mb(t0 - P.steady_s, t0)
         peak = rss.peak_mb(t0, t1)
+        driver_base = rss.median_mb(t0 - P.steady_s, t0, root=True)
+        driver_peak = rss.peak_mb(t0, t1, root=True)
         name = m["strategy"] if m["role"] != "setup" else "setup (all-at-once)"
         if m["role"] == "reconfig":
             name = f"rescale {P.workers}->{P.reconfig_to_workers} (batched)"
@@ -268,6 +270,7 @@ def migration_session(ctx: Ctx, label: str, bins: int, keys: int, strategies: tu
             "p50_latency_ms": h.percentile(50), "records_in_window": h.total,
             "steady_p99_ms": st.percentile(99), "steady_max_ms": st.max if st.total else math.nan,
             "peak_rss_mb": peak, "rss_before_mb": rss_base, "rss_delta_mb": peak - rss_base,
+            "driver_peak_rss_mb": driver_peak, "driver_rss_delta_mb": driver_peak - driver_base,
             "move_ms_total": m["move_ms_total"], "move_ms_max_step": m["move_ms_max_step"],
             "max_epoch_gap_s": max(gaps) if gaps else math.nan,
             "steady_epoch_gap_s": statistics.median(steady_gaps) if steady_gaps else math.nan,
@@ -289,7 +292,9 @@ def migration_session(ctx: Ctx, label: str, bins: int, keys: int, strategies: tu
     rp.write_csv(out / "migrations.csv", rows_out)
     rp.write_csv(out / "timeline_per_migration.csv", tl_rows)
     rp.write_csv(out / "timeline.csv", rp.timeline_rows(full_tl, "all"))
-    rp.write_csv(out / "rss.csv", [{"t_s": t - t_ref, "rss_mb": mb} for t, mb in rss.samples])
+    driver_at = dict(rss.root_samples)
+    rp.write_csv(out / "rss.csv", [{"t_s": t - t_ref, "rss_mb": mb, "driver_rss_mb": driver_at.get(t, math.nan)}
+                                   for t, mb in rss.samples])
     rp.write_csv(out / "epochs.csv", result["epochs"])
     rp.write_csv(out / "worker_metrics.csv", [{"epoch": w.epoch, "worker": w.worker, "records_in": w.records_in,
                                                "useful_ms": w.useful_ms, "wall_ms": w.wall_ms,
@@ -305,7 +310,8 @@ def migration_session(ctx: Ctx, label: str, bins: int, keys: int, strategies: tu
         result["files"]["bars_png"] = str(rp.plot_bars(
             out / "strategies.png", [r["strategy"] for r in meas],
             {"max latency ms": [r["max_latency_ms"] for r in meas], "duration s": [r["duration_s"] for r in meas],
-             "peak RSS MB": [r["peak_rss_mb"] for r in meas], "RSS delta MB": [r["rss_delta_mb"] for r in meas]},
+             "peak RSS MB": [r["peak_rss_mb"] for r in meas], "RSS delta MB": [r["rss_delta_mb"] for r in meas],
+             "driver RSS delta MB": [r["driver_rss_delta_mb"] for r in meas]},
             f"{label}: B={bins}, {keys} keys"))
     # steady-state operator cost under the open loop (no migration running)
     mig_epochs = {e for m in migrations for e in m["epochs"]}
@@ -322,7 +328,7 @@ def migration_session(ctx: Ctx, label: str, bins: int, keys: int, strategies: tu
 
 def _migration_md(res: dict[str, Any], P: Profile) -> str:
     cols = ["strategy", "steps", "bins_moved", "keys_moved", "duration_s", "max_latency_ms", "p99_latency_ms",
-            "steady_p99_ms", "peak_rss_mb", "rss_delta_mb", "move_ms_max_step", "max_epoch_gap_s"]
+            "steady_p99_ms", "peak_rss_mb", "rss_delta_mb", "driver_rss_delta_mb", "move_ms_max_step", "max_epoch_gap_s"]
     g = res.get("generator", {})
     return (f"# {res['label']}: key-count migration, B={res['bins']}, {res['keys']} keys, W={res['workers']}\n\n"
             f"Open-loop load {P.rate:.0f} rows/s (generator max send lag {g.get('max_send_lag_ms', float('nan')):.0f} ms), "

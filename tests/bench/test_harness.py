@@ -112,6 +112,28 @@ def test_rss_sampler_sees_this_process() -> None:
     with RssSampler(os.getpid(), 0.02) as s:
         time.sleep(0.15)
     assert len(s.samples) >= 2 and s.peak_mb() >= s.median_mb() > 10
+    # a childless process: the root alone is the whole tree
+    assert len(s.root_samples) == len(s.samples)
+    assert s.peak_mb(root=True) == pytest.approx(s.peak_mb(), rel=0.05)
+
+
+def test_rss_sampler_separates_the_root_from_its_children() -> None:
+    import subprocess
+    import sys
+    import time
+
+    child = subprocess.Popen([sys.executable, "-c", "b = bytearray(200 * 2**20); import time; time.sleep(30)"])
+    try:
+        time.sleep(1.5)
+        import os
+
+        with RssSampler(os.getpid(), 0.02) as s:
+            time.sleep(0.2)
+    finally:
+        child.kill()
+        child.wait()
+    # the 200 MB child counts in the tree, not in the root
+    assert s.peak_mb() - s.peak_mb(root=True) > 150
 
 
 def test_report_writers(tmp_path: Path) -> None:

@@ -267,3 +267,20 @@ def test_infeasible_overhead_advises_a_budget_that_is_feasible() -> None:
     scaled = ds2_microbatch(flow, operator_rates(rows), {"src": SourceLoad(900)}, busy.advised_budget_s, 1.5)
     assert scaled.feasible and scaled.parallelism() == {"agg": 2}
     assert ds2_microbatch(flow, operator_rates(rows), {"src": SourceLoad(300)}, 4.0, 1.5).advised_budget_s is None
+
+
+def test_a_flat_mapping_key_extractor_scales_the_source_rate() -> None:
+    """Word count: 100 sentences/s of 10 words each are 1000 records/s for the operator.
+
+    Rates per row and per record differ by the expansion; measured from the window, not assumed."""
+    flow = Dataflow.chain("src", [("wc", 1)])
+    # one worker folds 1000 records per 0.5 useful s = 2000 records/s; each epoch read 100 rows
+    rows = [row("wc", 0, 1000, 1000, 500, 1000, epoch=e) for e in range(3)]
+    eps = [EpochMetrics(e, 100, 1000.0, input_rate=400.0, backlog=0) for e in range(3)]
+    res = evaluate(flow, rows, eps, model="pipelined", target_utilization=1.0)
+    assert res.inputs["source_expansion"] == pytest.approx(10.0)
+    # 400 rows/s x 10 words = 4000 records/s at 2000 per worker: 2 workers (1 if rows were records)
+    assert res.parallelism() == {"wc": 2}
+    assert res.inputs["source_rate"] == pytest.approx(400.0)  # reported in the source's own units
+    same = evaluate(flow, [row("wc", 0, 100, 100, 50, 1000, epoch=e) for e in range(3)], eps, model="pipelined")
+    assert same.inputs["source_expansion"] == pytest.approx(1.0) and same.parallelism() == {"wc": 1}

@@ -205,6 +205,24 @@ def source_load(epochs: Sequence[EpochMetrics]) -> SourceLoad:
     return SourceLoad(rate=sum(e.input_rate for e in epochs) / len(epochs), backlog=latest.backlog)
 
 
+def source_expansion(flow: Dataflow, rows: Iterable[WorkerEpochMetrics], epochs: Sequence[EpochMetrics],
+                     source: str) -> float:
+    """Records the source's first operator receives per source row, measured over the window.
+
+    Source rates are counted in input rows (Kafka offsets), operator rates in the records a worker
+    folds. They differ when the key extractor flat-maps (word count: a sentence is many words);
+    without this factor DS2 would under-provision such a job by the words per sentence.
+    1.0 when unmeasured (no rows, or the first operator saw nothing).
+    """
+    firsts = {op.name for op in flow.operators if source in op.inputs}
+    ids = {e.epoch for e in epochs}
+    got = sum(r.records_in for r in rows if r.operator in firsts and r.epoch in ids)
+    sent = sum(e.input_rows for e in epochs if e.epoch in {r.epoch for r in rows})
+    # two decimals: per-worker counts that do not add up exactly (a window edge) must not nudge
+    # a 1:1 job's target rate by 0.04 % and with it a rounded-up parallelism
+    return round(got / sent, 2) if got > 0 and sent > 0 else 1.0
+
+
 def estimate_overhead_s(
     epochs: Sequence[EpochMetrics], rows: Iterable[WorkerEpochMetrics], default: float = DEFAULT_OVERHEAD_S
 ) -> float:
@@ -363,14 +381,14 @@ def ds2_microbatch(
     beta_adj = beta - sum(fixed.values())
     feasible = beta_adj > 0 or not a
     sq = sum(math.sqrt(v) for v in a.values())
+    chosen: dict[str, int] = {}
+    if feasible and a:
+        chosen = {n: max(1, _ceil(math.sqrt(v) * sq / beta_adj)) if v > 0 else 1 for n, v in a.items()}
     targets: dict[str, OperatorTarget] = {}
     for op in order:
         r = rates.get(op.name)
         per = r.true_rate_per_instance if r and r.true_rate_per_instance > 0 else None
-        if op.name in a and feasible:
-            p = max(1, _ceil(math.sqrt(a[op.name]) * sq / beta_adj)) if a[op.name] > 0 else 1
-        else:
-            p = op.parallelism
+        p = chosen.get(op.name, op.parallelism)
         stage = (lam[op.name] * batch_budget_s) / (p * per) if per else 0.0
         targets[op.name] = OperatorTarget(
             op.name, op.parallelism, p, lam[op.name], out[op.name], per, stage_s=stage,
@@ -462,13 +480,15 @@ def evaluate(
     rows = list(rows)
     rates = operator_rates(rows, aggregation)
     src = source or flow.sources[0]
-    loads = {src: source_load(epochs)}
+    load = source_load(epochs)
+    x = source_expansion(flow, rows, epochs, src)
+    loads = {src: SourceLoad(load.rate * x, load.backlog * x)}
     if model == "pipelined":
         res = ds2_pipelined(flow, rates, loads, catch_up_s, target_utilization)
     else:
         o = estimate_overhead_s(epochs, rows) if overhead_s is None else overhead_s
         res = ds2_microbatch(flow, rates, loads, batch_budget_s, o, catch_up_s, target_utilization)
-    res.inputs.update({"source_rate": loads[src].rate, "backlog": loads[src].backlog})
+    res.inputs.update({"source_rate": load.rate, "backlog": load.backlog, "source_expansion": x})
     for name, r in rates.items():
         res.inputs[f"{name}.true_rate_per_instance"] = r.true_rate_per_instance
         res.inputs[f"{name}.selectivity"] = r.selectivity
