@@ -64,6 +64,10 @@ class Profile:
     ds2_eval_s: float = 3.0
     ds2_rate: float | None = None  # None: calibrated from experiment 1's measured per-worker rate
     ds2_max_rate: float = 1500.0  # the Python generator's comfortable ceiling (2x this is sent)
+    # word count, sentences of this many words: each Kafka row is `ds2_words` records of work, so the
+    # rate that needs a second worker stays within what one Python generator sends on 2 cores
+    ds2_words: int = 10
+    ds2_probe_s: float = 15.0  # calibration at W=1 before the measured schedule
     timeouts_s: float = 900.0
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -72,7 +76,7 @@ SMOKE = Profile(name="smoke")
 FULL = Profile(
     name="full", keys=2_000_000, bins=(256, 1024), rate=10_000.0, batch_steps=8, gap_s=2.0, steady_s=10.0,
     settle_s=4.0, catchup_max_offsets=200_000, bins_sweep=(1, 16, 64, 256, 1024, 4096), sweep_keys=400_000,
-    sweep_max_steps=32, ds2_keys=50_000, ds2_bins=256, ds2_phase_s=(60.0, 90.0, 90.0), ds2_max_rate=8000.0, timeouts_s=3600.0,
+    sweep_max_steps=32, ds2_keys=50_000, ds2_bins=256, ds2_phase_s=(60.0, 90.0, 90.0), ds2_max_rate=3000.0, timeouts_s=3600.0,
 )
 
 
@@ -90,19 +94,24 @@ class Ctx:
         return f"bench-{self.run_id}-{label}".replace("_", "-")
 
 
-def _prefill(ctx: Ctx, topic: str, keys: int) -> None:
+def _prefill(ctx: Ctx, topic: str, keys: int, words: int = 0) -> int:
+    """Every key once; returns the records written (⌈keys/words⌉ sentences with `words`)."""
     p = Proc([PY, "-m", "bench.loadgen", "--bootstrap", ctx.bootstrap, "--topic", topic, "--partitions", "2",
-              "--keys", str(keys), "--prefill"], ctx.run_dir / "logs" / f"{topic}.prefill.log", "prefill").start()
+              "--keys", str(keys), "--words", str(words), "--prefill"],
+             ctx.run_dir / "logs" / f"{topic}.prefill.log", "prefill").start()
     rc = p.wait(timeout=ctx.profile.timeouts_s)
     if rc != 0:
         raise RuntimeError(f"prefill of {topic} failed:\n{p.tail()}")
+    return -(-keys // words) if words else keys
 
 
-def _start_gen(ctx: Ctx, topic: str, keys: int, rate_spec: str, label: str, dist: str = "uniform") -> tuple[Proc, Path]:
+def _start_gen(ctx: Ctx, topic: str, keys: int, rate_spec: str, label: str, dist: str = "uniform",
+               words: int = 0) -> tuple[Proc, Path]:
     sched = ctx.run_dir / "data" / f"{label}.schedule.json"
     sched.parent.mkdir(parents=True, exist_ok=True)
     p = Proc([PY, "-m", "bench.loadgen", "--bootstrap", ctx.bootstrap, "--topic", topic, "--partitions", "2",
-              "--keys", str(keys), "--rate", rate_spec, "--dist", dist, "--schedule-out", str(sched)],
+              "--keys", str(keys), "--rate", rate_spec, "--dist", dist, "--words", str(words),
+              "--schedule-out", str(sched)],
              ctx.run_dir / "logs" / f"{label}.loadgen.log", "load generator").start()
     wait_until(sched.exists, 60, "the load generator's schedule", proc=p)
     return p, sched
@@ -630,29 +639,52 @@ def exp_ds2(ctx: Ctx) -> dict[str, Any]:
     label = "ds2"
     topic = ctx.name(label) + "-in"
     ensure_topics({topic: 2}, ctx.bootstrap)
-    _prefill(ctx, topic, P.ds2_keys)
+    prefilled = _prefill(ctx, topic, P.ds2_keys, P.ds2_words)
     spec = JobSpec(job=ctx.name(label), input_topic=topic, bins=P.ds2_bins, workers=1, db_url=ctx.db_url,
                    bootstrap=ctx.bootstrap, run_dir=ctx.run_dir, trigger_ms=P.ds2_trigger_ms,
-                   max_offsets_per_trigger=int(max(P.catchup_max_offsets, 20 * P.ds2_max_rate)))
+                   max_offsets_per_trigger=int(max(P.catchup_max_offsets // max(1, P.ds2_words), 20 * P.ds2_max_rate)),
+                   operator="wordcount" if P.ds2_words else OPERATOR)
     job = BallastJob(spec).start()
     decisions: list[dict[str, Any]] = []
     changes: list[dict[str, Any]] = []
     gen = None
     try:
-        job.wait_caught_up(P.ds2_keys, P.timeouts_s)
-        cal = catchup_rate(job, P.ds2_keys)
-        r1 = cal.get("per_worker_rows_per_useful_s", math.nan)
-        mig = ctx.shared.get("migration")
-        if mig and not (r1 == r1):
-            r1 = next(iter(mig["by_bins"].values()))["catchup"].get("per_worker_rows_per_useful_s", math.nan)
+        job.wait_caught_up(prefilled, P.timeouts_s)
+        # calibration probe at W=1: the catch-up is one or two big epochs whose per-worker rate is far
+        # from the steady one, so measure r1 and o at a steady probe rate instead
+        probe_from = job.last_epoch()
+        probe, probe_sched = _start_gen(ctx, topic, P.ds2_keys, f"{P.ds2_max_rate / 2}:{P.ds2_probe_s}",
+                                        "ds2-probe", words=P.ds2_words)
+        probe.wait(timeout=P.ds2_probe_s + 120)
+        time.sleep(3 * P.ds2_trigger_ms / 1000)  # the probe's last rows are read
+        probe_eps = [e.epoch for e in job.epochs(since=probe_from) if e.input_rows > 0][1:]
+        probe_wk = [w for w in job.worker_rows(probe_eps) if w.useful_ms > 0 and w.records_in > 0]
+        probe_rows = sum(e.input_rows for e in job.epochs(since=probe_from) if e.epoch in probe_eps)
+        x = sum(w.records_in for w in probe_wk) / probe_rows if probe_rows else 1.0
+        # rows (sentences) per useful second of one worker: the unit the generator's rate is in
+        r1 = (sum(w.records_in for w in probe_wk) / (sum(w.useful_ms for w in probe_wk) / 1000) / x
+              if probe_wk else math.nan)
         # micro-batch model: one worker sustains (1 - o/I)·r1; pick R so that R fits one worker and 2R does not
-        o = overhead_s(job)
+        o = overhead_s(job, probe_eps)
         cap1 = max(0.1, 1 - o / (P.ds2_trigger_ms / 1000)) * r1 if r1 == r1 else 2000.0
-        rate = P.ds2_rate or max(200.0, min(P.ds2_max_rate, round(0.55 * cap1, -1)))
+        # what the whole job sustained at W=1 (it includes Spark's per-row work outside the operator,
+        # which the operator model does not see); meaningful when the probe saturated the job
+        pe = [e for e in job.epochs(since=probe_from) if e.epoch in probe_eps]
+        span = unix(pe[-1].ended_at) - unix(pe[0].ended_at) if len(pe) > 2 else 0.0
+        cap_e2e = sum(e.input_rows for e in pe[1:]) / span if span > 0 else math.inf
+        saturated = bool(pe) and statistics.median(e.batch_ms for e in pe) > 0.9 * P.ds2_trigger_ms
+        cap = min(cap1, cap_e2e) if saturated else cap1
+        # R fits one worker, 2R does not
+        rate = P.ds2_rate or max(100.0, min(P.ds2_max_rate, round(0.6 * cap, -1)))
+        ctx.log(f"[ds2] probe at {P.ds2_max_rate / 2:.0f} rows/s over {len(probe_eps)} epochs: r1 = {r1:.0f} rows/s "
+                f"per useful s, o = {o:.2f} s → operator model ~{cap1:.0f} rows/s at W=1; whole job "
+                f"{cap_e2e:.0f} rows/s ({'saturated' if saturated else 'not saturated'})")
+        ds2_cal = {"probe_rate": P.ds2_max_rate / 2, "r1_rows_per_useful_s": r1, "overhead_s": o,
+                   "model_capacity_w1": cap1, "job_capacity_w1": cap_e2e, "probe_saturated": saturated}
         ph = P.ds2_phase_s
         spec_rate = f"{rate}:{ph[0]},{2 * rate}:{ph[1]},{rate}:{ph[2]}"
         ctx.log(f"[ds2] per-worker true rate {r1:.0f} rows/s → schedule {spec_rate}")
-        gen, sched_path = _start_gen(ctx, topic, P.ds2_keys, spec_rate, label)
+        gen, sched_path = _start_gen(ctx, topic, P.ds2_keys, spec_rate, label, words=P.ds2_words)
         sched = Schedule.load(sched_path)
         t0 = sched.t0
         gcfg = policy.GuardConfig(min_workers=1, max_workers=2, warmup_s=2 * P.ds2_eval_s, warmup_epochs=3,
@@ -718,7 +750,9 @@ def exp_ds2(ctx: Ctx) -> dict[str, Any]:
     # per phase: scaling actions taken, time until the backlog stopped growing (its peak), provisioning
     wk_all = job.worker_rows([e.epoch for e in eps])
     tr_per_w = [w.records_in / (w.useful_ms / 1000) for w in wk_all if w.useful_ms > 50 and w.records_in > 0]
-    r_hat = statistics.median(tr_per_w) if tr_per_w else math.nan
+    # records a worker folds per input row (word count: words per sentence), measured
+    expansion = (sum(w.records_in for w in wk_all) / max(1, sum(e.input_rows for e in eps))) if eps else 1.0
+    r_hat = statistics.median(tr_per_w) / expansion if tr_per_w and expansion > 0 else math.nan
     ov = [e.batch_ms / 1000 for e in eps]
     o_hat = overhead_s(job, [e.epoch for e in eps])
     phases = []
@@ -751,11 +785,19 @@ def exp_ds2(ctx: Ctx) -> dict[str, Any]:
                          [(c["t_emit_s"], f"{c['from']}→{c['to']}") for c in changes],
                    twin={"workers": ([r["t_s"] for r in ep_rows], [r["workers"] for r in ep_rows])}, twin_label="workers")
     res = {"rate": rate, "schedule": spec_rate, "per_worker_true_rate": r_hat, "decisions": len(decisions),
+           "operator": spec.operator, "words_per_row": P.ds2_words, "records_per_row_measured": expansion,
+           "calibration": ds2_cal,
            "changes": changes, "phases": phases, "generator": _gen_stats(sched_path) if gen else {},
            "decisions_to_converge": {p["phase"]: p["scaling_actions"] for p in phases[1:]},
            "median_batch_s": statistics.median(ov) if ov else math.nan, "overhead_s": o_hat}
     (out / "README.md").write_text(
-        f"# DS2 closed loop\n\nSchedule (rows/s:seconds): {spec_rate}; job starts at W=1, B={P.ds2_bins}; "
+        f"# DS2 closed loop\n\n{spec.operator} ({P.ds2_words or 1} words per row, {expansion:.2f} records "
+        f"folded per row measured). Calibration probe at W=1, {ds2_cal['probe_rate']:.0f} rows/s for "
+        f"{P.ds2_probe_s:.0f} s: the operator model (r1 = {ds2_cal['r1_rows_per_useful_s']:,.0f} rows per useful "
+        f"second, o = {ds2_cal['overhead_s']:.2f} s) gives {ds2_cal['model_capacity_w1']:,.0f} rows/s at W=1, the "
+        f"whole job sustained {ds2_cal['job_capacity_w1']:,.0f} rows/s "
+        f"({'saturated' if ds2_cal['probe_saturated'] else 'not saturated: a lower bound'}); R = 0.6 × the smaller."
+        f"\n\nSchedule (rows/s:seconds): {spec_rate}; job starts at W=1, B={P.ds2_bins}; "
         f"trigger {P.ds2_trigger_ms} ms. Every {P.ds2_eval_s:.0f} s the bench reads the last ≤6 epochs of the "
         "current map from the metrics DB and calls `ballast.policy.evaluate` (micro-batch model) + "
         "`evaluate_guards` (min 1, max 2 workers = cores, activation 2, warm-up 3 epochs, band 0.7±0.2, "
@@ -764,7 +806,7 @@ def exp_ds2(ctx: Ctx) -> dict[str, Any]:
                                "backlog_peak_after_s", "backlog_peak", "over_provisioned_worker_s",
                                "under_provisioned_worker_s"])
         + f"\n\n{len(decisions)} decisions evaluated, {len(changes)} executed. Oracle = ceil(rate / (0.7 · "
-        f"(1 − o / trigger) · r)), capped at 2, with the run's measured per-worker true rate r = {r_hat:,.0f} rows/s "
+        f"(1 − o / trigger) · r)), capped at 2, with the run's measured per-worker true rate r = {r_hat:,.0f} rows/s (input rows) "
         f"and per-batch overhead o = {o_hat:.2f} s (median batch time − busiest worker's useful time).\n\n"
         "![](ds2_timeline.png)\n")
     ctx.shared["ds2"] = res

@@ -17,6 +17,10 @@ at the end.
 Keys: uniform or Zipf(s) over N keys `k%09d`, from a seeded numpy generator (same seed, same
 sequence). Zipf ranks are mapped to key ids by a seeded permutation so hot keys land in random
 bins.
+
+Sentences (`--words W`, for the word-count operator): each record's value is W keys drawn the
+same way, joined by spaces, and its Kafka key is null. The scheduled time is then only in the
+Kafka CreateTime (and in the schedule: (partition, offset) still gives it back).
 """
 
 from __future__ import annotations
@@ -145,8 +149,13 @@ def end_offsets(bootstrap: str, topic: str, partitions: int) -> list[int]:
         c.close()
 
 
+def sentence(ids: np.ndarray) -> bytes:
+    return b" ".join(key_bytes(int(i)) for i in ids)
+
+
 def run(bootstrap: str, topic: str, partitions: int, segments: list[Segment], keys: int, dist: str,
-        zipf_s: float, seed: int, schedule_out: Path, start_delay_s: float = 1.0, tick_s: float = 0.002) -> dict:
+        zipf_s: float, seed: int, schedule_out: Path, start_delay_s: float = 1.0, tick_s: float = 0.002,
+        words: int = 0) -> dict:
     from kafka import KafkaProducer
 
     producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=2, batch_size=256 * 1024,
@@ -181,15 +190,20 @@ def run(bootstrap: str, topic: str, partitions: int, segments: list[Segment], ke
             time.sleep(max(0.0, min(tick_s, nxt - now)))
             continue
         ts_all = sched.sched_s(np.arange(i, hi))
+        need = max(1, words)
         for j in range(i, hi):
-            if ck >= len(chunk_keys):
+            if ck + need > len(chunk_keys):
                 chunk_keys = sampler.sample(65536)
                 ck = 0
             t_s = float(ts_all[j - i])
             us = int(t_s * 1e6)
-            producer.send(topic, key=key_bytes(int(chunk_keys[ck])), value=b"%d" % us,
-                          partition=j % partitions, timestamp_ms=us // 1000)
-            ck += 1
+            if words:
+                producer.send(topic, key=None, value=sentence(chunk_keys[ck:ck + words]),
+                              partition=j % partitions, timestamp_ms=us // 1000)
+            else:
+                producer.send(topic, key=key_bytes(int(chunk_keys[ck])), value=b"%d" % us,
+                              partition=j % partitions, timestamp_ms=us // 1000)
+            ck += need
         lag = now - float(ts_all[0])
         max_lag = max(max_lag, lag)
         lag_sum += lag * (hi - i)
@@ -204,20 +218,29 @@ def run(bootstrap: str, topic: str, partitions: int, segments: list[Segment], ke
     return stats
 
 
-def prefill(bootstrap: str, topic: str, partitions: int, keys: int) -> int:
+def prefill(bootstrap: str, topic: str, partitions: int, keys: int, words: int = 0) -> int:
     """Write every key once (closed loop, as fast as possible): the state the benchmark migrates.
+    Returns the number of records written.
 
-    Values are b"0" (no scheduled time): these records are never measured.
+    Values are b"0" (no scheduled time): these records are never measured. With `words`, every
+    key once as a word, in sentences of `words` consecutive keys (⌈keys/words⌉ records).
     """
     from kafka import KafkaProducer
 
     producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=20, batch_size=512 * 1024,
                              enable_idempotence=True)
-    for k in range(keys):
-        producer.send(topic, key=key_bytes(k), value=b"0", partition=k % partitions)
+    n = 0
+    if words:
+        for n, lo in enumerate(range(0, keys, words), start=1):
+            producer.send(topic, key=None, value=sentence(np.arange(lo, min(lo + words, keys))),
+                          partition=(n - 1) % partitions)
+    else:
+        for k in range(keys):
+            producer.send(topic, key=key_bytes(k), value=b"0", partition=k % partitions)
+        n = keys
     producer.flush(timeout=300)
     producer.close()
-    return keys
+    return n
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -231,16 +254,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--zipf-s", type=float, default=1.0)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--schedule-out", default=None)
+    ap.add_argument("--words", type=int, default=0,
+                    help="sentences of this many keys as values (word count); 0: one key per record")
     ap.add_argument("--prefill", action="store_true", help="write every key once, then exit")
     a = ap.parse_args(argv)
+    if a.words < 0:
+        ap.error("--words must be >= 0")
     if a.prefill:
-        n = prefill(a.bootstrap, a.topic, a.partitions, a.keys)
+        n = prefill(a.bootstrap, a.topic, a.partitions, a.keys, a.words)
         print(json.dumps({"prefilled": n}))
         return 0
     if not a.rate or not a.schedule_out:
         ap.error("--rate and --schedule-out are required unless --prefill")
     stats = run(a.bootstrap, a.topic, a.partitions, parse_segments(a.rate), a.keys, a.dist, a.zipf_s, a.seed,
-                Path(a.schedule_out))
+                Path(a.schedule_out), words=a.words)
     print(json.dumps(stats))
     return 0
 
