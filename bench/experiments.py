@@ -74,7 +74,7 @@ class Profile:
 
 SMOKE = Profile(name="smoke")
 FULL = Profile(
-    name="full", keys=2_000_000, bins=(256, 1024), rate=10_000.0, batch_steps=8, gap_s=2.0, steady_s=10.0,
+    name="full", keys=2_000_000, bins=(256, 1024), rate=5_000.0, batch_steps=8, gap_s=2.0, steady_s=10.0,
     settle_s=4.0, catchup_max_offsets=200_000, bins_sweep=(1, 16, 64, 256, 1024, 4096), sweep_keys=400_000,
     sweep_max_steps=32, ds2_keys=50_000, ds2_bins=256, ds2_phase_s=(60.0, 90.0, 90.0), ds2_max_rate=3000.0, timeouts_s=3600.0,
 )
