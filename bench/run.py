@@ -49,7 +49,7 @@ def _get(doc: dict[str, Any], dotted: str) -> Any:
 def build_summary(ctx: ex.Ctx, results: dict[str, Any], errors: dict[str, str], t_start: float,
                   machine: dict[str, Any]) -> dict[str, Any]:
     nan = math.nan
-    s: dict[str, Any] = {"run_id": ctx.run_id, "profile": ctx.profile.name, "commit": git_commit(), "machine": machine,
+    s: dict[str, Any] = {"run_id": ctx.run_id, "profile": ctx.profile.name, "commit": machine.get("commit_at_start") or git_commit(), "machine": machine,
                          "profile_settings": ctx.profile.__dict__,
                          "migration_reused_from": results.get("migration", {}).get("reused_from"),
                          "started_at": datetime.fromtimestamp(t_start, timezone.utc).isoformat(),
@@ -200,6 +200,8 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("BALLAST_SPARK_LOG_LEVEL", "ERROR")
     t_start = time.time()
     machine = machine_info()
+    # the code that ran is the code at the start: a commit made during a long run must not relabel it
+    machine["commit_at_start"] = git_commit()
     log_fh = (run_dir / "run.log").open("a")
 
     def log(msg: str) -> None:

@@ -154,14 +154,18 @@ def evaluate(url: str, cfg: JobConfig, snap: dict[str, Any], now: datetime | Non
     decision, new_state = policy.evaluate_guards(obs, state, _guard_config(cfg))
     action, reason, target_workers = decision.action, decision.reason, decision.target_workers
 
-    if not res.feasible:
-        # "no change" alone would hide a growing backlog: say why and what the operator can do
-        reason = f"{reason}; {res.note}"
+    # "no change" alone would hide a growing backlog: say why and what the operator can do
+    diagnosis = res.note if not res.feasible else None
+    if diagnosis is None and action == "no_change":
+        diagnosis = policy.bottleneck_outside_operators(epochs, res.utilization,
+                                                        below=rb.target_utilization - rb.utilization_band)
+    if diagnosis:
+        reason = f"{reason}; {diagnosis}"
         log.warning("job %s/%s: %s (set rebalance.batch_budget_s and the job's trigger interval together)",
-                    cfg.job, cfg.operator, res.note)
+                    cfg.job, cfg.operator, diagnosis)
     inputs: dict[str, Any] = {**decision.inputs, **{f"ds2.{k}": v for k, v in res.inputs.items()},
                               "ds2.model": res.model, "ds2.feasible": res.feasible,
-                              "ds2.advised_budget_s": res.advised_budget_s,
+                              "ds2.advised_budget_s": res.advised_budget_s, "diagnosis": diagnosis,
                               "ds2.note": res.note or target.note, "map_version": snap["map"]["version"],
                               "window_epochs": [e["epoch"] for e in snap["epochs"]]}
     if action == "no_change" and cur > 1 and sum(snap["bins"]["load"]) > 0:

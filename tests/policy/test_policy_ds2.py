@@ -284,3 +284,17 @@ def test_a_flat_mapping_key_extractor_scales_the_source_rate() -> None:
     assert res.inputs["source_rate"] == pytest.approx(400.0)  # reported in the source's own units
     same = evaluate(flow, [row("wc", 0, 100, 100, 50, 1000, epoch=e) for e in range(3)], eps, model="pipelined")
     assert same.inputs["source_expansion"] == pytest.approx(1.0) and same.parallelism() == {"wc": 1}
+
+
+def test_growing_backlog_at_low_utilization_names_a_bottleneck_outside_the_operators() -> None:
+    from ballast.policy.ds2 import backlog_growth, bottleneck_outside_operators
+
+    growing = [EpochMetrics(e, 1000, 1100.0, input_rate=1000.0, backlog=500 + 120 * e) for e in range(6)]
+    flat = [EpochMetrics(e, 1000, 900.0, input_rate=1000.0, backlog=500 + (40 if e % 2 else -40)) for e in range(6)]
+    assert backlog_growth(growing) == pytest.approx(120.0)
+    assert abs(backlog_growth(flat)) < 20
+    note = bottleneck_outside_operators(growing, utilization=0.2, below=0.5)
+    assert note and "outside the operators" in note and "120" in note
+    assert bottleneck_outside_operators(flat, utilization=0.2, below=0.5) is None  # keeps up
+    assert bottleneck_outside_operators(growing, utilization=0.8, below=0.5) is None  # DS2's own case
+    assert bottleneck_outside_operators(growing, utilization=math.inf, below=0.5) is None  # infeasible note instead

@@ -21,6 +21,8 @@ from ballast.policy.ds2 import (
     OperatorTarget,
     SourceLoad,
     WorkerEpochMetrics,
+    backlog_growth,
+    bottleneck_outside_operators,
     ds2_microbatch,
     ds2_pipelined,
     estimate_overhead_s,
@@ -51,7 +53,7 @@ from ballast.policy.planner import ORDERS, STRATEGIES, Plan, PlanStep, apply_mov
 __all__ = [
     "CheckpointSample", "CostModel", "choose_plan", "fit_cost_model", "render_plan",
     "Dataflow", "DS2Result", "EpochMetrics", "OperatorNode", "OperatorRates", "OperatorTarget",
-    "SourceLoad", "WorkerEpochMetrics", "ds2_microbatch", "ds2_pipelined", "estimate_overhead_s",
+    "SourceLoad", "WorkerEpochMetrics", "backlog_growth", "bottleneck_outside_operators", "ds2_microbatch", "ds2_pipelined", "estimate_overhead_s",
     "evaluate", "microbatch_duration_s", "microbatch_max_rate", "operator_rates", "source_load",
     "Decision", "GuardConfig", "GuardState", "Observation", "evaluate_guards", "record_change",
     "PlacementStats", "moved_bins", "place", "placement_stats", "uniform_map", "worker_loads",

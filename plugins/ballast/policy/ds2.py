@@ -414,6 +414,42 @@ def ds2_microbatch(
     )
 
 
+def backlog_growth(epochs: Sequence[EpochMetrics]) -> float:
+    """Least-squares slope of the backlog over the window, in rows per epoch (> 0: falling behind).
+
+    Why a slope: a single epoch's backlog jumps with the arrival pattern; a steady rise over the
+    window is what says the job does not keep up. 0.0 with fewer than 3 epochs.
+    """
+    pts = sorted((e.epoch, float(e.backlog)) for e in epochs)
+    n = len(pts)
+    if n < 3:
+        return 0.0
+    mx = sum(x for x, _ in pts) / n
+    my = sum(y for _, y in pts) / n
+    sxx = sum((x - mx) ** 2 for x, _ in pts)
+    return sum((x - mx) * (y - my) for x, y in pts) / sxx if sxx else 0.0
+
+
+def bottleneck_outside_operators(epochs: Sequence[EpochMetrics], utilization: float, below: float,
+                                 min_growth_rows_per_s: float = 0.05) -> str | None:
+    """A note when the backlog keeps growing although the operators are under-utilized.
+
+    Then more workers would not help: the time goes to the engine's own per-batch and per-row work
+    (Spark's read, shuffle and write stages, the driver), which the operator metrics do not see.
+    Growth counts when the slope exceeds `min_growth_rows_per_s` of the arrival rate per second.
+    """
+    if not epochs or not math.isfinite(utilization) or utilization >= below:
+        return None
+    slope = backlog_growth(epochs)
+    rate = sum(e.input_rate for e in epochs) / len(epochs)
+    mean_batch_s = sum(e.batch_ms for e in epochs) / len(epochs) / 1000.0
+    if rate <= 0 or slope <= min_growth_rows_per_s * rate * max(mean_batch_s, 1e-3):
+        return None
+    return (f"the backlog grows by {slope:,.0f} rows per epoch while the operators are only "
+            f"{utilization:.0%} utilized: the bottleneck is outside the operators (Spark's own per-batch "
+            f"work), so more workers would not help; a longer trigger interval amortises it")
+
+
 def advise_budget_s(overhead_s: float, fixed_share: float, load_now: float, target_utilization: float = 1.0) -> float:
     """Smallest batch budget I that leaves room for stage work when the overhead fills the current one.
 
