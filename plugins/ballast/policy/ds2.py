@@ -454,11 +454,12 @@ def advise_budget_s(overhead_s: float, fixed_share: float, load_now: float, targ
     """Smallest batch budget I that leaves room for stage work when the overhead fills the current one.
 
     A longer trigger interval amortises the fixed cost o over more rows: the work share left is
-    u·(1 − o/I) − fixed. If the current parallelism's work share `load_now` fits below u − fixed,
-    the budget at which it exactly fits needs no scaling: I = u·o / (u − fixed − load_now).
-    Otherwise no interval saves the current parallelism; we advise the interval at which the
-    overhead takes half of the usable share, I = 2·u·o / (u − fixed), and DS2 then sizes the
-    stages to the other half. Rounded up to 0.1 s. Infinite when the fixed stages alone exceed u.
+    u·(1 − o/I) − fixed. With c the adjustable stages' share at the current parallelism: if
+    c ≤ (u − fixed)/2, the budget at which the current parallelism fits exactly, so no scaling is
+    needed: I = u·o / (u − fixed − c). Beyond that the interval would grow without bound as c nears
+    u − fixed, so we advise the one at which the overhead takes half of the usable share,
+    I = 2·u·o / (u − fixed), and DS2 then sizes the stages to the other half (the two agree at
+    c = (u − fixed)/2). Rounded up to 0.1 s. Infinite when the fixed stages alone exceed u.
     """
     u = target_utilization
     room = u - fixed_share
