@@ -37,8 +37,8 @@ test-fast: setup ## the policy unit tests only (milliseconds)
 demo: up ## end to end: key-count job, load, a live 1->2 worker migration driven by Airflow
 	@$(PY) scripts/demo.py
 
-bench: setup ## the full benchmark set (tens of minutes); results under bench/results/
-	@$(PY) -m bench.run --full
+bench: setup ## the full benchmark set (~50 min); results under bench/results/; BENCH_ARGS="--publish" updates bench/report/
+	@$(PY) -m bench.run --full $(BENCH_ARGS)
 
 bench-smoke: setup ## a few-minute benchmark run that checks shapes, not absolute numbers
 	@$(PY) -m bench.run --smoke
