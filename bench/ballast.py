@@ -260,7 +260,12 @@ def make_steps(current: list[int], version: int, target: list[int], workers: int
         fluid = plan_migration(current, version, target, workers, target_workers, size, load, strategy="fluid")
         moves = [m for s in fluid.steps for m in s.moves]
         groups = [moves[i:i + batch_bins] for i in range(0, len(moves), batch_bins)]
-        return [PlanStep(step=i + 1, moves=tuple(g), workers=target_workers, map_version=version + i,
+        # the planner's worker-count rule: growing, the new W from the first step (new workers start
+        # empty); shrinking, the old W until the last step has drained the retired workers
+        def w_at(i: int) -> int:
+            return target_workers if target_workers >= workers or i == len(groups) - 1 else workers
+
+        return [PlanStep(step=i + 1, moves=tuple(g), workers=w_at(i), map_version=version + i,
                          bytes=sum(size[m.bin] for m in g)) for i, g in enumerate(groups)]
     planner = {"batched-gap": "batched"}.get(strategy, strategy)
     plan = plan_migration(current, version, target, workers, target_workers, size, load, strategy=planner)  # type: ignore[arg-type]

@@ -8,6 +8,7 @@ SQLite metrics DB, so tests never see each other's data.
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 import sys
 import uuid
@@ -63,6 +64,9 @@ def spark():  # type: ignore[no-untyped-def]
     session = build_spark("ballast-tests")
     yield session
     session.stop()
+    # py4j closes leftover connections from __del__ at interpreter exit, after pytest has closed
+    # the captured streams: its INFO line then prints a "Logging error" traceback
+    logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
 @pytest.fixture

@@ -87,6 +87,22 @@ def test_make_steps_compose_to_the_target(strategy: str, steps: int) -> None:
     assert cur == half
 
 
+@pytest.mark.parametrize("frm,to", [(1, 2), (2, 1), (2, 4), (4, 2)])
+def test_batched_steps_are_valid_for_the_job_when_growing_and_shrinking(frm: int, to: int) -> None:
+    """Every intermediate map must fit the step's W (the job rejects a step that leaves a bin on a
+    worker >= W): growing raises W with the first step, shrinking lowers it with the last."""
+    from ballast.policy import apply_moves, place
+
+    cur = [b * frm // 64 for b in range(64)]
+    target = place(cur, to, [1.0] * 64, [10] * 64)
+    plan = make_steps(cur, 0, target, frm, to, [10] * 64, [1.0] * 64, "batched", 4)
+    assert len(plan) > 1
+    for st in plan:
+        cur = apply_moves(cur, st.moves)
+        assert max(cur) < st.workers, (st.step, st.workers)
+    assert cur == target and plan[-1].workers == to
+
+
 def test_offset_log_and_latency(tmp_path: Path) -> None:
     d = tmp_path / "spark" / "offsets"
     d.mkdir(parents=True)
