@@ -18,7 +18,6 @@ true response time, bounded above by the epoch's last output (a few ms of skew a
 from __future__ import annotations
 
 import json
-import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -371,43 +370,21 @@ class OffsetLogTail:
 
 def output_times(bootstrap: str, topic: str, from_ms: int, timeout_s: float = 300.0) -> dict[int, float]:
     """{epoch: answer time (unix s)} = max Kafka timestamp of the epoch's outputs (deduplicated by id)."""
-    from kafka import KafkaConsumer, TopicPartition
+    from spark_jobs.output import record_id, scan_topic
 
-    from spark_jobs.worker import ID_HEADER
-
-    c = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None,
-                      max_poll_records=20000, fetch_max_bytes=64 * 2**20, max_partition_fetch_bytes=16 * 2**20)
-    try:
-        parts = [TopicPartition(topic, p) for p in sorted(c.partitions_for_topic(topic) or [])]
-        c.assign(parts)
-        end = c.end_offsets(parts)
-        start = c.offsets_for_times({tp: from_ms for tp in parts})
-        for tp in parts:
-            off = start.get(tp)
-            c.seek(tp, off.offset if off is not None else end[tp])
-        seen: set[bytes] = set()
-        best: dict[int, float] = {}
-        deadline = time.time() + timeout_s
-        while any(c.position(tp) < end[tp] for tp in parts):
-            if time.time() > deadline:
-                raise TimeoutError(f"reading {topic} timed out")
-            for _tp, msgs in c.poll(timeout_ms=500).items():
-                for msg in msgs:
-                    rid = None
-                    for k, v in msg.headers or []:
-                        if k == ID_HEADER:
-                            rid = v
-                            break
-                    if rid is None or rid in seen:
-                        continue
-                    seen.add(rid)
-                    e = int(rid.split(b":", 1)[0])
-                    ts = msg.timestamp / 1000.0
-                    if ts > best.get(e, 0.0):
-                        best[e] = ts
-        return best
-    finally:
-        c.close()
+    seen: set[bytes] = set()
+    best: dict[int, float] = {}
+    for msg in scan_topic(bootstrap, topic, timeout_s, from_ms=from_ms, max_poll_records=20000,
+                          fetch_max_bytes=64 * 2**20, max_partition_fetch_bytes=16 * 2**20):
+        rid = record_id(msg)
+        if rid is None or rid in seen:
+            continue
+        seen.add(rid)
+        e = int(rid.split(b":", 1)[0])
+        ts = msg.timestamp / 1000.0
+        if ts > best.get(e, 0.0):
+            best[e] = ts
+    return best
 
 
 @dataclass

@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 
 from bench import report as rp
 from bench.ballast import (BallastJob, JobSpec, OffsetLogTail, half_of_half, make_steps, offset_ranges,
@@ -633,6 +632,12 @@ def overhead_s(job: BallastJob, epochs: list[int] | None = None) -> float:
     return statistics.median(vals) if vals else 0.3
 
 
+def records_per_row(workers: list[Any], epochs: list[Any]) -> float:
+    """Records the workers folded per input row (word count: words per sentence), measured."""
+    rows = sum(e.input_rows for e in epochs)
+    return sum(w.records_in for w in workers) / rows if rows else 1.0
+
+
 def exp_ds2(ctx: Ctx) -> dict[str, Any]:
     from ballast import policy
 
@@ -656,14 +661,14 @@ def exp_ds2(ctx: Ctx) -> dict[str, Any]:
         # calibration probe at W=1: the catch-up is one or two big epochs whose per-worker rate is far
         # from the steady one, so measure r1 and o at a steady probe rate instead
         probe_from = job.last_epoch()
-        probe, probe_sched = _start_gen(ctx, topic, P.ds2_keys, f"{P.ds2_max_rate / 2}:{P.ds2_probe_s}",
+        probe, _ = _start_gen(ctx, topic, P.ds2_keys, f"{P.ds2_max_rate / 2}:{P.ds2_probe_s}",
                                         "ds2-probe", words=P.ds2_words)
         probe.wait(timeout=P.ds2_probe_s + 120)
         time.sleep(3 * P.ds2_trigger_ms / 1000)  # the probe's last rows are read
-        probe_eps = [e.epoch for e in job.epochs(since=probe_from) if e.input_rows > 0][1:]
+        pe = [e for e in job.epochs(since=probe_from) if e.input_rows > 0][1:]
+        probe_eps = [e.epoch for e in pe]
         probe_wk = [w for w in job.worker_rows(probe_eps) if w.useful_ms > 0 and w.records_in > 0]
-        probe_rows = sum(e.input_rows for e in job.epochs(since=probe_from) if e.epoch in probe_eps)
-        x = sum(w.records_in for w in probe_wk) / probe_rows if probe_rows else 1.0
+        x = records_per_row(probe_wk, pe)
         # rows (sentences) per useful second of one worker: the unit the generator's rate is in
         r1 = (sum(w.records_in for w in probe_wk) / (sum(w.useful_ms for w in probe_wk) / 1000) / x
               if probe_wk else math.nan)
@@ -672,7 +677,6 @@ def exp_ds2(ctx: Ctx) -> dict[str, Any]:
         cap1 = max(0.1, 1 - o / (P.ds2_trigger_ms / 1000)) * r1 if r1 == r1 else 2000.0
         # what the whole job sustained at W=1 (it includes Spark's per-row work outside the operator,
         # which the operator model does not see); meaningful when the probe saturated the job
-        pe = [e for e in job.epochs(since=probe_from) if e.epoch in probe_eps]
         span = unix(pe[-1].ended_at) - unix(pe[0].ended_at) if len(pe) > 2 else 0.0
         cap_e2e = sum(e.input_rows for e in pe[1:]) / span if span > 0 else math.inf
         saturated = bool(pe) and statistics.median(e.batch_ms for e in pe) > 0.9 * P.ds2_trigger_ms
@@ -756,7 +760,7 @@ def exp_ds2(ctx: Ctx) -> dict[str, Any]:
     wk_all = job.worker_rows([e.epoch for e in eps])
     tr_per_w = [w.records_in / (w.useful_ms / 1000) for w in wk_all if w.useful_ms > 50 and w.records_in > 0]
     # records a worker folds per input row (word count: words per sentence), measured
-    expansion = (sum(w.records_in for w in wk_all) / max(1, sum(e.input_rows for e in eps))) if eps else 1.0
+    expansion = records_per_row(wk_all, eps)
     r_hat = statistics.median(tr_per_w) / expansion if tr_per_w and expansion > 0 else math.nan
     ov = [e.batch_ms / 1000 for e in eps]
     o_hat = overhead_s(job, [e.epoch for e in eps])

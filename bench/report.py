@@ -62,6 +62,23 @@ def timeline_rows(rows: Iterable[TimelineRow], label: str) -> list[dict[str, Any
              "p50_ms": r.p50_ms, "p99_ms": r.p99_ms, "max_ms": r.max_ms} for r in rows]
 
 
+def _save(fig: Any, path: Path) -> Path:
+    """Lay out, write (110 dpi) and free a figure; every plot ends here."""
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _finish_log_axes(ax: Any, title: str) -> None:
+    """Title, log-scale grid and a legend when anything is labelled (the CCDF and scatter plots)."""
+    ax.set_title(title, fontsize=10)
+    ax.grid(True, which="both", alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8)
+
+
 def plot_timelines(path: Path, series: dict[str, tuple[list[TimelineRow], list[tuple[float, float]]]],
                    title: str) -> Path:
     """One panel per series: max and p99 latency per 250 ms window (log y), throughput on a twin
@@ -85,11 +102,7 @@ def plot_timelines(path: Path, series: dict[str, tuple[list[TimelineRow], list[t
         ax.legend(loc="upper left", fontsize=7)
     axes[-1, 0].set_xlabel("time (s)")
     fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def plot_cdf(path: Path, hists: dict[str, LogHistogram], title: str) -> Path:
@@ -101,14 +114,8 @@ def plot_cdf(path: Path, hists: dict[str, LogHistogram], title: str) -> Path:
             ax.loglog(x, [max(1 - v, 1e-7) for v in y], drawstyle="steps-post", label=label)
     ax.set_xlabel("latency ms")
     ax.set_ylabel("fraction of records with latency > x")
-    ax.set_title(title, fontsize=10)
-    ax.grid(True, which="both", alpha=0.3)
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    _finish_log_axes(ax, title)
+    return _save(fig, path)
 
 
 def plot_bars(path: Path, labels: list[str], panels: dict[str, list[float]], title: str) -> Path:
@@ -119,10 +126,7 @@ def plot_bars(path: Path, labels: list[str], panels: dict[str, list[float]], tit
         ax.set_title(name, fontsize=9)
         ax.tick_params(axis="x", labelrotation=30, labelsize=7)
     fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def plot_scatter(path: Path, points: dict[str, list[tuple[float, float, str]]], title: str,
@@ -140,14 +144,8 @@ def plot_scatter(path: Path, points: dict[str, list[tuple[float, float, str]]], 
     ax.set_yscale("log")
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
-    ax.set_title(title, fontsize=10)
-    ax.grid(True, which="both", alpha=0.3)
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    _finish_log_axes(ax, title)
+    return _save(fig, path)
 
 
 def plot_series(path: Path, series: dict[str, tuple[list[float], list[float]]], title: str, ylabel: str,
@@ -169,10 +167,7 @@ def plot_series(path: Path, series: dict[str, tuple[list[float], list[float]]], 
         ax2.legend(loc="upper right", fontsize=7)
     ax.legend(loc="upper left", fontsize=7)
     ax.set_title(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def md_table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:

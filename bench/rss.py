@@ -13,26 +13,23 @@ import time
 import psutil
 
 
-def tree_rss_bytes(pid: int) -> int:
+def rss_bytes(pid: int) -> tuple[int, int]:
+    """(whole tree, root alone) in one pass over the process tree; (0, 0) once it is gone."""
     try:
         root = psutil.Process(pid)
         procs = [root, *root.children(recursive=True)]
     except psutil.NoSuchProcess:
-        return 0
-    total = 0
+        return 0, 0
+    total = root_rss = 0
     for p in procs:
         try:
-            total += p.memory_info().rss
+            rss = p.memory_info().rss
         except (psutil.NoSuchProcess, psutil.AccessDenied):
-            pass
-    return total
-
-
-def root_rss_bytes(pid: int) -> int:
-    try:
-        return psutil.Process(pid).memory_info().rss
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
-        return 0
+            continue
+        total += rss
+        if p is root:
+            root_rss = rss
+    return total, root_rss
 
 
 class RssSampler:
@@ -49,10 +46,9 @@ class RssSampler:
     def _loop(self) -> None:
         while not self._stop.is_set():
             t = time.time()
-            rss = tree_rss_bytes(self.pid)
-            if rss:
-                self.samples.append((t, rss / 2**20))
-            root = root_rss_bytes(self.pid)
+            tree, root = rss_bytes(self.pid)
+            if tree:
+                self.samples.append((t, tree / 2**20))
             if root:
                 self.root_samples.append((t, root / 2**20))
             self._stop.wait(self.interval)

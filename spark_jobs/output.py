@@ -10,7 +10,9 @@ or two (the outbox keeps 2 epochs), so a consumer may bound its seen-set to ids 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from spark_jobs.worker import ID_HEADER
 
@@ -33,37 +35,56 @@ def parse_id(raw: bytes) -> tuple[int, int, int]:
     return int(e), int(w), int(s)
 
 
-def read_output(bootstrap: str, topic: str, timeout_s: float = 60.0) -> tuple[list[OutputRecord], int]:
-    """All records now in `topic` (up to the end offsets at call time) and how many were duplicates."""
+def scan_topic(bootstrap: str, topic: str, timeout_s: float, from_ms: int | None = None,
+               **consumer_opts: Any) -> Iterator[Any]:
+    """Every record of `topic` from the beginning (or from Kafka time `from_ms`) up to the end
+    offsets at call time, partition by partition as polled; TimeoutError if the end is not reached."""
     from kafka import KafkaConsumer, TopicPartition
 
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None,
-                             consumer_timeout_ms=1000, max_poll_records=5000)
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None, **consumer_opts)
     try:
         parts = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or [])]
         consumer.assign(parts)
-        consumer.seek_to_beginning(*parts)
         end = consumer.end_offsets(parts)
-        seen: dict[tuple[int, int, int], OutputRecord] = {}
-        dups = 0
+        if from_ms is None:
+            consumer.seek_to_beginning(*parts)
+        else:
+            start = consumer.offsets_for_times({tp: from_ms for tp in parts})
+            for tp in parts:
+                off = start.get(tp)
+                consumer.seek(tp, off.offset if off is not None else end[tp])
         deadline = time.time() + timeout_s
         while any(consumer.position(tp) < end[tp] for tp in parts):
             if time.time() > deadline:
                 raise TimeoutError(f"reading {topic} did not reach its end offsets in {timeout_s}s")
-            for tp, msgs in consumer.poll(timeout_ms=500).items():
-                for msg in msgs:
-                    hdr = dict(msg.headers or [])
-                    rid = parse_id(hdr[ID_HEADER])
-                    rec = OutputRecord(*rid, msg.key, msg.value)
-                    if rid in seen:
-                        dups += 1
-                        if seen[rid] != rec:
-                            raise AssertionError(f"output id {rid} seen with two different values")
-                        continue
-                    seen[rid] = rec
-        return sorted(seen.values()), dups
+            for msgs in consumer.poll(timeout_ms=500).values():
+                yield from msgs
     finally:
         consumer.close()
+
+
+def record_id(msg: Any) -> bytes | None:
+    """The raw `ballast-id` header of an output record (None if it has none)."""
+    for k, v in msg.headers or []:
+        if k == ID_HEADER:
+            return v
+    return None
+
+
+def read_output(bootstrap: str, topic: str, timeout_s: float = 60.0) -> tuple[list[OutputRecord], int]:
+    """All records now in `topic` (up to the end offsets at call time) and how many were duplicates."""
+    seen: dict[tuple[int, int, int], OutputRecord] = {}
+    dups = 0
+    for msg in scan_topic(bootstrap, topic, timeout_s, consumer_timeout_ms=1000, max_poll_records=5000):
+        rid = parse_id(record_id(msg))  # type: ignore[arg-type]
+        rec = OutputRecord(*rid, msg.key, msg.value)
+        if rid in seen:
+            dups += 1
+            if seen[rid] != rec:
+                raise AssertionError(f"output id {rid} seen with two different values")
+            continue
+        seen[rid] = rec
+    return sorted(seen.values()), dups
 
 
 def read_deduplicated_output(bootstrap: str, topic: str, timeout_s: float = 60.0) -> list[OutputRecord]:

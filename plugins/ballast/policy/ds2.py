@@ -215,9 +215,10 @@ def source_expansion(flow: Dataflow, rows: Iterable[WorkerEpochMetrics], epochs:
     1.0 when unmeasured (no rows, or the first operator saw nothing).
     """
     firsts = {op.name for op in flow.operators if source in op.inputs}
-    ids = {e.epoch for e in epochs}
-    got = sum(r.records_in for r in rows if r.operator in firsts and r.epoch in ids)
-    sent = sum(e.input_rows for e in epochs if e.epoch in {r.epoch for r in rows})
+    rows = [r for r in rows if r.operator in firsts]
+    both = {e.epoch for e in epochs} & {r.epoch for r in rows}  # epochs measured on both sides
+    got = sum(r.records_in for r in rows if r.epoch in both)
+    sent = sum(e.input_rows for e in epochs if e.epoch in both)
     # two decimals: per-worker counts that do not add up exactly (a window edge) must not nudge
     # a 1:1 job's target rate by 0.04 % and with it a rounded-up parallelism
     return round(got / sent, 2) if got > 0 and sent > 0 else 1.0
