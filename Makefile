@@ -49,5 +49,6 @@ lock: ## regenerate constraints.txt from a fresh resolve of requirements.txt
 	       echo "# \`make lock\` after changing requirements.txt."; .lock-venv/bin/pip freeze; } > constraints.txt \
 	  && rm -rf .lock-venv
 
-clean: down ## remove services' data, checkpoints and logs (keeps the venv and jar cache)
+clean: ## stop the services, remove their data, checkpoints and logs (keeps the venv and jar cache)
+	@$(STACK) clean
 	rm -rf .state

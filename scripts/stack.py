@@ -1,14 +1,16 @@
 """Local services of the Ballast stack: Kafka (KRaft), Airflow standalone, PostgreSQL (optional).
 
-`python scripts/stack.py up|down|status [kafka|airflow|postgres ...]` — what `make up/down/status`
-call. Every service listens on 127.0.0.1 only, keeps its data under `.state/` (ignored), writes a
-pid file, and is health-checked before `up` returns. Re-running `up` on a healthy service is a
-no-op; `down` stops only what this script started. The tests import this module to bring up the
-broker themselves (tests/conftest.py).
+`python scripts/stack.py up|down|status|clean [kafka|airflow|postgres ...]` — what
+`make up/down/status/clean` call. Every service listens on 127.0.0.1 only, keeps its data under
+`.state/` (ignored; PostgreSQL run as root: see PG_DIR), writes a pid file, and is health-checked
+before `up` returns. Re-running `up` on a healthy service is a no-op; `down` stops only what this
+script started; `clean` is `down` plus removing the data kept outside `.state/`. The tests import
+this module to bring up the broker themselves (tests/conftest.py).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -282,7 +284,11 @@ def airflow_down() -> None:
 
 
 # ------------------------------------------------- PostgreSQL (tests, and BALLAST_DB_URL) --
-PG_DIR = STATE / "postgres"
+# As root, initdb/postgres run as the `postgres` user, who cannot enter a checkout under a 0700
+# directory (root's home, `mktemp -d`): the cluster (data, socket) then lives in its own 0700 dir
+# under postgres' /var/lib/postgresql, one per state dir so two checkouts never share a cluster.
+_PG_KEY = hashlib.sha256(str(STATE.resolve()).encode()).hexdigest()[:12]
+PG_DIR = Path("/var/lib/postgresql") / f"ballast-{_PG_KEY}" if os.geteuid() == 0 else STATE / "postgres"
 PG_PID = STATE / "postgres.pid"
 PG_LOG = STATE / "logs" / "postgres.log"
 
@@ -319,7 +325,8 @@ def postgres_up() -> None:
             ["useradd", "--system", "--no-create-home", "postgres"], check=True
         )
         run_as = ["runuser", "-u", "postgres", "--"]
-    PG_DIR.mkdir(parents=True, exist_ok=True)
+    PG_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)
+    PG_DIR.chmod(0o700)
     if run_as:
         subprocess.run(["chown", "-R", "postgres", str(PG_DIR)], check=True)
     data = PG_DIR / "data"
@@ -346,6 +353,13 @@ def postgres_down() -> None:
     _stop("postgres", PG_PID)
 
 
+def postgres_clean() -> None:
+    """After `down`: remove the cluster, which as root lives outside `.state/`."""
+    if PG_DIR.exists():
+        shutil.rmtree(PG_DIR)
+        log(f"postgres: removed {PG_DIR}")
+
+
 # ---------------------------------------------------------------------------------- CLI --
 SERVICES = {
     "kafka": (kafka_up, kafka_down, lambda: _pid_alive(KAFKA_PID) is not None and _kafka_ready()),
@@ -356,8 +370,8 @@ DEFAULT_UP = ["kafka", "airflow"]
 
 
 def main(argv: list[str]) -> int:
-    if not argv or argv[0] not in ("up", "down", "status"):
-        print("usage: stack.py up|down|status [kafka|airflow|postgres ...]", file=sys.stderr)
+    if not argv or argv[0] not in ("up", "down", "status", "clean"):
+        print("usage: stack.py up|down|status|clean [kafka|airflow|postgres ...]", file=sys.stderr)
         return 2
     action, names = argv[0], argv[1:]
     unknown = [n for n in names if n not in SERVICES]
@@ -368,9 +382,11 @@ def main(argv: list[str]) -> int:
         if action == "up":
             for n in names or DEFAULT_UP:
                 SERVICES[n][0]()
-        elif action == "down":
+        elif action in ("down", "clean"):
             for n in reversed(names or list(SERVICES)):
                 SERVICES[n][1]()
+                if action == "clean" and n == "postgres":
+                    postgres_clean()
         else:
             bad = 0
             for n in names or list(SERVICES):
