@@ -62,6 +62,7 @@ class EpochMetrics(Base):
     end_offsets: Mapped[dict[str, Any] | None] = mapped_column(nullable=True)
     started_at: Mapped[datetime]
     ended_at: Mapped[datetime]
+    dead_letters: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
 
 
 class WorkerMetrics(Base):
@@ -78,6 +79,7 @@ class WorkerMetrics(Base):
     wall_ms: Mapped[float] = mapped_column(Float)
     state_keys: Mapped[int] = mapped_column(BigInteger)
     state_bytes: Mapped[int] = mapped_column(BigInteger)
+    dead_letters: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")  # folds that raised
 
 
 class BinMetrics(Base):
@@ -141,6 +143,9 @@ class Heartbeat(Base):
     updated_at: Mapped[datetime]
     started_at: Mapped[datetime]
     pid: Mapped[int] = mapped_column(Integer)
+    # what the cluster can give the job: executors it holds now and the most workers it can run
+    executors: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    capacity: Mapped[int | None] = mapped_column(Integer, nullable=True)
     host: Mapped[str] = mapped_column(String(200))
     status: Mapped[str] = mapped_column(String(20))  # running | stopping | stopped
 

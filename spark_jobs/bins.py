@@ -2,7 +2,7 @@
 
 A key's hash is Spark's `xxhash64(key)` (stable across runs, JVM-side, seed 42), read as an
 unsigned 64-bit number. Its bin is the top `k` bits (`B = 2^k`). A state entry is stored under
-`hash.to_bytes(8, "big") + key`, so all keys of bin `b` lie in the byte range
+`hash.to_bytes(8, "big") + tag + key` (see `store_key`), so all keys of bin `b` lie in the byte range
 `[b << (64-k), (b+1) << (64-k))` of the first 8 bytes — for *any* k. Raising k later splits every
 bin into two adjacent ranges without rewriting a single key (only the per-bin counters need one
 recount); lowering it merges neighbours.
@@ -10,6 +10,7 @@ recount); lowering it merges neighbours.
 
 from __future__ import annotations
 
+import hashlib
 import struct
 from collections.abc import Sequence
 
@@ -32,13 +33,47 @@ def bin_of_hash(h: int, k: int) -> int:
     return unsigned(h) >> (64 - k) if k else 0
 
 
+# Keys of any length: LMDB refuses store keys over 511 bytes and Kafka keys can be far longer.
+# A short key is stored as hash + 0x00 + key; a long one as hash + 0x01 + sha256(key), with the
+# full key kept at the front of the value (length-prefixed). The tag byte keeps the two apart, so
+# no short key can ever equal a long key's store key, and a bin stays one contiguous range.
+SHORT_KEY_MAX = 400
+_TAG_SHORT, _TAG_LONG = b"\x00", b"\x01"
+_LEN = struct.Struct(">I")
+
+
 def store_key(h: int, key: bytes) -> bytes:
-    """8-byte big-endian unsigned hash, then the key bytes."""
-    return struct.pack(">Q", unsigned(h)) + key
+    """8-byte big-endian unsigned hash, a tag byte, then the key (or its SHA-256 when long)."""
+    if len(key) <= SHORT_KEY_MAX:
+        return struct.pack(">Q", unsigned(h)) + _TAG_SHORT + key
+    return struct.pack(">Q", unsigned(h)) + _TAG_LONG + hashlib.sha256(key).digest()
 
 
-def split_store_key(sk: bytes) -> tuple[int, bytes]:
-    return struct.unpack(">Q", sk[:8])[0], sk[8:]
+def is_long_key(sk: bytes) -> bool:
+    return sk[8:9] == _TAG_LONG
+
+
+def encode_value(sk: bytes, key: bytes, state: bytes) -> bytes:
+    """What the store keeps under `sk`: the state, prefixed by the full key for long keys."""
+    return _LEN.pack(len(key)) + key + state if is_long_key(sk) else state
+
+
+def decode_value(sk: bytes, stored: bytes, key: bytes | None = None) -> bytes:
+    """The state under `sk`; for a long key, checks the stored full key when `key` is given."""
+    if not is_long_key(sk):
+        return stored
+    n = _LEN.unpack_from(stored)[0]
+    if key is not None and stored[4:4 + n] != key:
+        raise ValueError("two long keys share a SHA-256 store key")  # never seen; refuse rather than mix
+    return stored[4 + n:]
+
+
+def decode_entry(sk: bytes, stored: bytes) -> tuple[bytes, bytes]:
+    """(key, state) of a store entry, for readers of the durable state."""
+    if not is_long_key(sk):
+        return sk[9:], stored
+    n = _LEN.unpack_from(stored)[0]
+    return stored[4:4 + n], stored[4 + n:]
 
 
 def bin_of_store_key(sk: bytes, k: int) -> int:

@@ -27,7 +27,14 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--bins", type=int, default=256, help="B = 2^k, fixed at the first start")
     r.add_argument("--workers", type=int, default=2, help="initial W (first start only)")
     r.add_argument("--checkpoint-dir", required=True)
-    r.add_argument("--state-dir", default=None, help="default <checkpoint-dir>/state")
+    r.add_argument("--state-uri", default=None,
+                   help="where bin state lives for good: a path or hdfs://, s3://, gs://, abfs:// URI that the "
+                        "driver and every executor reach (default <checkpoint-dir>/state)")
+    r.add_argument("--cache-dir", default=None,
+                   help="workers' local state caches (default: each executor's own work directory)")
+    r.add_argument("--snapshot-every", type=int, default=10, help="epochs with changes between state snapshots")
+    r.add_argument("--allow-data-loss", action="store_true",
+                   help="let the job go on when Kafka retention deleted records it had not read (default: fail)")
     r.add_argument("--bootstrap", default="127.0.0.1:9092")
     r.add_argument("--db-url", default=None, help="default $BALLAST_DB_URL or the repo's SQLite file")
     r.add_argument("--trigger-ms", type=int, default=1000)
@@ -45,7 +52,8 @@ def config_from_args(a: argparse.Namespace) -> JobConfig:
 
     return JobConfig(
         job=a.job, operator=a.operator, input_topic=a.input_topic, bins=a.bins, workers=a.workers,
-        checkpoint_dir=a.checkpoint_dir, state_dir=a.state_dir, bootstrap=a.bootstrap,
+        checkpoint_dir=a.checkpoint_dir, state_uri=a.state_uri, cache_dir=a.cache_dir,
+        snapshot_every=a.snapshot_every, fail_on_data_loss=not a.allow_data_loss, bootstrap=a.bootstrap,
         db_url=a.db_url or default_url(), trigger_ms=a.trigger_ms, max_offsets_per_trigger=a.max_offsets_per_trigger,
         output_partitions=a.output_partitions, max_future_s=a.max_future_s,
     )
@@ -90,13 +98,13 @@ def main(argv: list[str] | None = None) -> int:
     if a.cmd == "run":
         return run(config_from_args(a), master=a.master)
     if a.cmd == "stop":
-        from pathlib import Path
+        from spark_jobs.storage import Location
 
-        stop = Path(a.checkpoint_dir) / "ballast" / "STOP"
-        if not stop.parent.exists():
+        stop = Location.of(a.checkpoint_dir) / "ballast" / "STOP"
+        if not (Location.of(a.checkpoint_dir) / "ballast" / "job.json").exists():
             print(f"no Ballast job state in {a.checkpoint_dir}", file=sys.stderr)
             return 1
-        stop.touch()
+        stop.write_bytes(b"")
         print(f"stop requested: {stop}")
         return 0
     return 2

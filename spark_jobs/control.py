@@ -96,13 +96,14 @@ class Decision:
     map_version_before: int
     workers_before: int
     applied: dict[str, Any] | None = None  # {plan_id, step, moves [[bin, from, to]], workers, map_version_after}
+    warm: dict[str, list[int]] = field(default_factory=dict)  # worker -> bins to pre-copy in this epoch
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "epoch": self.epoch, "decided_at": self.decided_at,
             "entries": [asdict(e) for e in self.entries], "state_after": self.state_after.to_dict(),
             "map_version_before": self.map_version_before, "workers_before": self.workers_before,
-            "applied": self.applied,
+            "applied": self.applied, "warm": self.warm,
         }
 
     @classmethod
@@ -110,7 +111,7 @@ class Decision:
         return cls(
             epoch=d["epoch"], decided_at=d["decided_at"], entries=[Entry(**e) for e in d["entries"]],
             state_after=ControlState.from_dict(d["state_after"]), map_version_before=d["map_version_before"],
-            workers_before=d["workers_before"], applied=d.get("applied"),
+            workers_before=d["workers_before"], applied=d.get("applied"), warm=d.get("warm", {}),
         )
 
 
@@ -163,7 +164,7 @@ def has_due_step(st: ControlState, now: datetime) -> bool:
     for q in st.queue:
         s = _step_of(q)
         if s.effective_at <= now and (s.step == 1 or step_key(s.plan_id, s.step - 1) in st.final):
-            return True
+            return True  # a pre-copy step received in an earlier epoch has been warmed: due as well
     return False
 
 
@@ -236,6 +237,10 @@ def decide(
             remaining.append(q)
             waiting[sk] = f"queued until effective_at {s.effective_at.isoformat()}"
             continue
+        if s.precopy and q["epoch"] >= epoch:
+            remaining.append(q)
+            waiting[sk] = "pre-copy: the new owners warm its bins in this epoch; cut-over at a later one"
+            continue
         if s.step > 1:
             prev = st.final.get(step_key(s.plan_id, s.step - 1))
             if prev is None:
@@ -271,7 +276,22 @@ def decide(
     return Decision(
         epoch=epoch, decided_at=now.isoformat(), entries=entries, state_after=st,
         map_version_before=state.map_version, workers_before=state.workers, applied=applied,
+        warm=warm_plan(st, bins),
     )
+
+
+def warm_plan(st: ControlState, bins: int) -> dict[str, list[int]]:
+    """worker -> bins its task pre-copies this epoch: the incoming bins of every queued pre-copy
+    step (Kafka Streams' warm-up replicas): at the cut-over only the changes since are replayed."""
+    warm: dict[str, set[int]] = {}
+    for q in st.queue:
+        msg = q["msg"]
+        if not msg.get("precopy"):
+            continue
+        for m in msg["moves"]:
+            if 0 <= m["bin"] < bins:
+                warm.setdefault(str(m["to"]), set()).add(m["bin"])
+    return {w: sorted(bs) for w, bs in sorted(warm.items())}
 
 
 def initial_state(bins: int, workers: int) -> ControlState:

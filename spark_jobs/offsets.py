@@ -12,19 +12,28 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+from spark_jobs.storage import Location
+
 Ranges = dict[str, dict[int, tuple[int, int]]]
 
 
-def read_end_offsets(spark_checkpoint: str | Path, epoch: int) -> dict[str, dict[str, int]] | None:
-    return read_offset_file(Path(spark_checkpoint) / "offsets" / str(epoch))
+def _loc(spark_checkpoint: str | Path | Location) -> Location:
+    return spark_checkpoint if isinstance(spark_checkpoint, Location) else Location.of(str(spark_checkpoint))
 
 
-def read_offset_file(p: Path) -> dict[str, dict[str, int]] | None:
+def read_end_offsets(spark_checkpoint: str | Path | Location, epoch: int) -> dict[str, dict[str, int]] | None:
+    return read_offset_file(_loc(spark_checkpoint) / "offsets" / str(epoch))
+
+
+def read_offset_file(p: Path | Location) -> dict[str, dict[str, int]] | None:
     """{topic: {partition: end offset}} from one file of Spark's offset log (or a copy of one)."""
     try:
-        lines = p.read_text().splitlines()
+        text = p.read_text() if isinstance(p, Location) else p.read_text()
     except OSError:
         return None
+    if text is None:
+        return None
+    lines = text.splitlines()
     for line in lines[1:]:
         try:
             doc = json.loads(line)
@@ -37,7 +46,7 @@ def read_offset_file(p: Path) -> dict[str, dict[str, int]] | None:
     return None
 
 
-def epoch_ranges(spark_checkpoint: str | Path, epoch: int,
+def epoch_ranges(spark_checkpoint: str | Path | Location, epoch: int,
                  earliest: Callable[[str, int], int] = lambda t, p: 0) -> Ranges | None:
     """{topic: {partition: (start, end)}} of `epoch`; None when the log cannot tell."""
     end = read_end_offsets(spark_checkpoint, epoch)
@@ -54,8 +63,5 @@ def epoch_ranges(spark_checkpoint: str | Path, epoch: int,
     return out
 
 
-def committed_epochs(spark_checkpoint: str | Path) -> list[int]:
-    d = Path(spark_checkpoint) / "commits"
-    if not d.exists():
-        return []
-    return sorted(int(p.name) for p in d.iterdir() if p.name.isdigit())
+def committed_epochs(spark_checkpoint: str | Path | Location) -> list[int]:
+    return sorted(int(n) for n in (_loc(spark_checkpoint) / "commits").list() if n.isdigit())

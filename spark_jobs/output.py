@@ -21,6 +21,11 @@ def output_topic(job: str) -> str:
     return f"{job}.output"
 
 
+def dlq_topic(job: str) -> str:
+    """Records the operator could not process (its fold raised), with the reason in headers."""
+    return f"{job}.dlq"
+
+
 @dataclass(frozen=True, order=True)
 class OutputRecord:
     epoch: int

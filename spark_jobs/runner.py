@@ -32,12 +32,11 @@ from spark_jobs import faults
 from spark_jobs import metrics as mx
 from spark_jobs.bins import bits_for, spark_columns
 from spark_jobs.control import ControlRecord, ControlState, Decision, decide, has_due_step, initial_state, tick_message
+from spark_jobs.durable import DurableState
 from spark_jobs.journal import Journal
-from spark_jobs.migrate import move_bins
-from spark_jobs.offsets import epoch_ranges
+from spark_jobs.offsets import committed_epochs, epoch_ranges
 from spark_jobs.operators import get_operator
-from spark_jobs.output import output_topic
-from spark_jobs.state import WorkerStore, worker_dir
+from spark_jobs.output import dlq_topic, output_topic
 from spark_jobs.worker import OUTPUT_SCHEMA, ApplyConfig, make_apply_fn
 
 log = logging.getLogger("ballast.runner")
@@ -55,18 +54,20 @@ class JobConfig:
     operator: str = "keycount"
     bins: int = 256
     workers: int = 2  # initial worker count; on restart the logged map wins
-    state_dir: str | None = None  # default <checkpoint_dir>/state
+    state_uri: str | None = None  # durable state; default <checkpoint_dir>/state
+    cache_dir: str | None = None  # workers' local caches; default: each executor's own directory
+    snapshot_every: int = 10  # epochs with changes between snapshots of the durable state
     trigger_ms: int = 1000
     max_offsets_per_trigger: int | None = None
     output_partitions: int = 2
     max_future_s: float = 86400.0
-    keep_outbox: int = 2
     starting_offsets: str = "earliest"
+    fail_on_data_loss: bool = True  # Kafka retention dropping records a replay needs is an error
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
-    def state_path(self) -> str:
-        return self.state_dir or str(Path(self.checkpoint_dir) / "state")
+    def state_location(self) -> str:
+        return self.state_uri or f"{self.checkpoint_dir.rstrip('/')}/state"
 
     def to_dict(self) -> dict[str, Any]:
         """For logs and the jobs table: the DB password is masked."""
@@ -81,8 +82,10 @@ class JobConfig:
 
 
 def ensure_job_topics(bootstrap: str, job: str, output_partitions: int) -> None:
-    """Create `<job>.control` (1 partition: steps stay ordered), acks (1) and output (N) if missing."""
-    create_missing_topics(bootstrap, {control_topic(job): 1, acks_topic(job): 1, output_topic(job): output_partitions})
+    """Create `<job>.control` (1 partition: steps stay ordered), acks (1), output (N) and the
+    dead-letter topic (1) if missing."""
+    create_missing_topics(bootstrap, {control_topic(job): 1, acks_topic(job): 1, output_topic(job): output_partitions,
+                                      dlq_topic(job): 1})
 
 
 def _iso(ts: datetime) -> str:
@@ -115,6 +118,8 @@ class JobRunner:
         self.journal = Journal(cfg.checkpoint_dir)
         self.ctl_topic = control_topic(cfg.job)
         self.out_topic = output_topic(cfg.job)
+        self.durable: DurableState | None = None
+        self._last_state: dict[int, tuple[int, int]] = {}  # worker -> (keys, bytes), for epochs without tasks
         self.started_at = utcnow()
         self.query: Any = None
         self._in_batch = threading.Event()
@@ -135,10 +140,12 @@ class JobRunner:
         cfg = self.cfg
         fixed = {"job": cfg.job, "operator": cfg.operator, "bins": cfg.bins, "input_topic": cfg.input_topic}
         self.journal.ensure_job(fixed)
+        self.durable = DurableState(cfg.state_location, cfg.job, cfg.bins, cfg.snapshot_every)
+        self.durable.check_against(max(committed_epochs(self.journal.spark_checkpoint), default=-1))
         mx.ensure_job_row(cfg.db_url, cfg.job, cfg.operator, cfg.bins, cfg.to_dict(), utcnow())
         ensure_job_topics(cfg.bootstrap, cfg.job, cfg.output_partitions)
         self._state = self.journal.latest_state()
-        self.stop_file.unlink(missing_ok=True)  # a stale request must not stop this run
+        self.stop_file.delete()  # a stale request must not stop this run
         if self._state is not None and self._state.workers != cfg.workers:
             log.warning("job %s restarts with the logged map (W=%d, map v%d); --workers %d is ignored",
                         cfg.job, self._state.workers, self._state.map_version, cfg.workers)
@@ -147,7 +154,8 @@ class JobRunner:
         self._producer = KafkaProducer(bootstrap_servers=cfg.bootstrap, acks="all", linger_ms=5)
         self._consumer = KafkaConsumer(bootstrap_servers=cfg.bootstrap, enable_auto_commit=False, group_id=None)
         log.info("ballast job starting with effective configuration: %s",
-                 json.dumps({**cfg.to_dict(), "state_dir": cfg.state_path, "bins_bits": self.k,
+                 json.dumps({**cfg.to_dict(), "state_uri": self.durable.uri, "bins_bits": self.k,
+                             "store_id": self.durable.store_id, "dlq_topic": dlq_topic(cfg.job),
                              "control_topic": self.ctl_topic, "acks_topic": acks_topic(cfg.job),
                              "output_topic": self.out_topic,
                              "spark_checkpoint": str(self.journal.spark_checkpoint)}, sort_keys=True))
@@ -156,7 +164,7 @@ class JobRunner:
             .option("kafka.bootstrap.servers", cfg.bootstrap)
             .option("subscribe", f"{cfg.input_topic},{self.ctl_topic}")
             .option("startingOffsets", cfg.starting_offsets)
-            .option("failOnDataLoss", "false")
+            .option("failOnDataLoss", "true" if cfg.fail_on_data_loss else "false")
         )
         if cfg.max_offsets_per_trigger:
             reader = reader.option("maxOffsetsPerTrigger", str(cfg.max_offsets_per_trigger))
@@ -172,7 +180,7 @@ class JobRunner:
         return self.query
 
     @property
-    def stop_file(self) -> Path:
+    def stop_file(self) -> Any:
         """Touch it (`python -m spark_jobs.cli stop --checkpoint-dir D`) to stop after the current epoch.
 
         Under spark-submit the driver JVM is the parent process and answers SIGTERM by stopping
@@ -309,35 +317,25 @@ class JobRunner:
         st = decision.state_after
         self._state = st
 
-        # 3) moves, after epoch-1 committed everywhere and before any record of this epoch
-        moves_doc: dict[str, Any] | None = None
+        # 3+4) route and apply; bins move on the executors (the new owner's task loads them from
+        # the durable state, pre-copied ones only replay the changes since they were warmed)
         applied = decision.applied
-        if applied and applied["moves"]:
-            moves_doc = self.journal.load_moves(epoch)
-            if moves_doc is None:
-                stats = move_bins(cfg.state_path, epoch, [tuple(x) for x in applied["moves"]], self.k)
-                moves_doc = {**stats.to_dict(), "completed_at": _iso(utcnow())}
-                self.journal.write_moves(epoch, moves_doc)
-        faults.hit("after_moves")
-
-        # 4) route and apply
-        if input_rows:
-            src = df.where(F.col("topic") == cfg.input_topic)
-            keyed = self.op.keyed(src)
-            h, b, w = spark_columns("key", self.k, st.assignment)
-            routed = keyed.select("key", "value", "partition", "offset", h.alias("h"), b.alias("bin"), w.alias("worker"))
-            apply_cfg = ApplyConfig(epoch=epoch, state_dir=cfg.state_path, operator=cfg.operator,
-                                    bins_bits=self.k, workers=st.workers, keep_outbox=cfg.keep_outbox)
-            out = routed.repartitionById(st.workers, "worker").mapInArrow(make_apply_fn(apply_cfg), OUTPUT_SCHEMA)
-            (out.write.format("kafka").option("kafka.bootstrap.servers", cfg.bootstrap)
-             .option("topic", self.out_topic).save())
+        moving_in: dict[int, tuple[int, ...]] = {}
+        for b, _src, dst in (applied["moves"] if applied else []):
+            moving_in[dst] = moving_in.get(dst, ()) + (b,)
+        warm = {int(w): tuple(bs) for w, bs in decision.warm.items()}
+        worker_docs: list[dict[str, Any]] | None = None
+        moves_doc: dict[str, Any] | None = None
+        if input_rows or moving_in or warm:
+            worker_docs = self._apply(df, epoch, st, moving_in, warm)
+            moves_doc = _moves_doc(applied, worker_docs) if applied and applied["moves"] else None
         if cached:
             df.unpersist()
         faults.hit("after_apply")
         t_apply = time.perf_counter()
 
         # 5) metrics, routing map, checkpoints, events, heartbeat: one DB transaction
-        worker_docs = self._worker_metrics(epoch, st.workers, applied_now=bool(input_rows))
+        worker_docs = self._worker_metrics(st.workers, worker_docs)
         backlog, rate, end_now = self._backlog(end_offsets)
         ended_at = utcnow()
         batch_ms = (time.perf_counter() - t0) * 1000
@@ -353,22 +351,48 @@ class JobRunner:
         self.last_epoch = epoch
         self._log_epoch(epoch, decision, moves_doc, input_rows, batch_ms, backlog, replay, worker_docs)
 
-    def _worker_metrics(self, epoch: int, workers: int, applied_now: bool) -> list[dict[str, Any]]:
-        docs = []
-        for w in range(workers):
-            if not worker_dir(self.cfg.state_path, w).exists() and not applied_now:
-                docs.append({"worker": w, "records_in": 0, "records_out": 0, "useful_ms": 0.0, "wall_ms": 0.0,
-                             "state_keys": 0, "state_bytes": 0, "bins": {}})
-                continue
-            with WorkerStore(self.cfg.state_path, w) as s:
-                doc = s.get_metrics(epoch) if applied_now else None
-                if doc is None:
-                    with s.env.begin() as txn:
-                        keys, nbytes = s.totals(txn)
-                    doc = {"worker": w, "records_in": 0, "records_out": 0, "useful_ms": 0.0, "wall_ms": 0.0,
-                           "state_keys": keys, "state_bytes": nbytes, "bins": {}}
-            docs.append(doc)
+    def _apply(self, df: Any, epoch: int, st: ControlState, moving_in: dict[int, tuple[int, ...]],
+               warm: dict[int, tuple[int, ...]]) -> list[dict[str, Any]]:
+        """One Spark job: W tasks (more while a pre-copy warms a worker that does not exist yet),
+        then the durable commit of the epoch (manifest). Returns the tasks' metrics."""
+        from pyspark.sql import functions as F
+
+        cfg, durable = self.cfg, self.durable
+        assert durable is not None
+        durable.record_map(st.map_version, st.assignment)
+        tasks = max([st.workers] + [w + 1 for w in warm])
+        snapshot = durable.snapshot_due(epoch)
+        acfg = ApplyConfig(
+            epoch=epoch, job=cfg.job, operator=cfg.operator, bins_bits=self.k, workers=tasks,
+            assignment=tuple(st.assignment), state_uri=durable.uri, store_id=durable.store_id,
+            history=durable.history(before=epoch), output_topic=self.out_topic, dlq_topic=dlq_topic(cfg.job),
+            input_topic=cfg.input_topic, cache_dir=cfg.cache_dir, snapshot=snapshot, warm=warm, moving_in=moving_in)
+        src = df.where(F.col("topic") == cfg.input_topic)
+        keyed = self.op.keyed(src)
+        h, b, w = spark_columns("key", self.k, st.assignment)
+        routed = keyed.select("key", "value", "partition", "offset", h.alias("h"), b.alias("bin"), w.alias("worker"))
+        out = routed.repartitionById(tasks, "worker").mapInArrow(make_apply_fn(acfg), OUTPUT_SCHEMA)
+        out.write.format("kafka").option("kafka.bootstrap.servers", cfg.bootstrap).save()
+        faults.hit("before_manifest")
+        docs = durable.commit_epoch(epoch, st.map_version, tasks, snapshot)
+        dropped = durable.retain()
+        if dropped:
+            log.info("retention: dropped %d old epochs of durable state", dropped)
         return docs
+
+    def _worker_metrics(self, workers: int, docs: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+        """The tasks' metrics; for an epoch without tasks, zero records and the last known state size."""
+        if docs is not None:
+            docs = [d for d in docs if int(d.get("worker", 0)) < workers]
+            for d in docs:
+                self._last_state[int(d["worker"])] = (int(d["state_keys"]), int(d["state_bytes"]))
+            return docs
+        out = []
+        for w in range(workers):
+            keys, nbytes = self._last_state.get(w, (0, 0))
+            out.append({"worker": w, "records_in": 0, "records_out": 0, "dead_letters": 0, "useful_ms": 0.0,
+                        "wall_ms": 0.0, "state_keys": keys, "state_bytes": nbytes, "bins": {}})
+        return out
 
     def _backlog(self, end_offsets: dict[int, int]) -> tuple[int | None, float | None, dict[str, int]]:
         from kafka import TopicPartition
@@ -443,7 +467,8 @@ class JobRunner:
                     job=cfg.job, operator=cfg.operator, epoch=epoch, worker=int(doc["worker"]),
                     records_in=int(doc["records_in"]), records_out=int(doc["records_out"]),
                     useful_ms=float(doc["useful_ms"]), wall_ms=float(doc["wall_ms"]),
-                    state_keys=int(doc["state_keys"]), state_bytes=int(doc["state_bytes"])))
+                    state_keys=int(doc["state_keys"]), state_bytes=int(doc["state_bytes"]),
+                    dead_letters=int(doc.get("dead_letters", 0))))
                 for b, (rec, keys, nbytes) in doc["bins"].items():
                     if int(doc["worker"]) != st.assignment[int(b)]:
                         log.error("migration property violated: bin %s applied by worker %s at epoch %d, map says %d",
@@ -454,7 +479,8 @@ class JobRunner:
             erow = m.EpochMetrics(
                 job=cfg.job, operator=cfg.operator, epoch=epoch, map_version=st.map_version, workers=st.workers,
                 input_rows=input_rows, control_rows=control_rows, batch_ms=batch_ms, migration_ms=migration_ms,
-                input_rate=rate, backlog=backlog, end_offsets=end_now or None, started_at=started_at, ended_at=ended_at)
+                input_rate=rate, backlog=backlog, end_offsets=end_now or None, started_at=started_at, ended_at=ended_at,
+                dead_letters=sum(int(d.get("dead_letters", 0)) for d in worker_docs))
             mx.replace_epoch_metrics(s, cfg.job, cfg.operator, epoch, erow, wrows, brows)
             mx.heartbeat(s, cfg.job, cfg.operator, epoch=epoch, map_version=st.map_version, workers=st.workers,
                          now=ended_at, started_at=self.started_at,
@@ -492,6 +518,23 @@ class JobRunner:
         log.info("epoch %d%s: rows=%d W=%d map=v%d steps: %s%s; batch %.0f ms (max worker useful %.0f ms) "
                  "backlog=%s queued=%d", epoch, " (replay)" if replay else "", rows, st.workers, st.map_version,
                  steps, moved, batch_ms, useful, backlog, len(st.queue))
+
+
+def _moves_doc(applied: dict[str, Any], docs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Stats of the applied step's moves, from the receiving tasks' reports (they did the work,
+    in parallel: the migration time is the slowest receiver's)."""
+    per_bin = []
+    per_worker_ms: dict[int, float] = {}
+    moving = {int(b): (int(src), int(dst)) for b, src, dst in applied["moves"]}
+    for d in docs:
+        for b, info in (d.get("moved_in") or {}).items():
+            if int(b) in moving:
+                src, dst = moving[int(b)]
+                per_bin.append({"bin": int(b), "from": src, "to": dst, **info})
+                per_worker_ms[dst] = per_worker_ms.get(dst, 0.0) + float(info["ms"])
+    return {"bins": len(moving), "keys": sum(int(p["keys"]) for p in per_bin),
+            "bytes": sum(int(p["bytes"]) for p in per_bin), "ms": max(per_worker_ms.values(), default=0.0),
+            "per_bin": sorted(per_bin, key=lambda p: p["bin"]), "completed_at": _iso(utcnow())}
 
 
 def start_job(spark: Any, cfg: JobConfig) -> JobRunner:

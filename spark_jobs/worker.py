@@ -1,57 +1,64 @@
 """What one worker does in one epoch: the function `mapInArrow` runs for each routed partition.
 
-Partition p *is* worker p (`repartitionById(W, worker)`), so the task opens store p, checks every
-row was routed to it, and then either
-* applies the epoch: groups rows by key (sorted by hash, key, Kafka partition, offset, so the fold
-  sees records in a deterministic order), folds each key, and commits — in ONE LMDB transaction —
-  the state updates, the per-bin counters, the outbox of this epoch's outputs, the worker's
-  metrics and `last_applied = epoch`; or
-* if the store already applied this epoch (a replay after a crash), re-emits the outbox instead.
-Outputs are yielded only after the commit, with the id `epoch:worker:seq` in a header, so the
-output topic may hold duplicates of a replayed epoch but never a different value under one id.
+Partition p *is* worker p (`repartitionById(W, worker)`); the task may run on any executor, in any
+Python worker process, possibly twice (task retries, speculation, a zombie on a lost executor).
+It never trusts local files it did not check:
+
+1. If some attempt already wrote the durable changelog object of (epoch, worker), the epoch is
+   done for this worker: re-emit that object's outputs (same ids, same values) and stop.
+2. Otherwise, in ONE write transaction of the worker's local cache (spark_jobs.cache):
+   * drop the bins it no longer owns (a move out is just that: the new owner reads the durable
+     state), keep warm bins of pre-copy steps;
+   * bring every owned and warm bin to the state after epoch e-1 — nothing to do when the cache
+     is current; replay the bin's changelog batches since its cache epoch (a pre-copied bin at
+     its cut-over, a cache that missed epochs); or load it from the durable state (a bin that
+     moved in, a new or lost executor);
+   * fold the rows (sorted by hash, key, Kafka partition, offset: deterministic), recording
+     every state change by bin; a record whose fold raises goes to the dead-letter topic;
+   * write the changelog object (durable, write-once, named by this attempt) — and a snapshot
+     object when the driver asked for one — and only then commit the cache.
+   The commit is conditional by construction: whatever the cache held, the result is the durable
+   state of e-1 plus this epoch's rows, so two attempts of one epoch write identical objects and
+   a late attempt of e-1 cannot move anything back (it finds e-1's object and only re-emits).
+Outputs are yielded after that, with the id `epoch:worker:seq` in a header.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import socket
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-OUTPUT_SCHEMA = "key binary, value binary, headers array<struct<key:string,value:binary>>"
+from spark_jobs.durable import DEAD_LETTER, OUTPUT, History
+
+OUTPUT_SCHEMA = "topic string, key binary, value binary, headers array<struct<key:string,value:binary>>"
 ID_HEADER = "ballast-id"
 
 
 @dataclass(frozen=True)
 class ApplyConfig:
+    """Everything a task needs; built by the driver per epoch and shipped with the closure."""
+
     epoch: int
-    state_dir: str
+    job: str
     operator: str
     bins_bits: int
     workers: int
-    keep_outbox: int = 2
-
-
-def output_id(epoch: int, worker: int, seq: int) -> bytes:
-    return b"%d:%d:%d" % (epoch, worker, seq)
-
-
-def _to_arrow(epoch: int, worker: int, outputs: list[tuple[bytes, bytes]]):  # type: ignore[no-untyped-def]
-    """Outputs as Kafka-writer rows; the header column is built columnar (no per-row dicts)."""
-    import pyarrow as pa
-
-    import numpy as np
-    import pyarrow.compute as pc
-
-    n = len(outputs)
-    seq = pc.cast(pa.array(np.arange(n, dtype=np.int64)), pa.string())
-    ids = pc.binary_join_element_wise(f"{epoch}:{worker}:", seq, "").cast(pa.binary())
-    names = pa.repeat(ID_HEADER, n).cast(pa.string())
-    hdr = pa.StructArray.from_arrays([names, ids], names=["key", "value"])
-    headers = pa.ListArray.from_arrays(pa.array(np.arange(n + 1, dtype=np.int32)), hdr)
-    keys, vals = zip(*outputs) if n else ((), ())
-    return pa.RecordBatch.from_arrays(
-        [pa.array(keys, pa.binary()), pa.array(vals, pa.binary()), headers], names=["key", "value", "headers"])
+    assignment: tuple[int, ...]
+    state_uri: str
+    store_id: str
+    history: History
+    output_topic: str
+    dlq_topic: str
+    input_topic: str = ""
+    cache_dir: str | None = None
+    snapshot: bool = False
+    warm: dict[int, tuple[int, ...]] = field(default_factory=dict)  # worker -> bins to pre-copy
+    moving_in: dict[int, tuple[int, ...]] = field(default_factory=dict)  # worker -> bins cut over now
 
 
 def make_apply_fn(cfg: ApplyConfig) -> Callable[[Iterator[Any]], Iterator[Any]]:
@@ -60,104 +67,233 @@ def make_apply_fn(cfg: ApplyConfig) -> Callable[[Iterator[Any]], Iterator[Any]]:
         import pyarrow.compute as pc
         from pyspark import TaskContext
 
-        from spark_jobs import faults
-        from spark_jobs.operators import get_operator
-        from spark_jobs.state import WorkerStore
+        from spark_jobs.cache import WorkerCache, default_cache_root
+        from spark_jobs.durable import ObjectReader, find_object, new_attempt_id
 
         t_task = time.perf_counter()
-        worker = TaskContext.get().partitionId()  # type: ignore[union-attr]
+        ctx = TaskContext.get()
+        worker = ctx.partitionId()  # type: ignore[union-attr]
         rbs = list(batches)  # waiting on the shuffle: not useful time
         table = pa.Table.from_batches(rbs) if rbs else None
         t_useful = time.perf_counter()
         n = table.num_rows if table is not None else 0
         if n and not pc.all(pc.equal(table.column("worker"), worker)).as_py():
             raise RuntimeError(f"routing bug: a row for another worker reached worker {worker} at epoch {cfg.epoch}")
-        store = WorkerStore(cfg.state_dir, worker)
-        try:
-            with store.env.begin() as rtxn:
-                replay = store.last_applied(rtxn) >= cfg.epoch
-                outputs = store.read_outbox(rtxn, cfg.epoch) if replay else []
-            if not replay:
-                # one writer per worker store (one task per partition), so the check above holds
-                with store.env.begin(write=True) as txn:
-                    outputs = _apply(cfg, store, txn, worker, table, n, t_task, t_useful, get_operator)
-                    faults.hit("worker_before_commit")
-        finally:
-            store.close()
+        done = find_object(cfg.state_uri, "changelog", cfg.epoch, worker)
+        if done is not None:  # an earlier attempt finished this epoch: its outputs, nothing else
+            r = ObjectReader(done)
+            try:
+                outputs = r.outputs()
+            finally:
+                r.close()
+        else:
+            attempt = new_attempt_id(ctx.stageId(), ctx.attemptNumber())  # type: ignore[union-attr]
+            cache = WorkerCache(cfg.cache_dir or default_cache_root(cfg.job), cfg.store_id, cfg.job, worker)
+            try:
+                outputs = cache.write(lambda txn: _run(cfg, cache, txn, worker, table, n, attempt, t_task, t_useful))
+            finally:
+                cache.close()
         if outputs:
-            yield _to_arrow(cfg.epoch, worker, outputs)
+            yield _to_arrow(cfg, worker, outputs)
 
     return apply_partition
 
 
-def _apply(cfg, store, txn, worker, table, n, t_task, t_useful, get_operator):  # type: ignore[no-untyped-def]
+def _to_arrow(cfg: ApplyConfig, worker: int, outputs: list[tuple[int, bytes, bytes, str | None]]):  # type: ignore[no-untyped-def]
+    """Kafka-writer rows: outputs to `<job>.output`, dead letters to `<job>.dlq` with their reason."""
+    import pyarrow as pa
+
+    topics, keys, values, headers = [], [], [], []
+    for seq, (kind, key, value, note) in enumerate(outputs):
+        hdr = [{"key": ID_HEADER, "value": b"%d:%d:%d" % (cfg.epoch, worker, seq)}]
+        if kind == DEAD_LETTER:
+            info = json.loads(note or "{}")
+            hdr += [{"key": "ballast-error", "value": str(info.get("error", "")).encode()},
+                    {"key": "ballast-epoch", "value": b"%d" % cfg.epoch},
+                    {"key": "ballast-source", "value": ("%s:%s:%s" % (info.get("topic"), info.get("partition"),
+                                                                       info.get("offset"))).encode()}]
+        topics.append(cfg.dlq_topic if kind == DEAD_LETTER else cfg.output_topic)
+        keys.append(key)
+        values.append(value)
+        headers.append(hdr)
+    hdr_t = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+    return pa.RecordBatch.from_arrays(
+        [pa.array(topics, pa.string()), pa.array(keys, pa.binary()), pa.array(values, pa.binary()),
+         pa.array(headers, hdr_t)], names=["topic", "key", "value", "headers"])
+
+
+def _run(cfg: ApplyConfig, cache: Any, txn: Any, worker: int, table: Any, n: int, attempt: str,
+         t_task: float, t_useful: float) -> list[tuple[int, bytes, bytes, str | None]]:
+    from spark_jobs import faults
+    from spark_jobs.durable import BinSource, ObjectWriter, epoch_name, object_name
+    from spark_jobs.storage import Location
+
+    e, k = cfg.epoch, cfg.bins_bits
+    owned = {b for b, w in enumerate(cfg.assignment) if w == worker}
+    warm = set(cfg.warm.get(worker, ())) - owned
+    incoming = set(cfg.moving_in.get(worker, ()))
+    src = BinSource(cfg.history)
+    try:
+        moved, warmed = prepare_bins(cache, txn, src, owned, warm, incoming, e - 1, k)
+        faults.hit("worker_mid_move" if moved else "worker_prepared")
+        writer = ObjectWriter(meta={"epoch": e, "worker": worker, "attempt": attempt, "kind": "changelog"})
+        dead, bin_records = fold_rows(cfg, cache, txn, table, n, writer)
+        now = time.perf_counter()
+        tot_keys, tot_bytes = cache.totals(txn)
+        bins = {str(b): [rec, *cache.bin_counter(txn, b)] for b, rec in bin_records.items()}
+        writer.meta["metrics"] = {
+            "worker": worker, "records_in": n, "records_out": len(writer._outputs) - dead, "dead_letters": dead,
+            "useful_ms": (now - t_useful) * 1000, "wall_ms": (now - t_task) * 1000,
+            "state_keys": tot_keys, "state_bytes": tot_bytes, "bins": bins, "moved_in": moved, "warmed": warmed,
+            "host": socket.gethostname(), "pid": os.getpid(), "attempt": attempt,
+        }
+        root = Location.of(cfg.state_uri)
+        if cfg.snapshot:
+            snap = ObjectWriter(meta={"epoch": e, "worker": worker, "attempt": attempt, "kind": "snapshot"})
+            for b in sorted(owned):
+                keys, vals = cache.export_bin(txn, b, k)
+                if keys:
+                    snap.add_bin(b, keys, vals)  # type: ignore[arg-type]
+            (root / "snapshot" / epoch_name(e) / object_name(worker, attempt)).write_bytes(snap.to_bytes())
+        (root / "changelog" / epoch_name(e) / object_name(worker, attempt)).write_bytes(writer.to_bytes())
+        faults.hit("worker_before_commit")
+        cache.set_owned(txn, e, owned, warm, e - 1)
+        return list(writer._outputs)
+    finally:
+        src.close()
+
+
+def prepare_bins(cache: Any, txn: Any, src: Any, owned: set[int], warm: set[int], incoming: set[int],
+                 target: int, k: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Bring owned and warm bins to the state after `target`; drop the rest. Returns stats of the
+    bins that moved in (cut-over) and of the bins warmed for a pre-copy step."""
+    cached = cache.cached_bins(txn)
+    for b in list(cached):
+        if b not in owned and b not in warm:
+            cache.drop_bin(txn, b, k)
+    last_change = max((x.epoch for x in src.h.entries if x.epoch <= target), default=-1)
+    moved: dict[str, Any] = {}
+    warmed: dict[str, Any] = {}
+    for b in sorted(owned | warm):
+        cur = cached.get(b)
+        if cur is not None and last_change <= cur <= target:
+            if b in incoming:  # pre-copied and nothing changed since: a free cut-over
+                moved[str(b)] = {"keys": 0, "bytes": 0, "ms": 0.0, "mode": "warm"}
+            continue
+        t0 = time.perf_counter()
+        if cur is not None and cur <= target and src.can_catch_up(cur):
+            batches = src.changes_since(b, cur, target)
+            mode = "catchup"
+        else:
+            if cur is not None:
+                cache.drop_bin(txn, b, k)
+            _, batches = src.full(b, target)
+            mode = "load"
+        nkeys = nbytes = 0
+        for keys, values in batches:
+            dk, db = cache.apply_changes(txn, b, keys, values)
+            nkeys += dk
+            nbytes += db
+        cache.set_bin_at(txn, b, target)
+        info = {"keys": nkeys, "bytes": nbytes, "ms": (time.perf_counter() - t0) * 1000, "mode": mode}
+        if b in incoming:
+            moved[str(b)] = info
+        elif b in warm:
+            warmed[str(b)] = info
+    return moved, warmed
+
+
+def fold_rows(cfg: ApplyConfig, cache: Any, txn: Any, table: Any, n: int, writer: Any) -> tuple[int, dict[int, int]]:
+    """Fold the epoch's rows into the cache; changes and outputs go to `writer`. Returns the
+    number of dead letters and the records per bin."""
+    import numpy as np
+    import pyarrow as pa
     import pyarrow.compute as pc
 
-    op = get_operator(cfg.operator)
-    outputs: list[tuple[bytes, bytes]] = []
-    bin_records: dict[int, int] = {}
-    bin_delta: dict[int, list[int]] = {}
-    if n:
-        import numpy as np
-        import pyarrow as pa
+    from spark_jobs.bins import SHORT_KEY_MAX, decode_value, encode_value, store_key
+    from spark_jobs.operators import get_operator
 
-        table = table.sort_by([("h", "ascending"), ("key", "ascending"), ("partition", "ascending"), ("offset", "ascending")])
-        counts = pc.value_counts(table.column("bin")).to_pylist()
-        bin_records = {int(c["values"]): int(c["counts"]) for c in counts}
-        h_np = table.column("h").to_numpy()
-        key_col = table.column("key").combine_chunks()
-        # group starts: (hash, key) differs from the previous row (vectorised)
-        new_group = np.ones(n, dtype=bool)
-        if n > 1:
-            same_h = h_np[1:] == h_np[:-1]
-            same_k = pc.equal(key_col.slice(1), key_col.slice(0, n - 1)).to_numpy(zero_copy_only=False)
-            new_group[1:] = ~(same_h & same_k)
-        starts = np.flatnonzero(new_group).tolist() + [n]
-        # store keys = 8-byte big-endian unsigned hash + key, built columnar
-        hb = pa.FixedSizeBinaryArray.from_buffers(
-            pa.binary(8), n, [None, pa.py_buffer(h_np.astype(">u8").tobytes())]).cast(pa.binary())
-        sks = pc.binary_join_element_wise(hb, key_col, b"").to_pylist()
-        bs = table.column("bin").to_pylist()
-        keys = key_col.to_pylist()
-        vals = table.column("value").to_pylist()
-        data = store.data
-        get, put, delete = txn.get, txn.put, txn.delete
-        fold = op.fold
-        for gi in range(len(starts) - 1):
-            i, j = starts[gi], starts[gi + 1]
-            sk = sks[i]
-            old = get(sk, db=data)
-            new, outs = fold(keys[i], old, vals[i:j])
-            b = bs[i]
-            d = bin_delta.get(b)
-            if d is None:
-                d = bin_delta[b] = [0, 0]
-            if new is None:
-                if old is not None:
-                    delete(sk, db=data)
-                    d[0] -= 1
-                    d[1] -= len(sk) + len(old)
+    if not n:
+        return 0, {}
+    op = get_operator(cfg.operator)
+    table = table.sort_by([("h", "ascending"), ("key", "ascending"), ("partition", "ascending"),
+                           ("offset", "ascending")])
+    counts = pc.value_counts(table.column("bin")).to_pylist()
+    bin_records = {int(c["values"]): int(c["counts"]) for c in counts}
+    h_np = table.column("h").to_numpy()
+    key_col = table.column("key").combine_chunks()
+    new_group = np.ones(n, dtype=bool)
+    if n > 1:
+        same_h = h_np[1:] == h_np[:-1]
+        same_k = pc.equal(key_col.slice(1), key_col.slice(0, n - 1)).to_numpy(zero_copy_only=False)
+        new_group[1:] = ~(same_h & same_k)
+    starts = np.flatnonzero(new_group).tolist() + [n]
+    # store keys (spark_jobs.bins.store_key) built columnar; the rare long key in Python
+    hb = pa.FixedSizeBinaryArray.from_buffers(
+        pa.binary(8), n, [None, pa.py_buffer(h_np.astype(">u8").tobytes())]).cast(pa.binary())
+    sks = pc.binary_join_element_wise(hb, key_col, b"\x00").to_pylist()
+    if pc.max(pc.binary_length(key_col)).as_py() > SHORT_KEY_MAX:
+        for i, key in enumerate(key_col.to_pylist()):
+            if len(key) > SHORT_KEY_MAX:
+                sks[i] = store_key(int(h_np[i]), key)
+    bs = table.column("bin").to_pylist()
+    keys = key_col.to_pylist()
+    vals = table.column("value").to_pylist()
+    parts = table.column("partition").to_pylist()
+    offs = table.column("offset").to_pylist()
+    data = cache.data
+    get, put, delete = txn.get, txn.put, txn.delete
+    changes: dict[int, tuple[list[bytes], list[bytes | None]]] = {}
+    delta: dict[int, list[int]] = {}
+    dead = 0
+    for gi in range(len(starts) - 1):
+        i, j = starts[gi], starts[gi + 1]
+        sk, key, b = sks[i], keys[i], bs[i]
+        raw = get(sk, db=data)
+        old = decode_value(sk, raw, key) if raw is not None else None
+        try:
+            new, outs = op.fold(key, old, vals[i:j])
+            for ok, ov in outs:
+                writer.add_output(OUTPUT, ok, ov)
+        except Exception:  # isolate the poisoned record(s): fold one at a time, dead-letter the failures
+            new = old
+            for r in range(i, j):
+                try:
+                    new2, outs = op.fold(key, new, [vals[r]])
+                except Exception as exc:
+                    dead += 1
+                    note = json.dumps({"error": f"{type(exc).__name__}: {exc}"[:1000], "topic": cfg.input_topic,
+                                       "partition": parts[r], "offset": offs[r]})
+                    writer.add_output(DEAD_LETTER, key, vals[r], note)
+                    continue
+                new = new2
+                for ok, ov in outs:
+                    writer.add_output(OUTPUT, ok, ov)
+        if new == old:
+            continue
+        ch = changes.get(b)
+        if ch is None:
+            ch = changes[b] = ([], [])
+            delta[b] = [0, 0]
+        d = delta[b]
+        if new is None:
+            delete(sk, db=data)
+            d[0] -= 1
+            d[1] -= len(sk) + len(raw)
+            ch[0].append(sk)
+            ch[1].append(None)
+        else:
+            stored = encode_value(sk, key, new)
+            put(sk, stored, db=data)
+            if raw is None:
+                d[0] += 1
+                d[1] += len(sk) + len(stored)
             else:
-                put(sk, new, db=data)
-                if old is None:
-                    d[0] += 1
-                    d[1] += len(sk) + len(new)
-                else:
-                    d[1] += len(new) - len(old)
-            outputs.extend(outs)
-    bins: dict[str, list[int]] = {}
-    for b, rec in bin_records.items():
-        dk, db = bin_delta.get(b, (0, 0))
-        keys_b, bytes_b = store.add_bin_counter(txn, b, dk, db) if (dk or db) else store.bin_counter(txn, b)
-        bins[str(b)] = [rec, keys_b, bytes_b]
-    store.put_outbox(txn, cfg.epoch, outputs)
-    store.gc(txn, cfg.epoch, keep_outbox=cfg.keep_outbox)
-    store.set_last_applied(txn, cfg.epoch)
-    tot_keys, tot_bytes = store.totals(txn)
-    now = time.perf_counter()
-    store.put_metrics(txn, cfg.epoch, {
-        "worker": worker, "records_in": n, "records_out": len(outputs),
-        "useful_ms": (now - t_useful) * 1000, "wall_ms": (now - t_task) * 1000,
-        "state_keys": tot_keys, "state_bytes": tot_bytes, "bins": bins,
-    })
-    return outputs
+                d[1] += len(stored) - len(raw)
+            ch[0].append(sk)
+            ch[1].append(stored)
+    for b in sorted(changes):
+        writer.add_bin(b, *changes[b])
+        if delta[b][0] or delta[b][1]:
+            cache.add_bin_counter(txn, b, delta[b][0], delta[b][1])
+    return dead, bin_records

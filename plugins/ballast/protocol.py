@@ -101,6 +101,7 @@ class ControlStep:
     issued_at: datetime
     effective_at: datetime
     reason: str = ""
+    precopy: bool = False  # warm the incoming bins at their new owners first; cut over an epoch later
 
     @property
     def step_id(self) -> tuple[str, int]:
@@ -121,6 +122,7 @@ class ControlStep:
             "issued_at": _iso(self.issued_at),
             "effective_at": _iso(self.effective_at),
             "reason": self.reason,
+            **({"precopy": True} if self.precopy else {}),
         }
 
     def to_json(self) -> bytes:
@@ -189,6 +191,9 @@ def parse_control(raw: bytes | str | None) -> ControlStep:
     plan_id = _req(doc, "plan_id", str)
     if not plan_id:
         raise ProtocolError("plan_id must not be empty")
+    precopy = doc.get("precopy", False)
+    if not isinstance(precopy, bool):
+        raise ProtocolError(f"field 'precopy' must be true or false, got {type(precopy).__name__}")
     return ControlStep(
         job=_req(doc, "job", str),
         operator=_req(doc, "operator", str),
@@ -202,6 +207,7 @@ def parse_control(raw: bytes | str | None) -> ControlStep:
         issued_at=_parse_ts(_req(doc, "issued_at", str), "issued_at"),
         effective_at=_parse_ts(_req(doc, "effective_at", str), "effective_at"),
         reason=doc.get("reason", "") if isinstance(doc.get("reason", ""), str) else "",
+        precopy=precopy,
     )
 
 

@@ -132,4 +132,4 @@ def test_bad_control_input_is_rejected_and_job_keeps_running(spark, kafka_bootst
     final[0] = final[1] = final[2] = 1
     ref, _ = reference_by_epoch(kafka_bootstrap, topic, ckpt, committed_epochs(ckpt))
     assert sum(ref.values()) == len(keys)
-    check_state(cfg.state_path, 2, final, BINS, ref)
+    check_state(cfg.state_location, 2, final, BINS, ref)

@@ -85,7 +85,8 @@ def test_sigkill_anywhere_then_restart_is_exactly_once(kafka_bootstrap, make_top
     # (after a crash inside one worker, the other workers' stores have committed the epoch: the replay
     # re-emits their outboxes; a random kill lands anywhere, often after the apply or mid-epoch)
     # generous limits: a fault run ends as soon as the job kills itself; they only matter on a loaded box
-    runs: list[tuple[str | None, float]] = [("mid_move 1", 360), ("worker_before_commit 2", 360), (None, 360)]
+    runs: list[tuple[str | None, float]] = [("worker_mid_move 1", 360), ("worker_before_commit 2", 360),
+                                          ("before_manifest 3", 360), (None, 360)]
     kills = 0
     for i, (fault, limit) in enumerate(runs):
         faults_file.write_text(f"{fault}\n" if fault else "")

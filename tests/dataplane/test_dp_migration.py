@@ -107,5 +107,5 @@ def test_live_plan_keeps_state_and_outputs_exact(spark, kafka_bootstrap, make_to
     got = outputs_as_set(outs)
     assert len(got) == len(outs), "one output per (epoch, key)"
     assert got == ref_outputs, f"{len(got ^ ref_outputs)} outputs differ from the reference"
-    check_state(cfg.state_path, 3, maps[-1][1], BINS, ref_counts)
+    check_state(cfg.state_location, 3, maps[-1][1], BINS, ref_counts)
     assert any(ln.startswith("epoch") and "apply=plan-live#1" in ln for ln in lines), "operator log per epoch"

@@ -12,12 +12,12 @@ import pytest
 
 from ballast.protocol import ControlStep, Move
 from dp_helpers import checkpoints, send_control, wait_until
-from spark_jobs.bins import bin_of_store_key, uniform_assignment
+from spark_jobs.bins import bin_of_store_key, decode_entry, uniform_assignment
 from spark_jobs.offsets import committed_epochs, read_end_offsets
 from spark_jobs.operators import decode_count
 from spark_jobs.output import read_deduplicated_output
 from spark_jobs.runner import JobConfig, start_job
-from spark_jobs.state import read_all_state
+from spark_jobs.durable import read_state
 
 pytestmark = [pytest.mark.dataplane, pytest.mark.slow]
 VOCAB = ["alpha", "Beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa", "lambda", "mu",
@@ -58,10 +58,11 @@ def test_wordcount_counts_words_across_a_move(spark, kafka_bootstrap, make_topic
     final = uniform_assignment(8, 2)
     final[0], final[7] = 1, 0
     got = {}
-    for w, kv in read_all_state(cfg.state_path, [0, 1]).items():
+    for b, kv in read_state(cfg.state_location).items():
         for sk, v in kv.items():
-            assert final[bin_of_store_key(sk, 3)] == w
-            got[sk[8:].decode()] = decode_count(v)
+            assert bin_of_store_key(sk, 3) == b
+            key, st = decode_entry(sk, v)
+            got[key.decode()] = decode_count(st)
     assert got == dict(ref)
     latest = {}
     for o in read_deduplicated_output(kafka_bootstrap, f"{job}.output"):

@@ -1,0 +1,229 @@
+"""A worker's local state cache: one LMDB environment per (state store, worker) on the executor.
+
+Only a cache: the durable state (spark_jobs.durable) is the truth, and every entry here can be
+rebuilt from it. Why LMDB for the cache (measured in docs/dataplane.md): a store is opened by
+whichever Python worker process serves the partition this epoch — LMDB opens in ~0.3 ms and is
+safe for several processes, and its write transaction serializes two task attempts of one worker
+that land on the same executor.
+
+Sub-databases (one write transaction covers them all):
+* `data`: store key -> state value (store key layout: `spark_jobs.keys`); a bin is a key range.
+* `meta`: `owner` (job, store id, worker: a cache refuses to serve another's), `last_applied`,
+  per-bin `at` (the epoch whose state the bin holds), per-bin counters (keys, bytes), totals.
+
+The map grows on demand (MapFullError → double, retry), so a growing state never sticks the job.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import lmdb
+
+from spark_jobs.bins import bin_range
+
+INITIAL_MAP = int(os.environ.get("BALLAST_CACHE_MAP_BYTES", str(1 << 30)))
+MAX_MAP = int(os.environ.get("BALLAST_CACHE_MAX_MAP_BYTES", str(1 << 40)))
+
+K_LAST = b"last_applied"
+K_TOTAL = b"total"
+K_OWNER = b"owner"
+K_OWNED = b"owned"
+P_BIN = b"bin/"
+P_AT = b"at/"
+_QQ = struct.Struct(">qq")
+_Q = struct.Struct(">q")
+_I = struct.Struct(">I")
+T = TypeVar("T")
+
+
+class CacheError(RuntimeError):
+    """The local cache cannot be used (full disk, another store's files); says what to do."""
+
+
+def cache_path(root: str | Path, store_id: str, worker: int) -> Path:
+    return Path(root) / f"store-{store_id}" / f"worker-{worker:04d}"
+
+
+def default_cache_root(job: str) -> str:
+    """On an executor: its own work/local dir (a new executor starts empty and rebuilds)."""
+    from pyspark import SparkFiles
+
+    try:
+        base = SparkFiles.getRootDirectory()
+    except Exception:
+        base = os.getcwd()
+    return os.path.join(base, "ballast-cache", job)
+
+
+class WorkerCache:
+    """One worker's cache. Cheap to open; open it per task and close it after."""
+
+    def __init__(self, root: str | Path, store_id: str, job: str, worker: int) -> None:
+        self.worker = worker
+        self.path = cache_path(root, store_id, worker)
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            self.env = lmdb.open(str(self.path), map_size=INITIAL_MAP, max_dbs=4, readahead=False, max_readers=64)
+        except (OSError, lmdb.Error) as exc:
+            raise CacheError(f"cannot open the local state cache {self.path}: {exc}. Free space or point "
+                             "--cache-dir at a writable local disk; the durable state is untouched") from exc
+        self.data = self.env.open_db(b"data")
+        self.meta = self.env.open_db(b"meta")
+        owner = {"job": job, "store_id": store_id, "worker": worker}
+        with self.env.begin(write=True, db=self.meta) as txn:
+            raw = txn.get(K_OWNER, db=self.meta)
+            if raw is None:
+                txn.put(K_OWNER, json.dumps(owner, sort_keys=True).encode(), db=self.meta)
+            elif json.loads(raw) != owner:
+                raise CacheError(f"cache {self.path} belongs to {json.loads(raw)}, not {owner}; delete it")
+
+    def close(self) -> None:
+        self.env.close()
+
+    def __enter__(self) -> "WorkerCache":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def write(self, fn: Callable[[Any], T]) -> T:
+        """Run fn(txn) in one write transaction; grow the map and retry when it is full."""
+        while True:
+            try:
+                with self.env.begin(write=True) as txn:
+                    return fn(txn)
+            except lmdb.MapFullError:
+                size = self.env.info()["map_size"]
+                if size * 2 > MAX_MAP:
+                    raise CacheError(f"cache {self.path} reached BALLAST_CACHE_MAX_MAP_BYTES={MAX_MAP}") from None
+                self.env.set_mapsize(size * 2)
+            except lmdb.DiskError as exc:
+                raise CacheError(f"local disk full under {self.path}: {exc}. Nothing was committed; free space "
+                                 "or move --cache-dir; the job rebuilds from durable state") from exc
+
+    # -- epochs ---------------------------------------------------------------------------------
+    def last_applied(self, txn: Any) -> int:
+        v = txn.get(K_LAST, db=self.meta)
+        return _Q.unpack(v)[0] if v else -1
+
+    def set_last_applied(self, txn: Any, epoch: int) -> None:
+        txn.put(K_LAST, _Q.pack(epoch), db=self.meta)
+
+    def bin_at(self, txn: Any, b: int) -> int | None:
+        v = txn.get(P_AT + _I.pack(b), db=self.meta)
+        return _Q.unpack(v)[0] if v else None
+
+    def set_bin_at(self, txn: Any, b: int, epoch: int) -> None:
+        txn.put(P_AT + _I.pack(b), _Q.pack(epoch), db=self.meta)
+
+    def owned(self, txn: Any) -> set[int]:
+        """The bins that were current at `last_applied` (one bitmap: no per-bin write per epoch)."""
+        v = txn.get(K_OWNED, db=self.meta)
+        if not v:
+            return set()
+        bits = int.from_bytes(v, "big")
+        return {b for b in range(bits.bit_length()) if bits >> b & 1}
+
+    def set_owned(self, txn: Any, epoch: int, owned: set[int], warm: set[int], warm_epoch: int) -> None:
+        """Commit point of an epoch: owned bins are at `epoch`, warm bins at `warm_epoch`."""
+        bits = 0
+        for b in owned:
+            bits |= 1 << b
+        txn.put(K_OWNED, bits.to_bytes(max(1, (bits.bit_length() + 7) // 8), "big"), db=self.meta)
+        for b in owned:
+            txn.delete(P_AT + _I.pack(b), db=self.meta)
+        for b in warm:
+            self.set_bin_at(txn, b, warm_epoch)
+        self.set_last_applied(txn, epoch)
+
+    def cached_bins(self, txn: Any) -> dict[int, int]:
+        """bin -> the epoch whose state it holds, for every bin this cache holds."""
+        last = self.last_applied(txn)
+        out: dict[int, int] = {b: last for b in self.owned(txn)}
+        cur = txn.cursor(db=self.meta)
+        if cur.set_range(P_AT):
+            for k, v in cur:
+                if not k.startswith(P_AT):
+                    break
+                out[_I.unpack(k[len(P_AT):])[0]] = _Q.unpack(v)[0]
+        return out
+
+    # -- counters -------------------------------------------------------------------------------
+    def bin_counter(self, txn: Any, b: int) -> tuple[int, int]:
+        v = txn.get(P_BIN + _I.pack(b), db=self.meta)
+        return _QQ.unpack(v) if v else (0, 0)
+
+    def add_bin_counter(self, txn: Any, b: int, dkeys: int, dbytes: int) -> tuple[int, int]:
+        keys, nbytes = self.bin_counter(txn, b)
+        keys, nbytes = keys + dkeys, nbytes + dbytes
+        k = P_BIN + _I.pack(b)
+        if keys == 0 and nbytes == 0:
+            txn.delete(k, db=self.meta)
+        else:
+            txn.put(k, _QQ.pack(keys, nbytes), db=self.meta)
+        tk, tb = self.totals(txn)
+        txn.put(K_TOTAL, _QQ.pack(tk + dkeys, tb + dbytes), db=self.meta)
+        return keys, nbytes
+
+    def totals(self, txn: Any) -> tuple[int, int]:
+        v = txn.get(K_TOTAL, db=self.meta)
+        return _QQ.unpack(v) if v else (0, 0)
+
+    # -- bins -----------------------------------------------------------------------------------
+    def drop_bin(self, txn: Any, b: int, k: int) -> None:
+        """Forget bin b entirely (its keys, counters and epoch)."""
+        lo, hi = bin_range(b, k)
+        cur = txn.cursor(db=self.data)
+        if cur.set_range(lo):
+            while True:
+                key = cur.key()
+                if not key or (hi is not None and key >= hi):
+                    break
+                if not cur.delete():
+                    break
+        keys, nbytes = self.bin_counter(txn, b)
+        self.add_bin_counter(txn, b, -keys, -nbytes)
+        txn.delete(P_AT + _I.pack(b), db=self.meta)
+
+    def apply_changes(self, txn: Any, b: int, keys: list[bytes], values: list[bytes | None]) -> tuple[int, int]:
+        """Put/delete a batch of bin b's changes (from the durable state); returns (puts, bytes)."""
+        data = self.data
+        dk = dbytes = 0
+        nbytes = 0
+        for sk, v in zip(keys, values):
+            old = txn.get(sk, db=data)
+            if v is None:
+                if old is not None:
+                    txn.delete(sk, db=data)
+                    dk -= 1
+                    dbytes -= len(sk) + len(old)
+                continue
+            txn.put(sk, v, db=data)
+            nbytes += len(sk) + len(v)
+            if old is None:
+                dk += 1
+                dbytes += len(sk) + len(v)
+            else:
+                dbytes += len(v) - len(old)
+        if dk or dbytes:
+            self.add_bin_counter(txn, b, dk, dbytes)
+        return len(keys), nbytes
+
+    def export_bin(self, txn: Any, b: int, k: int) -> tuple[list[bytes], list[bytes]]:
+        lo, hi = bin_range(b, k)
+        keys: list[bytes] = []
+        vals: list[bytes] = []
+        cur = txn.cursor(db=self.data)
+        if cur.set_range(lo):
+            for key, v in cur:
+                if hi is not None and key >= hi:
+                    break
+                keys.append(key)
+                vals.append(v)
+        return keys, vals

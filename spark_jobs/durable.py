@@ -1,0 +1,428 @@
+"""Durable state: the truth about every bin, under the job's state URI (any `pyarrow.fs` location).
+
+Layout (`<state>` = `--state-uri`, default `<checkpoint-dir>/state`):
+
+    <state>/store.json                         job, bins, store id (a cache belongs to one store)
+    <state>/maps/<version>.json                 bin -> worker map of each map version
+    <state>/changelog/<epoch>/w<NNNN>-<attempt>.arrow   one task attempt's changes + outputs
+    <state>/snapshot/<epoch>/w<NNNN>-<attempt>.arrow    one worker's whole state after the epoch
+    <state>/manifest/<epoch>.json               the driver's commit record of the epoch
+
+An *object* (changelog or snapshot) is an Arrow IPC file written once by one task attempt: one
+record batch per bin (a bin is read alone with one ranged read of its batch), then one batch of
+the epoch's outputs and dead letters. Its schema metadata carries the bin index and the task's
+metrics, so the driver learns a worker's metrics without opening any store.
+
+Commit order of epoch e: every task writes its changelog object (durable) *before* it commits
+its local cache; after Spark's job for e succeeded, the driver picks one object per worker (the
+first by name: attempts of one epoch are identical, see docs/dataplane.md), writes the manifest,
+and only then returns from foreachBatch so Spark commits the epoch. A bin's state after epoch e is
+therefore: the newest snapshot of its owner at S <= e, then the changelog batches of the bin from
+the owners at each manifest epoch in (S, e].
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import uuid
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from spark_jobs.storage import Location
+
+log = logging.getLogger("ballast.durable")
+
+FORMAT = 1
+META_KEY = b"ballast"
+PUT, DELETE, OUTPUT, DEAD_LETTER = 0, 1, 2, 3
+SCHEMA = pa.schema([
+    ("kind", pa.int8()), ("bin", pa.int32()), ("key", pa.binary()), ("value", pa.binary()), ("note", pa.string()),
+])
+_OBJ = re.compile(r"w(\d{4})-(.+)\.arrow")
+
+
+class StoreMismatch(RuntimeError):
+    """The state URI holds another job's state (or another bin count)."""
+
+
+class StateGap(RuntimeError):
+    """The durable state cannot serve the epoch asked for (retention or a rolled-back checkpoint)."""
+
+
+def epoch_name(epoch: int) -> str:
+    return f"{epoch:012d}"
+
+
+def object_name(worker: int, attempt: str) -> str:
+    return f"w{worker:04d}-{attempt}.arrow"
+
+
+def new_attempt_id(stage: int, attempt: int) -> str:
+    """Unique per task attempt; sorts by stage and attempt first (for people reading listings)."""
+    return f"s{stage}a{attempt}-{uuid.uuid4().hex[:10]}"
+
+
+# ----------------------------------------------------------------------------- objects ---------
+@dataclass
+class ObjectWriter:
+    """Collects one task attempt's object: per-bin state changes (in bin order), then outputs."""
+
+    meta: dict[str, Any]
+    _bins: list[int] = field(default_factory=list)
+    _batches: list[pa.RecordBatch] = field(default_factory=list)
+    _outputs: list[tuple[int, bytes, bytes, str | None]] = field(default_factory=list)
+
+    def add_bin(self, b: int, keys: list[bytes], values: list[bytes | None]) -> None:
+        """Changes of one bin (None value = delete); bins must come in increasing order."""
+        if self._bins and b <= self._bins[-1]:
+            raise ValueError(f"bins must be added in increasing order ({b} after {self._bins[-1]})")
+        n = len(keys)
+        kinds = pa.array([DELETE if v is None else PUT for v in values], pa.int8())
+        self._batches.append(pa.RecordBatch.from_arrays(
+            [kinds, pa.array([b] * n, pa.int32()), pa.array(keys, pa.binary()), pa.array(values, pa.binary()),
+             pa.nulls(n, pa.string())], schema=SCHEMA))
+        self._bins.append(b)
+
+    def add_output(self, kind: int, key: bytes, value: bytes, note: str | None = None) -> None:
+        self._outputs.append((kind, key, value, note))
+
+    def to_bytes(self) -> bytes:
+        batches = list(self._batches)
+        out_index = -1
+        if self._outputs:
+            kinds, keys, values, notes = zip(*self._outputs)
+            out_index = len(batches)
+            batches.append(pa.RecordBatch.from_arrays(
+                [pa.array(kinds, pa.int8()), pa.array([-1] * len(keys), pa.int32()), pa.array(keys, pa.binary()),
+                 pa.array(values, pa.binary()), pa.array(notes, pa.string())], schema=SCHEMA))
+        doc = {**self.meta, "format": FORMAT, "bins": self._bins, "outputs_batch": out_index}
+        schema = SCHEMA.with_metadata({META_KEY: json.dumps(doc).encode()})
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_file(sink, schema) as w:
+            for rb in batches:
+                w.write_batch(rb)
+        return sink.getvalue().to_pybytes()
+
+
+class ObjectReader:
+    """Reads one object; opens the file once and each bin's batch on demand."""
+
+    def __init__(self, loc: Location) -> None:
+        self.loc = loc
+        self._file = loc.open_random()
+        self._reader = pa.ipc.open_file(self._file)
+        self.meta: dict[str, Any] = json.loads(self._reader.schema.metadata[META_KEY])
+        self._index = {int(b): i for i, b in enumerate(self.meta["bins"])}
+
+    def close(self) -> None:
+        self._file.close()
+
+    def has_bin(self, b: int) -> bool:
+        return b in self._index
+
+    def bin_changes(self, b: int) -> tuple[list[bytes], list[bytes | None]]:
+        """(store keys, values or None for deletes) of bin b; empty when the bin had none."""
+        i = self._index.get(b)
+        if i is None:
+            return [], []
+        rb = self._reader.get_batch(i)
+        return rb.column(2).to_pylist(), rb.column(3).to_pylist()
+
+    def outputs(self) -> list[tuple[int, bytes, bytes, str | None]]:
+        i = int(self.meta.get("outputs_batch", -1))
+        if i < 0:
+            return []
+        rb = self._reader.get_batch(i)
+        return list(zip(rb.column(0).to_pylist(), rb.column(2).to_pylist(), rb.column(3).to_pylist(),
+                        rb.column(4).to_pylist()))
+
+
+def read_meta(loc: Location) -> dict[str, Any]:
+    r = ObjectReader(loc)
+    try:
+        return r.meta
+    finally:
+        r.close()
+
+
+# ----------------------------------------------------------------------------- history ---------
+@dataclass(frozen=True)
+class ManifestEntry:
+    """One committed epoch, as tasks need it: who owned what, and which objects hold the changes."""
+
+    epoch: int
+    map_version: int
+    changelog: dict[int, str]  # worker -> object name
+    snapshot: dict[int, str]  # worker -> object name (empty unless the epoch took a snapshot)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"epoch": self.epoch, "map_version": self.map_version,
+                "changelog": {str(w): n for w, n in self.changelog.items()},
+                "snapshot": {str(w): n for w, n in self.snapshot.items()}}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "ManifestEntry":
+        return cls(int(d["epoch"]), int(d["map_version"]), {int(w): n for w, n in d["changelog"].items()},
+                   {int(w): n for w, n in d.get("snapshot", {}).items()})
+
+
+@dataclass(frozen=True)
+class History:
+    """The manifests a task may need (retained ones before its epoch) and the maps they name."""
+
+    root: str  # state URI
+    entries: tuple[ManifestEntry, ...]
+    maps: dict[int, tuple[int, ...]]
+    complete_after: int = -1  # every manifest of an epoch after this one is retained
+
+    def owner(self, entry: ManifestEntry, b: int) -> int:
+        return self.maps[entry.map_version][b]
+
+    def snapshot_base(self, upto: int) -> ManifestEntry | None:
+        """The newest manifest <= upto that took a snapshot."""
+        for e in reversed(self.entries):
+            if e.epoch <= upto and e.snapshot:
+                return e
+        return None
+
+    def object(self, kind: str, entry: ManifestEntry, worker: int) -> Location:
+        names = entry.changelog if kind == "changelog" else entry.snapshot
+        return Location.of(self.root) / kind / epoch_name(entry.epoch) / names[worker]
+
+
+class BinSource:
+    """Reads bins out of the durable state for one task, keeping each object open once."""
+
+    def __init__(self, history: History) -> None:
+        self.h = history
+        self._open: dict[str, ObjectReader] = {}
+
+    def _reader(self, loc: Location) -> ObjectReader:
+        r = self._open.get(loc.uri)
+        if r is None:
+            r = self._open[loc.uri] = ObjectReader(loc)
+        return r
+
+    def close(self) -> None:
+        for r in self._open.values():
+            r.close()
+        self._open.clear()
+
+    def changes_since(self, b: int, after: int, upto: int) -> Iterator[tuple[list[bytes], list[bytes | None]]]:
+        """Bin b's changelog batches of the manifests in (after, upto], oldest first."""
+        for e in self.h.entries:
+            if after < e.epoch <= upto:
+                w = self.h.owner(e, b)
+                if w in e.changelog:
+                    yield self._reader(self.h.object("changelog", e, w)).bin_changes(b)
+
+    def full(self, b: int, upto: int) -> tuple[int, Iterator[tuple[list[bytes], list[bytes | None]]]]:
+        """(base epoch, batches) that rebuild bin b as of `upto`: snapshot, then changelogs."""
+        base = self.h.snapshot_base(upto)
+
+        def gen() -> Iterator[tuple[list[bytes], list[bytes | None]]]:
+            after = -1
+            if base is not None:
+                w = self.h.owner(base, b)
+                yield self._reader(self.h.object("snapshot", base, w)).bin_changes(b)
+                after = base.epoch
+            yield from self.changes_since(b, after, upto)
+
+        return (base.epoch if base else -1), gen()
+
+    def can_catch_up(self, since: int) -> bool:
+        """True when every manifest after `since` is still retained (no snapshot needed)."""
+        return since >= self.h.complete_after
+
+
+# ----------------------------------------------------------------------------- the driver side -
+class DurableState:
+    """The driver's view: create/verify the store, commit epochs, keep the history, retention."""
+
+    def __init__(self, uri: str, job: str, bins: int, snapshot_every: int = 10) -> None:
+        self.loc = Location.of(uri)
+        self.uri = self.loc.uri
+        self.job = job
+        self.bins = bins
+        self.snapshot_every = max(1, snapshot_every)
+        self.store_id = self._ensure_store()
+        self._retained = self._retained_from()
+        self.entries: list[ManifestEntry] = []
+        self.maps: dict[int, tuple[int, ...]] = {}
+        self._load()
+
+    def _ensure_store(self) -> str:
+        doc = (self.loc / "store.json").read_json()
+        if doc is None:
+            doc = {"format": FORMAT, "job": self.job, "bins": self.bins, "store_id": uuid.uuid4().hex}
+            (self.loc / "store.json").write_json(doc)
+            return str(doc["store_id"])
+        if doc.get("job") != self.job or int(doc.get("bins", -1)) != self.bins:
+            raise StoreMismatch(
+                f"state at {self.uri} belongs to job {doc.get('job')!r} with {doc.get('bins')} bins, not job "
+                f"{self.job!r} with {self.bins}: point --state-uri at this job's own state (or a new, empty "
+                "location for a new job)")
+        return str(doc["store_id"])
+
+    def _load(self) -> None:
+        for name in (self.loc / "manifest").list():
+            if name.endswith(".json"):
+                d = (self.loc / "manifest" / name).read_json()
+                if d is not None:
+                    self.entries.append(ManifestEntry.from_dict(d))
+        self.entries.sort(key=lambda e: e.epoch)
+        for v in {e.map_version for e in self.entries}:
+            self._map(v)
+
+    def _map(self, version: int) -> tuple[int, ...]:
+        m = self.maps.get(version)
+        if m is None:
+            doc = (self.loc / "maps" / f"{version}.json").read_json()
+            if doc is None:
+                raise StateGap(f"map v{version} is missing under {self.uri}/maps: the durable state is damaged")
+            m = self.maps[version] = tuple(int(w) for w in doc["assignment"])
+        return m
+
+    def record_map(self, version: int, assignment: Iterable[int]) -> None:
+        """Write map `version` once (a replay rewrites the same content)."""
+        a = tuple(int(w) for w in assignment)
+        if self.maps.get(version) == a:
+            return
+        loc = self.loc / "maps" / f"{version}.json"
+        old = loc.read_json()
+        if old is not None and tuple(old["assignment"]) != a:
+            raise StateGap(f"map v{version} under {self.uri} differs from the journal's: the durable state belongs "
+                           "to another run of this job")
+        if old is None:
+            loc.write_json({"version": version, "assignment": list(a)})
+        self.maps[version] = a
+
+    @property
+    def last_epoch(self) -> int:
+        return self.entries[-1].epoch if self.entries else -1
+
+    def check_against(self, last_committed: int) -> None:
+        """Refuse to run when Spark's checkpoint and the durable state disagree (a rolled-back
+        checkpoint, or state deleted by retention that a replay would need)."""
+        ahead = [e.epoch for e in self.entries if e.epoch > last_committed + 1]
+        if ahead:
+            raise StateGap(
+                f"durable state at {self.uri} has epochs {ahead[:5]} beyond Spark's last committed epoch "
+                f"{last_committed}: the Spark checkpoint was rolled back or replaced. Restore the matching "
+                "checkpoint, or start the job with a new checkpoint dir and state URI.")
+        if self._retained > last_committed + 1:
+            raise StateGap(
+                f"Spark's checkpoint is at epoch {last_committed}, but the durable state at {self.uri} kept "
+                f"only epochs from {self._retained} on (retention): replaying from there would lose state "
+                "and outputs. Restore the matching checkpoint, or start with a new checkpoint dir and state URI.")
+
+    def _retained_from(self) -> int:
+        return int(((self.loc / "store.json").read_json() or {}).get("retained_from", 0))
+
+    def history(self, before: int | None = None) -> History:
+        es = tuple(e for e in self.entries if before is None or e.epoch < before)
+        return History(self.uri, es, {v: self.maps[v] for v in {e.map_version for e in es}},
+                       self._retained - 1 if self._retained > 0 else -1)
+
+    def snapshot_due(self, epoch: int) -> bool:
+        """A snapshot every `snapshot_every` committed epochs with changes since the last one."""
+        base = self.history(epoch).snapshot_base(epoch)
+        since = [e for e in self.entries if e.epoch < epoch and (base is None or e.epoch > base.epoch)]
+        return len(since) >= self.snapshot_every
+
+    def commit_epoch(self, epoch: int, map_version: int, workers: int, snapshot: bool) -> list[dict[str, Any]]:
+        """Pick one object per worker, write the manifest; returns each worker's task metrics."""
+        names: dict[int, str] = {}
+        snaps: dict[int, str] = {}
+        docs: list[dict[str, Any]] = []
+        for kind, chosen in (("changelog", names), ("snapshot", snaps)):
+            if kind == "snapshot" and not snapshot:
+                continue
+            for n in (self.loc / kind / epoch_name(epoch)).list():
+                m = _OBJ.fullmatch(n)
+                if m and int(m.group(1)) < workers and int(m.group(1)) not in chosen:
+                    chosen[int(m.group(1))] = n
+        missing = [w for w in range(workers) if w not in names]
+        if missing:
+            raise StateGap(f"epoch {epoch}: no changelog object from worker(s) {missing} under {self.uri}; the "
+                           "Spark job succeeded, so the state URI is not shared by the executors (use a "
+                           "location every executor and the driver reach)")
+        if snapshot and len(snaps) < workers:
+            log.warning("epoch %d: snapshot objects from %d of %d workers; no snapshot recorded", epoch, len(snaps),
+                        workers)
+            snaps = {}
+        for w in range(workers):
+            meta = read_meta(self.loc / "changelog" / epoch_name(epoch) / names[w])
+            docs.append(meta.get("metrics", {}))
+        entry = ManifestEntry(epoch, map_version, names, snaps)
+        (self.loc / "manifest" / f"{epoch_name(epoch)}.json").write_json(entry.to_dict())
+        self.entries = [e for e in self.entries if e.epoch != epoch] + [entry]
+        self.entries.sort(key=lambda e: e.epoch)
+        return docs
+
+    def retain(self) -> int:
+        """Delete epochs older than the second-newest snapshot: no replay or rebuild reads them.
+        Returns how many epochs were deleted."""
+        snaps = [e.epoch for e in self.entries if e.snapshot]
+        if len(snaps) < 2:
+            return 0
+        keep_from = snaps[-2]
+        old = [e for e in self.entries if e.epoch < keep_from]
+        doc = (self.loc / "store.json").read_json() or {}
+        if int(doc.get("retained_from", 0)) < keep_from:
+            doc["retained_from"] = keep_from
+            (self.loc / "store.json").write_json(doc)
+        self._retained = keep_from
+        for e in old:
+            (self.loc / "manifest" / f"{epoch_name(e.epoch)}.json").delete()
+            for kind in ("changelog", "snapshot"):
+                (self.loc / kind / epoch_name(e.epoch)).delete_dir()
+        self.entries = [e for e in self.entries if e.epoch >= keep_from]
+        used = {e.map_version for e in self.entries}
+        self.maps = {v: a for v, a in self.maps.items() if v in used or v >= max(used, default=0)}
+        return len(old)
+
+
+def find_object(root: str, kind: str, epoch: int, worker: int) -> Location | None:
+    """An object some attempt already wrote for (epoch, worker), if any (first by name)."""
+    d = Location.of(root) / kind / epoch_name(epoch)
+    prefix = f"w{worker:04d}-"
+    for n in d.list():
+        if n.startswith(prefix) and n.endswith(".arrow"):
+            return d / n
+    return None
+
+
+def read_state(root: str) -> dict[int, dict[bytes, bytes]]:
+    """bin -> {store key: value} after the newest committed epoch (tests, offline inspection)."""
+    from spark_jobs.bins import bits_for
+
+    loc = Location.of(root)
+    doc = (loc / "store.json").read_json()
+    if doc is None:
+        return {}
+    ds = DurableState(root, doc["job"], int(doc["bins"]))
+    h = ds.history()
+    src = BinSource(h)
+    out: dict[int, dict[bytes, bytes]] = {}
+    try:
+        bits_for(ds.bins)
+        for b in range(ds.bins):
+            kv: dict[bytes, bytes] = {}
+            _, batches = src.full(b, ds.last_epoch)
+            for keys, values in batches:
+                for k, v in zip(keys, values):
+                    if v is None:
+                        kv.pop(k, None)
+                    else:
+                        kv[k] = v
+            if kv:
+                out[b] = kv
+    finally:
+        src.close()
+    return out

@@ -1,0 +1,282 @@
+"""The durable state, the executor-local caches and a worker's epoch, without Spark (milliseconds).
+
+The worker's epoch function (`spark_jobs.worker._run`) is driven directly with Arrow tables, the
+way `mapInArrow` would, so the exactly-once argument of docs/dataplane.md is checked on its own:
+a move is a change of owner, a new executor rebuilds from the durable state, two attempts of an
+epoch write identical objects, pre-copied bins only replay the changes since, any key works, and
+a fold that raises sends its record to the dead letters.
+"""
+
+from __future__ import annotations
+
+import random
+import struct
+from collections import Counter
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from spark_jobs import bins as B
+from spark_jobs.cache import CacheError, WorkerCache
+from spark_jobs.durable import (DEAD_LETTER, OUTPUT, DurableState, ObjectReader, ObjectWriter, StateGap,
+                                StoreMismatch, find_object, read_state)
+from spark_jobs.operators import OPERATORS, KeyCount, decode_count
+from spark_jobs.storage import Location
+from spark_jobs.worker import ApplyConfig, _run
+
+pytestmark = pytest.mark.dataplane
+K = 3  # 8 bins
+
+
+class Harness:
+    """Drives epochs like the runner does: tasks per worker (each on a chosen 'executor' cache
+    dir), then the driver's commit; keeps a pure-Python reference of counts and outputs."""
+
+    def __init__(self, root: Path, workers: int = 2, snapshot_every: int = 3, operator: str = "keycount") -> None:
+        self.root = root
+        self.uri = str(root / "state")
+        self.ds = DurableState(self.uri, "j", 1 << K, snapshot_every=snapshot_every)
+        self.assignment = B.uniform_assignment(1 << K, workers)
+        self.workers = workers
+        self.version = 0
+        self.epoch = 0
+        self.operator = operator
+        self.ref: Counter[bytes] = Counter()
+        self.rng = random.Random(5)
+        self.hashes: dict[bytes, int] = {}
+        self.executor_of = {w: "exec-a" for w in range(workers)}
+
+    def h(self, key: bytes) -> int:
+        if key not in self.hashes:
+            self.hashes[key] = self.rng.getrandbits(64) - (1 << 63)
+        return self.hashes[key]
+
+    def table(self, keys: list[bytes], worker: int, values: list[bytes] | None = None) -> pa.Table | None:
+        rows = [(k, (values[i] if values else b"1"), 0, i) for i, k in enumerate(keys)
+                if self.assignment[B.bin_of_hash(self.h(k), K)] == worker]
+        if not rows:
+            return None
+        ks, vs, ps, os_ = zip(*rows)
+        hs = [self.h(k) for k in ks]
+        return pa.table({"key": pa.array(ks, pa.binary()), "value": pa.array(vs, pa.binary()),
+                         "partition": pa.array(ps, pa.int32()), "offset": pa.array(os_, pa.int64()),
+                         "h": pa.array(hs, pa.int64()), "bin": pa.array([B.bin_of_hash(x, K) for x in hs], pa.int32()),
+                         "worker": pa.array([worker] * len(ks), pa.int32())})
+
+    def cfg(self, moving_in=None, warm=None, snapshot=False) -> ApplyConfig:
+        return ApplyConfig(epoch=self.epoch, job="j", operator=self.operator, bins_bits=K, workers=self.workers,
+                           assignment=tuple(self.assignment), state_uri=self.ds.uri, store_id=self.ds.store_id,
+                           history=self.ds.history(before=self.epoch), output_topic="j.output", dlq_topic="j.dlq",
+                           input_topic="in", snapshot=snapshot, moving_in=moving_in or {}, warm=warm or {})
+
+    def task(self, cfg: ApplyConfig, worker: int, keys: list[bytes], executor: str,
+             values: list[bytes] | None = None) -> list:
+        t = self.table(keys, worker, values)
+        n = t.num_rows if t is not None else 0
+        cache = WorkerCache(self.root / executor, cfg.store_id, "j", worker)
+        try:
+            return cache.write(lambda txn: _run(cfg, cache, txn, worker, t, n, f"att-{executor}", 0.0, 0.0))
+        finally:
+            cache.close()
+
+    def run_epoch(self, keys: list[bytes], moves=(), warm=None, values=None) -> tuple[list, list[dict]]:
+        moving_in: dict[int, tuple[int, ...]] = {}
+        if moves:
+            for b, src, dst in moves:
+                assert self.assignment[b] == src
+                self.assignment[b] = dst
+                moving_in[dst] = moving_in.get(dst, ()) + (b,)
+            self.version += 1
+        self.ds.record_map(self.version, self.assignment)
+        tasks = max([self.workers] + [w + 1 for w in (warm or {})])
+        snapshot = self.ds.snapshot_due(self.epoch)
+        cfg = self.cfg(moving_in, warm, snapshot)
+        outs = []
+        for w in range(tasks):
+            outs += self.task(cfg, w, keys, self.executor_of.get(w, "exec-a"), values)
+        docs = self.ds.commit_epoch(self.epoch, self.version, tasks, snapshot)
+        self.ds.retain()
+        for k in keys:
+            self.ref[k] += 1
+        self.epoch += 1
+        return outs, docs
+
+    def durable_counts(self) -> dict[bytes, int]:
+        got: dict[bytes, int] = {}
+        for b, kv in read_state(self.uri).items():
+            for sk, v in kv.items():
+                key, st = B.decode_entry(sk, v)
+                assert B.bin_of_store_key(sk, K) == b
+                got[key] = decode_count(st)
+        return got
+
+
+def keys_of(n: int, seed: int) -> list[bytes]:
+    r = random.Random(seed)
+    return [b"k%d" % r.randrange(200) for _ in range(n)]
+
+
+def test_object_roundtrip_reads_one_bin_alone(tmp_path):
+    w = ObjectWriter(meta={"epoch": 3, "metrics": {"worker": 1}})
+    w.add_bin(2, [b"a", b"b"], [b"1", None])
+    w.add_bin(5, [b"c"], [b"3"])
+    w.add_output(OUTPUT, b"a", b"1")
+    w.add_output(DEAD_LETTER, b"x", b"bad", '{"error": "E"}')
+    with pytest.raises(ValueError):
+        w.add_bin(4, [b"d"], [b"4"])
+    loc = Location.of(tmp_path) / "o.arrow"
+    loc.write_bytes(w.to_bytes())
+    r = ObjectReader(loc)
+    assert r.meta["bins"] == [2, 5] and r.meta["metrics"] == {"worker": 1}
+    assert r.bin_changes(5) == ([b"c"], [b"3"]) and r.bin_changes(2) == ([b"a", b"b"], [b"1", None])
+    assert r.bin_changes(7) == ([], [])
+    assert r.outputs() == [(OUTPUT, b"a", b"1", None), (DEAD_LETTER, b"x", b"bad", '{"error": "E"}')]
+    r.close()
+    assert [n for n in Location.of(tmp_path).list()] == ["o.arrow"]  # no temporaries left
+
+
+def test_state_survives_moves_new_executors_and_snapshots(tmp_path):
+    hz = Harness(tmp_path, workers=2, snapshot_every=3)
+    for e in range(4):
+        hz.run_epoch(keys_of(300, e))
+    # move bins 0 and 5 across; worker 1 then lands on a fresh executor (empty cache)
+    outs, docs = hz.run_epoch(keys_of(300, 10), moves=[(0, 0, 1), (5, 1, 0)])
+    moved = {b: info for d in docs for b, info in d["moved_in"].items()}
+    assert set(moved) == {"0", "5"} and all(i["mode"] == "load" for i in moved.values())
+    assert sum(i["keys"] for i in moved.values()) > 0
+    hz.executor_of[1] = "exec-b"
+    for e in range(11, 20):
+        outs, docs = hz.run_epoch(keys_of(300, e))
+    assert hz.durable_counts() == dict(hz.ref)
+    # the outputs of the last epoch are the reference counts of its keys
+    last = {k: int(v) for kind, k, v, _ in outs if kind == OUTPUT}
+    assert last == {k: hz.ref[k] for k in set(keys_of(300, 19))}
+    # retention kept two snapshots and dropped what came before the older one
+    snaps = [e.epoch for e in hz.ds.entries if e.snapshot]
+    assert len(snaps) == 2 and hz.ds.entries[0].epoch == snaps[0]
+    assert not (Location.of(hz.uri) / "changelog" / "000000000000").exists()
+
+
+def test_two_attempts_write_identical_objects_and_a_late_attempt_changes_nothing(tmp_path):
+    hz = Harness(tmp_path, workers=2)
+    for e in range(3):
+        hz.run_epoch(keys_of(200, e))
+    cfg = hz.cfg()
+    keys = keys_of(200, 3)
+    first = hz.task(cfg, 0, keys, "exec-a")
+    second = hz.task(cfg, 0, keys, "exec-z")  # a retry on an executor that never saw worker 0
+    assert first == second
+    objs = [n for n in (Location.of(hz.uri) / "changelog" / "000000000003").list() if n.startswith("w0000")]
+    assert len(objs) == 2
+    metas = [ObjectReader(Location.of(hz.uri) / "changelog" / "000000000003" / n) for n in objs]
+    assert [m.bin_changes(b) for b in range(8) for m in metas[:1]] == [m.bin_changes(b) for b in range(8) for m in metas[1:]]
+    hz.task(cfg, 1, keys, "exec-a")
+    hz.ds.commit_epoch(3, hz.version, 2, False)
+    hz.epoch = 4
+    for k in keys:
+        hz.ref[k] += 1
+    hz.run_epoch(keys_of(200, 4))
+    # a zombie attempt of epoch 3 arrives late: the object exists, so the task only re-emits
+    assert find_object(hz.uri, "changelog", 3, 0) is not None
+    assert hz.durable_counts() == dict(hz.ref)
+
+
+def test_precopy_warms_then_cuts_over_with_a_small_delta(tmp_path):
+    hz = Harness(tmp_path, workers=2, snapshot_every=100)
+    for e in range(3):
+        hz.run_epoch(keys_of(400, e))
+    # warm bin 1 (owned by worker 0) on worker 1 for two epochs, then cut over
+    _, docs = hz.run_epoch(keys_of(400, 3), warm={1: (1,)})
+    warmed = docs[1]["warmed"]
+    assert warmed["1"]["mode"] == "load" and warmed["1"]["keys"] > 0
+    _, docs = hz.run_epoch(keys_of(400, 4), warm={1: (1,)})
+    assert docs[1]["warmed"]["1"]["mode"] == "catchup"
+    _, docs = hz.run_epoch(keys_of(400, 5), moves=[(1, 0, 1)])
+    cut = docs[1]["moved_in"]["1"]
+    assert cut["mode"] == "catchup"
+    loaded = warmed["1"]["keys"]
+    assert cut["keys"] < loaded  # only one epoch's changes of the bin, not the whole bin
+    hz.run_epoch(keys_of(400, 6))
+    assert hz.durable_counts() == dict(hz.ref)
+
+
+def test_precopy_to_a_worker_that_does_not_exist_yet(tmp_path):
+    hz = Harness(tmp_path, workers=2)
+    hz.run_epoch(keys_of(300, 0))
+    _, docs = hz.run_epoch(keys_of(300, 1), warm={2: (0, 7)})
+    assert len(docs) == 3 and set(docs[2]["warmed"]) == {"0", "7"}
+    hz.workers = 3
+    _, docs = hz.run_epoch(keys_of(300, 2), moves=[(0, 0, 2), (7, 1, 2)])
+    assert {i["mode"] for i in docs[2]["moved_in"].values()} <= {"catchup", "warm"}
+    assert hz.durable_counts() == dict(hz.ref)
+
+
+def test_keys_of_any_length_and_content(tmp_path):
+    hz = Harness(tmp_path, workers=2)
+    keys = [b"", b"\x00", b"a" * 400, b"a" * 401, b"b" * 100_000, bytes(range(256)) * 4, "ключ".encode()]
+    for e in range(3):
+        outs, _ = hz.run_epoch(keys + keys[:2])
+    assert hz.durable_counts() == dict(hz.ref)
+    got = {k: int(v) for kind, k, v, _ in outs if kind == OUTPUT}
+    assert got[b"b" * 100_000] == 3 and got[b""] == 6
+    long_sk = B.store_key(hz.h(b"b" * 100_000), b"b" * 100_000)
+    assert len(long_sk) < 511 and B.is_long_key(long_sk)
+
+
+class PoisonCount(KeyCount):
+    name = "poisoncount"
+
+    def fold(self, key, state, values):
+        if b"poison" in values:
+            raise ValueError("cannot count poison")
+        return super().fold(key, state, values)
+
+
+def test_a_fold_that_raises_sends_its_record_to_the_dead_letters(tmp_path, monkeypatch):
+    monkeypatch.setitem(OPERATORS, "poisoncount", PoisonCount)
+    hz = Harness(tmp_path, workers=1, operator="poisoncount")
+    keys = [b"a", b"a", b"b", b"a"]
+    outs, docs = hz.run_epoch(keys, values=[b"1", b"poison", b"1", b"1"])
+    dead = [(k, v, note) for kind, k, v, note in outs if kind == DEAD_LETTER]
+    assert len(dead) == 1 and dead[0][:2] == (b"a", b"poison") and "cannot count poison" in dead[0][2]
+    assert '"offset": 1' in dead[0][2] and '"topic": "in"' in dead[0][2]
+    assert docs[0]["dead_letters"] == 1
+    hz.ref[b"a"] -= 1  # the poisoned record is not counted
+    assert hz.durable_counts() == dict(hz.ref)
+
+
+def test_store_and_cache_refuse_another_jobs_state(tmp_path):
+    DurableState(str(tmp_path / "s"), "j", 8)
+    with pytest.raises(StoreMismatch, match="belongs to job 'j'"):
+        DurableState(str(tmp_path / "s"), "other", 8)
+    with pytest.raises(StoreMismatch):
+        DurableState(str(tmp_path / "s"), "j", 16)
+    WorkerCache(tmp_path / "c", "store1", "j", 0).close()
+    (tmp_path / "c" / "store-store1" / "worker-0000").rename(tmp_path / "c" / "store-store1" / "worker-0001")
+    with pytest.raises(CacheError, match="belongs to"):
+        WorkerCache(tmp_path / "c", "store1", "j", 1)
+
+
+def test_rolled_back_checkpoint_and_missing_task_output_are_errors(tmp_path):
+    hz = Harness(tmp_path, workers=2, snapshot_every=2)
+    for e in range(8):
+        hz.run_epoch(keys_of(50, e))
+    hz.ds.check_against(7)  # Spark committed everything: fine
+    hz.ds.check_against(6)  # the last epoch's commit lost in a crash: a replay, fine
+    with pytest.raises(StateGap, match="rolled back"):
+        hz.ds.check_against(3)
+    with pytest.raises(StateGap, match="no changelog object"):
+        hz.ds.commit_epoch(99, hz.version, 2, False)
+
+
+def test_cache_grows_its_map_instead_of_sticking(tmp_path, monkeypatch):
+    import spark_jobs.cache as C
+
+    monkeypatch.setattr(C, "INITIAL_MAP", 1 << 20)  # 1 MiB
+    c = WorkerCache(tmp_path, "s", "j", 0)
+    try:
+        c.write(lambda txn: [txn.put(struct.pack(">Q", i) + b"\x00", b"x" * 1000, db=c.data) for i in range(5000)])
+        assert c.env.info()["map_size"] > 1 << 20
+    finally:
+        c.close()
