@@ -41,13 +41,18 @@ def cli_command(cfg: JobConfig, bootstrap: str, db_url: str) -> list[str]:
 
 
 def spark_submit_command(cfg: JobConfig, bootstrap: str, db_url: str) -> list[str]:
-    """spark-submit command line from the provider's hook and the `spark_conn_id` connection (master, binary)."""
+    """spark-submit command line from the provider's hook and the `spark_conn_id` connection (master, binary).
+
+    `py_files` ships the three packages to the executors (spark_jobs/ship.py's archive)."""
     from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+
+    from spark_jobs.ship import job_archive
 
     hook = SparkSubmitHook(
         conn_id=cfg.spark_conn_id, name=f"ballast-{cfg.job}",
         application_args=data_plane_args(cfg, bootstrap, db_url),
         conf={"spark.pyspark.python": sys.executable, "spark.pyspark.driver.python": sys.executable},
+        py_files=str(job_archive()),
     )
     return hook._build_spark_submit_command(str(REPO / "spark_jobs" / "main.py"))
 
