@@ -33,6 +33,9 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--cache-dir", default=None,
                    help="workers' local state caches (default: each executor's own work directory)")
     r.add_argument("--snapshot-every", type=int, default=10, help="epochs with changes between state snapshots")
+    r.add_argument("--max-workers", type=int, default=None,
+                   help="the most workers the cluster can run (default: the standalone master's alive cores)")
+    r.add_argument("--master-ui", default=None, help="standalone master web UI URL, to ask its capacity")
     r.add_argument("--allow-data-loss", action="store_true",
                    help="let the job go on when Kafka retention deleted records it had not read (default: fail)")
     r.add_argument("--bootstrap", default="127.0.0.1:9092")
@@ -53,7 +56,8 @@ def config_from_args(a: argparse.Namespace) -> JobConfig:
     return JobConfig(
         job=a.job, operator=a.operator, input_topic=a.input_topic, bins=a.bins, workers=a.workers,
         checkpoint_dir=a.checkpoint_dir, state_uri=a.state_uri, cache_dir=a.cache_dir,
-        snapshot_every=a.snapshot_every, fail_on_data_loss=not a.allow_data_loss, bootstrap=a.bootstrap,
+        snapshot_every=a.snapshot_every, fail_on_data_loss=not a.allow_data_loss, max_workers=a.max_workers,
+        master_ui=a.master_ui, bootstrap=a.bootstrap,
         db_url=a.db_url or default_url(), trigger_ms=a.trigger_ms, max_offsets_per_trigger=a.max_offsets_per_trigger,
         output_partitions=a.output_partitions, max_future_s=a.max_future_s,
     )

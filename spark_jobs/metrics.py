@@ -78,7 +78,8 @@ def replace_epoch_metrics(s: Any, job: str, operator: str, epoch: int, epoch_row
 
 
 def heartbeat(s: Any, job: str, operator: str, *, epoch: int, map_version: int, workers: int,
-              now: datetime, started_at: datetime, status: str) -> None:
+              now: datetime, started_at: datetime, status: str, executors: int | None = None,
+              capacity: int | None = None) -> None:
     row = s.get(m.Heartbeat, (job, operator))
     if row is None:
         row = m.Heartbeat(job=job, operator=operator, started_at=started_at)
@@ -86,6 +87,7 @@ def heartbeat(s: Any, job: str, operator: str, *, epoch: int, map_version: int, 
     row.last_epoch, row.map_version, row.workers = epoch, map_version, workers
     row.updated_at, row.started_at, row.status = now, started_at, status
     row.pid, row.host = os.getpid(), socket.gethostname()
+    row.executors, row.capacity = executors, capacity
 
 
 def set_status(url: str, job: str, operator: str, status: str, now: datetime) -> None:

@@ -83,7 +83,23 @@ OPERATORS: dict[str, type[Operator]] = {KeyCount.name: KeyCount, WordCount.name:
 
 
 def get_operator(name: str) -> Operator:
+    """A shipped operator by name, or a user's by import path `package.module:Class`.
+
+    A user's module must reach the executors the way the job's own code does (spark-submit
+    `--py-files`, or `spark.submit.pyFiles`)."""
+    if ":" in name:
+        import importlib
+
+        mod_name, _, cls_name = name.partition(":")
+        try:
+            cls = getattr(importlib.import_module(mod_name), cls_name)
+        except (ImportError, AttributeError) as exc:
+            raise ValueError(f"operator {name!r} does not import: {exc}. Ship its module with --py-files "
+                             "(it must be importable on the driver and on every executor)") from None
+        if not (isinstance(cls, type) and issubclass(cls, Operator)):
+            raise ValueError(f"operator {name!r} is not a subclass of spark_jobs.operators.Operator")
+        return cls()
     try:
         return OPERATORS[name]()
     except KeyError:
-        raise ValueError(f"unknown operator {name!r}; known: {sorted(OPERATORS)}") from None
+        raise ValueError(f"unknown operator {name!r}; known: {sorted(OPERATORS)}, or package.module:Class") from None

@@ -33,6 +33,7 @@ from spark_jobs import metrics as mx
 from spark_jobs.bins import bits_for, spark_columns
 from spark_jobs.control import ControlRecord, ControlState, Decision, decide, has_due_step, initial_state, tick_message
 from spark_jobs.durable import DurableState
+from spark_jobs.executors import ExecutorScaler
 from spark_jobs.journal import Journal
 from spark_jobs.offsets import committed_epochs, epoch_ranges
 from spark_jobs.operators import get_operator
@@ -63,6 +64,8 @@ class JobConfig:
     max_future_s: float = 86400.0
     starting_offsets: str = "earliest"
     fail_on_data_loss: bool = True  # Kafka retention dropping records a replay needs is an error
+    max_workers: int | None = None  # the cluster's capacity in workers (default: asked from the master)
+    master_ui: str | None = None  # standalone master's web UI, for its capacity (default host:8080)
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -120,6 +123,8 @@ class JobRunner:
         self.out_topic = output_topic(cfg.job)
         self.durable: DurableState | None = None
         self._last_state: dict[int, tuple[int, int]] = {}  # worker -> (keys, bytes), for epochs without tasks
+        self.scaler: ExecutorScaler | None = None
+        self._capacity: tuple[float, int | None] = (0.0, None)
         self.started_at = utcnow()
         self.query: Any = None
         self._in_batch = threading.Event()
@@ -149,6 +154,8 @@ class JobRunner:
         if self._state is not None and self._state.workers != cfg.workers:
             log.warning("job %s restarts with the logged map (W=%d, map v%d); --workers %d is ignored",
                         cfg.job, self._state.workers, self._state.map_version, cfg.workers)
+        self.scaler = ExecutorScaler(self.spark, cfg.max_workers, cfg.master_ui)
+        self.scaler.scale_to(self._state.workers if self._state else cfg.workers)
         from kafka import KafkaConsumer, KafkaProducer
 
         self._producer = KafkaProducer(bootstrap_servers=cfg.bootstrap, acks="all", linger_ms=5)
@@ -361,6 +368,8 @@ class JobRunner:
         assert durable is not None
         durable.record_map(st.map_version, st.assignment)
         tasks = max([st.workers] + [w + 1 for w in warm])
+        if self.scaler is not None:
+            self.scaler.scale_to(tasks)
         snapshot = durable.snapshot_due(epoch)
         acfg = ApplyConfig(
             epoch=epoch, job=cfg.job, operator=cfg.operator, bins_bits=self.k, workers=tasks,
@@ -484,8 +493,17 @@ class JobRunner:
             mx.replace_epoch_metrics(s, cfg.job, cfg.operator, epoch, erow, wrows, brows)
             mx.heartbeat(s, cfg.job, cfg.operator, epoch=epoch, map_version=st.map_version, workers=st.workers,
                          now=ended_at, started_at=self.started_at,
-                         status="stopping" if self._stopping.is_set() else "running")
+                         status="stopping" if self._stopping.is_set() else "running",
+                         executors=self.scaler.held() if self.scaler else None, capacity=self._cluster_capacity())
         return acks
+
+    def _cluster_capacity(self) -> int | None:
+        """The cluster's capacity in workers, asked at most every 30 s."""
+        at, cap = self._capacity
+        if self.scaler is not None and time.time() - at > 30:
+            cap = self.scaler.capacity()
+            self._capacity = (time.time(), cap)
+        return cap
 
     def _ack(self, row: m.Checkpoint, offset: str, duplicate: bool = False) -> bytes:
         return CheckpointMsg(

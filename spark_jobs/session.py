@@ -28,20 +28,28 @@ def build_spark(app_name: str = "ballast", master: str | None = None, conf: dict
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
+    master = master or os.environ.get("SPARK_MASTER", "local[2]")
     builder = (
         SparkSession.builder.appName(app_name)
-        .master(master or os.environ.get("SPARK_MASTER", "local[2]"))
+        .master(master)
         .config("spark.jars", ",".join(connector_jars()))
         .config("spark.pyspark.python", os.environ["PYSPARK_PYTHON"])
         .config("spark.sql.shuffle.partitions", os.environ.get("BALLAST_SHUFFLE_PARTITIONS", "4"))
         .config("spark.ui.enabled", "false")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.driver.host", "127.0.0.1")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .config("spark.driver.memory", os.environ.get("BALLAST_DRIVER_MEMORY", "2g"))
     )
+    # local mode stays on loopback; on a cluster the executors must reach the driver, so its
+    # address is Spark's default (or BALLAST_DRIVER_HOST) unless the caller's conf says otherwise
+    host = os.environ.get("BALLAST_DRIVER_HOST") or ("127.0.0.1" if master.startswith("local") else None)
+    if host:
+        builder = builder.config("spark.driver.bindAddress", host).config("spark.driver.host", host)
     for k, v in (conf or {}).items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("BALLAST_SPARK_LOG_LEVEL", "WARN"))
+    if not master.startswith("local"):  # executors elsewhere get the job's code from the driver
+        from spark_jobs.ship import job_archive
+
+        spark.sparkContext.addPyFile(str(job_archive()))
     return spark

@@ -94,10 +94,13 @@ def collect(url: str, cfg: JobConfig) -> dict[str, Any]:
 # ------------------------------------------------------------------------------------ evaluate
 
 
-def _guard_config(cfg: JobConfig) -> policy.GuardConfig:
+def _guard_config(cfg: JobConfig, capacity: int | None = None) -> policy.GuardConfig:
+    """The jobs file's bounds; the upper one also capped by what the cluster can run (the job
+    reports its cluster's capacity in its heartbeat), never below the lower one."""
     rb = cfg.rebalance
+    upper = cfg.max_workers if not capacity else max(cfg.min_workers, min(cfg.max_workers, capacity))
     return policy.GuardConfig(
-        min_workers=cfg.min_workers, max_workers=cfg.max_workers, warmup_s=rb.warmup_s,
+        min_workers=cfg.min_workers, max_workers=upper, warmup_s=rb.warmup_s,
         warmup_epochs=rb.warmup_epochs, activation=rb.activation, target_utilization=rb.target_utilization,
         utilization_band=rb.utilization_band, scale_down_delay_s=rb.scale_down_delay_s,
     )
@@ -151,7 +154,8 @@ def evaluate(url: str, cfg: JobConfig, snap: dict[str, Any], now: datetime | Non
     obs = policy.Observation(now_s=now.timestamp(), epoch=int(snap["latest_epoch"]), current_workers=cur,
                              proposed_workers=target.parallelism, utilization=res.utilization, true_rate=true_rate)
     state = _guard_state(url, cfg)
-    decision, new_state = policy.evaluate_guards(obs, state, _guard_config(cfg))
+    hb = repo.heartbeat(url, cfg.job, cfg.operator)
+    decision, new_state = policy.evaluate_guards(obs, state, _guard_config(cfg, hb.capacity if hb else None))
     action, reason, target_workers = decision.action, decision.reason, decision.target_workers
 
     # "no change" alone would hide a growing backlog: say why and what the operator can do

@@ -448,6 +448,8 @@ class HeartbeatRow:
     pid: int
     host: str
     status: str
+    executors: int | None = None  # executors the job holds now (cluster managers only)
+    capacity: int | None = None  # most workers the cluster can run, as the job last saw it
 
 
 def heartbeat(url: str, job: str, operator: str) -> HeartbeatRow | None:
@@ -456,7 +458,7 @@ def heartbeat(url: str, job: str, operator: str) -> HeartbeatRow | None:
         if r is None:
             return None
         return HeartbeatRow(r.last_epoch, r.map_version, r.workers, _utc(r.updated_at),  # type: ignore[arg-type]
-                            _utc(r.started_at), r.pid, r.host, r.status)  # type: ignore[arg-type]
+                            _utc(r.started_at), r.pid, r.host, r.status, r.executors, r.capacity)  # type: ignore[arg-type]
 
 
 def per_worker_counts(rows: Iterable[WorkerRow]) -> dict[int, int]:
