@@ -4,7 +4,7 @@ Why: the state store choice decides per-epoch cost (point get+put of a key-count
 of opening a store in whichever Python worker serves a partition this epoch, and the cost of a
 bin move (range export, import, delete). Run:
 
-    .venv/bin/python -m spark_jobs.bench_stores [--keys 1000000] [--batch 100000] [--batches 5]
+    .venv/bin/python -m bench.stores [--keys 1000000] [--batch 100000] [--batches 5]
 
 Keys are laid out as the data plane does: 8-byte big-endian hash + key bytes, so a bin (top k
 bits) is one contiguous key range.
