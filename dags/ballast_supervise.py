@@ -4,7 +4,7 @@ Each run is a short health check per job: a fresh heartbeat in the metrics DB me
 job launched moments ago gets its start-up grace; a missing or stale heartbeat gets the job
 (re)launched detached (`python -m spark_jobs.cli run ...`, or spark-submit through the
 `spark_default` connection when the job's launcher is spark-submit). No task lives as long as the
-stream (NOTES.md: long tasks die of token expiry and heartbeat failures). To stop a job for good,
+stream (docs/operations.md, "Traps": long tasks die of token expiry and heartbeat failures). To stop a job for good,
 pause this DAG or remove the job from dags/ballast_jobs.yaml, then stop its driver.
 """
 

@@ -1,4 +1,4 @@
-"""SQLAlchemy 2 models of the Ballast metrics DB (schema of DESIGN.md, "Metrics DB").
+"""SQLAlchemy 2 models of the Ballast metrics DB (the schema in docs/dataplane.md, "Metrics written per epoch", and docs/protocol.md).
 
 Written by the data plane (per-epoch metrics, routing maps, the step-decision log, checkpoints,
 heartbeats) and by the control plane (DS2 decisions, plans, plan steps, events). Every change
@@ -112,7 +112,7 @@ class StepDecision(Base):
 
 
 class Checkpoint(Base):
-    """Completion checkpoint of one step (DESIGN.md): exactly one row per (plan, step)."""
+    """Completion checkpoint of one step (docs/protocol.md): exactly one row per (plan, step)."""
 
     __tablename__ = "checkpoints"
     job: Mapped[str] = mapped_column(String(200), primary_key=True)

@@ -33,7 +33,7 @@ if ! stamp_ok "$VENV/.ballast-stamp" "$want"; then
   "$VENV/bin/pip" install -q --upgrade pip wheel setuptools
   "$VENV/bin/pip" install -q -r requirements.txt -c constraints.txt
   # pyspark-client (pulled by the Spark provider) and pyspark share the pyspark/ directory:
-  # reinstall pyspark last so its Python files match its jars (NOTES.md; tested in foundation).
+  # reinstall pyspark last so its Python files match its jars (docs/operations.md, "Traps"; tested in foundation).
   spark_v=$(grep -E '^pyspark==' requirements.txt | cut -d= -f3)
   "$VENV/bin/pip" install -q --no-deps --force-reinstall "pyspark==$spark_v" -c constraints.txt
   echo "$want" > "$VENV/.ballast-stamp"

@@ -2,7 +2,7 @@
 
 Why here: the Kafka connector is not in the pyspark wheel (its jars come from Maven Central into
 `.cache/jars/spark-kafka`, see jvm/spark-kafka/pom.xml), and Spark's Python workers default to
-`python3` on PATH rather than this venv (NOTES.md). Both the job and the tests build sessions here.
+`python3` on PATH rather than this venv (docs/operations.md, "Traps"). Both the job and the tests build sessions here.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Emission of a stored plan's steps on `<job>.control`, exactly once per (plan_id, step).
 
 Why kafka-python and not the Airflow Kafka provider: its ProduceToTopicOperator only logs delivery
-failures (NOTES.md); a control step must be acknowledged by every in-sync replica (acks=all) and
+failures (docs/operations.md, "Traps"); a control step must be acknowledged by every in-sync replica (acks=all) and
 we wait on each send's future before recording it as emitted.
 
 Idempotency: a step whose plan_steps row has `emitted_at` is never sent again, whatever the mode;

@@ -1,6 +1,6 @@
 """Launch + supervise the data-plane job without holding an Airflow task for the life of the stream.
 
-NOTES.md: SparkSubmitOperator in client mode blocks for the driver's life, and long tasks die of
+docs/operations.md ("Traps"): SparkSubmitOperator in client mode blocks for the driver's life, and long tasks die of
 token expiry and heartbeat failures. So a short task launches the driver detached (own session,
 nohup semantics, output to a log file), records its pid, and returns; a scheduled health check
 reads the job's heartbeat from the metrics DB and relaunches a job whose heartbeat is stale.

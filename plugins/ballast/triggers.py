@@ -1,7 +1,7 @@
 """CheckpointTrigger: waits in the triggerer for a plan's completion checkpoints.
 
 Why a trigger: a migration can take minutes (steps spaced by gaps, slow epochs); polling from a
-worker slot for that long wastes the slot and risks the long-task failures in NOTES.md. The
+worker slot for that long wastes the slot and risks the long-task failures in docs/operations.md ("Traps"). The
 trigger polls the metrics DB (in a thread: SQLAlchemy is synchronous) and fires once — all awaited
 steps applied, a step rejected/superseded, or the deadline passed. The deadline is absolute and
 serialized, so a triggerer restart does not extend it.

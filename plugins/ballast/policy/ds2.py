@@ -22,7 +22,7 @@ from typing import Iterable, Literal, Mapping, Sequence
 
 Aggregation = Literal["sum", "max"]
 
-#: Fixed cost of one Spark micro-batch (NOTES.md: ~0.2-0.3 s on the reference machine).
+#: Fixed cost of one Spark micro-batch (docs/operations.md, "Traps": ~0.2-0.3 s on a 2-core machine).
 DEFAULT_OVERHEAD_S = 0.25
 
 
