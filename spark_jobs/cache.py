@@ -136,7 +136,7 @@ class WorkerCache:
         for b in owned:
             bits |= 1 << b
         txn.put(K_OWNED, bits.to_bytes(max(1, (bits.bit_length() + 7) // 8), "big"), db=self.meta)
-        for b in owned:
+        for b in [b for b in self._at_entries(txn) if b in owned]:  # few: only loaded or warm bins
             txn.delete(P_AT + _I.pack(b), db=self.meta)
         for b in warm:
             self.set_bin_at(txn, b, warm_epoch)
@@ -146,6 +146,11 @@ class WorkerCache:
         """bin -> the epoch whose state it holds, for every bin this cache holds."""
         last = self.last_applied(txn)
         out: dict[int, int] = {b: last for b in self.owned(txn)}
+        out.update(self._at_entries(txn))
+        return out
+
+    def _at_entries(self, txn: Any) -> dict[int, int]:
+        out: dict[int, int] = {}
         cur = txn.cursor(db=self.meta)
         if cur.set_range(P_AT):
             for k, v in cur:
