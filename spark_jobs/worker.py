@@ -142,7 +142,7 @@ def _run(cfg: ApplyConfig, cache: Any, txn: Any, worker: int, table: Any, n: int
         tot_keys, tot_bytes = cache.totals(txn)
         bins = {str(b): [rec, *cache.bin_counter(txn, b)] for b, rec in bin_records.items()}
         writer.meta["metrics"] = {
-            "worker": worker, "records_in": n, "records_out": len(writer._outputs) - dead, "dead_letters": dead,
+            "worker": worker, "records_in": n, "records_out": len(writer.outputs) - dead, "dead_letters": dead,
             "useful_ms": (now - t_useful) * 1000, "wall_ms": (now - t_task) * 1000,
             "state_keys": tot_keys, "state_bytes": tot_bytes, "bins": bins, "moved_in": moved, "warmed": warmed,
             "host": socket.gethostname(), "pid": os.getpid(), "attempt": attempt,
@@ -158,7 +158,7 @@ def _run(cfg: ApplyConfig, cache: Any, txn: Any, worker: int, table: Any, n: int
         (root / "changelog" / epoch_name(e) / object_name(worker, attempt)).write_bytes(writer.to_bytes())
         faults.hit("worker_before_commit")
         cache.set_owned(txn, e, owned, warm, e - 1)
-        return list(writer._outputs)
+        return writer.outputs
     finally:
         src.close()
 

@@ -128,12 +128,32 @@ def test_object_roundtrip_reads_one_bin_alone(tmp_path):
     loc = Location.of(tmp_path) / "o.arrow"
     loc.write_bytes(w.to_bytes())
     r = ObjectReader(loc)
-    assert r.meta["bins"] == [2, 5] and r.meta["metrics"] == {"worker": 1}
+    assert r.bins == [2, 5] and r.meta["metrics"] == {"worker": 1}
     assert r.bin_changes(5) == ([b"c"], [b"3"]) and r.bin_changes(2) == ([b"a", b"b"], [b"1", None])
     assert r.bin_changes(7) == ([], [])
     assert r.outputs() == [(OUTPUT, b"a", b"1", None), (DEAD_LETTER, b"x", b"bad", '{"error": "E"}')]
     r.close()
     assert [n for n in Location.of(tmp_path).list()] == ["o.arrow"]  # no temporaries left
+
+
+def test_objects_chunk_many_bins_into_few_batches(tmp_path, monkeypatch):
+    import spark_jobs.durable as D
+
+    monkeypatch.setattr(D, "CHUNK_ROWS", 10)
+    w = ObjectWriter(meta={})
+    expect = {}
+    for b in range(0, 4096, 3):
+        keys = [b"%d-%d" % (b, i) for i in range(b % 4)]
+        vals = [None if i == 1 else b"v%d" % i for i in range(b % 4)]
+        w.add_bin(b, keys, vals)
+        expect[b] = (keys, vals)
+    loc = Location.of(tmp_path) / "o.arrow"
+    loc.write_bytes(w.to_bytes())
+    r = ObjectReader(loc)
+    assert r._reader.num_record_batches < len(expect) // 4
+    assert all(r.bin_changes(b) == kv for b, kv in expect.items())
+    assert r.bin_changes(1) == ([], [])
+    r.close()
 
 
 def test_state_survives_moves_new_executors_and_snapshots(tmp_path):
