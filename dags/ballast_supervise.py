@@ -38,7 +38,10 @@ def make_dag(jobs: dict[str, JobConfig], schedule: str | None) -> DAG:
                 from ballast.config import get_job
                 from ballast.hooks import BallastKafkaHook, BallastMetricsDbHook
 
-                h = supervisor.supervise(get_job(job), BallastKafkaHook().bootstrap(), BallastMetricsDbHook().url())
+                kafka = BallastKafkaHook()
+                # the job runs as its own principal (conn ballast_kafka_job; absent: BALLAST_KAFKA_CONFIG)
+                job_security = BallastKafkaHook("ballast_kafka_job").security()
+                h = supervisor.supervise(get_job(job), kafka.bootstrap(), BallastMetricsDbHook().url(), job_security)
                 print(f"{job}: {h.status} — {h.message}")
                 return {"status": h.status, "message": h.message, "pid": h.pid}
 

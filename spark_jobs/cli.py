@@ -14,6 +14,9 @@ import os
 import signal
 import sys
 
+from ballast.kafka_security import ENV_CONFIG, KafkaSecurity
+from ballast.protocol import MAX_MESSAGE_BYTES
+from ballast.signing import DEFAULT_MAX_AGE_S, ENV_KEYS, load_keyring
 from spark_jobs.runner import JobConfig, JobRunner
 
 
@@ -44,6 +47,17 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--max-offsets-per-trigger", type=int, default=None)
     r.add_argument("--output-partitions", type=int, default=2)
     r.add_argument("--max-future-s", type=float, default=86400.0, help="reject steps effective later than this")
+    r.add_argument("--max-control-bytes", type=int, default=MAX_MESSAGE_BYTES,
+                   help="a control record larger than this is rejected before parsing (default 1 MiB)")
+    r.add_argument("--control-keys", default=None, metavar="FILE",
+                   help="JSON {key id: secret} of the keys control messages must be signed with (default: "
+                        f"${ENV_KEYS}; neither = unsigned mode, for local use only)")
+    r.add_argument("--control-max-age-s", type=float, default=DEFAULT_MAX_AGE_S,
+                   help="signed mode: reject a message issued longer ago than this")
+    r.add_argument("--kafka-config", default=None, metavar="FILE",
+                   help="JSON of Kafka client properties (security.protocol, sasl.mechanism, sasl.username, "
+                        "sasl.password, ssl.ca.location) as in the Kafka provider's connection extra "
+                        f"(default: ${ENV_CONFIG}, else PLAINTEXT)")
     r.add_argument("--master", default=None, help="Spark master (default $SPARK_MASTER or local[2])")
     st = sub.add_parser("stop", help="ask a running job to stop after its current epoch (works under spark-submit)")
     st.add_argument("--checkpoint-dir", required=True)
@@ -59,7 +73,9 @@ def config_from_args(a: argparse.Namespace) -> JobConfig:
         snapshot_every=a.snapshot_every, fail_on_data_loss=not a.allow_data_loss, max_workers=a.max_workers,
         master_ui=a.master_ui, bootstrap=a.bootstrap,
         db_url=a.db_url or default_url(), trigger_ms=a.trigger_ms, max_offsets_per_trigger=a.max_offsets_per_trigger,
-        output_partitions=a.output_partitions, max_future_s=a.max_future_s,
+        output_partitions=a.output_partitions, max_future_s=a.max_future_s, max_control_bytes=a.max_control_bytes,
+        control_keyring=load_keyring(a.control_keys, max_age_s=a.control_max_age_s),
+        kafka_security=KafkaSecurity.from_file(a.kafka_config) if a.kafka_config else KafkaSecurity.from_env(),
     )
 
 

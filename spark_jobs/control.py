@@ -7,6 +7,11 @@ so recomputing could differ).
 
 Rules (docs/protocol.md has the full contract):
 * malformed → rejected (Event row + ack, no checkpoint row: it has no (plan, step) to key on);
+  ANY exception raised while judging a record (too large, nested too deeply, a bug) is such a
+  rejection, with its reason: a control record can never fail an epoch;
+* with a keyring (signed mode): unsigned, forged, unknown-key messages → rejected the same way
+  (no checkpoint row: an unauthenticated message must not be able to block a (plan, step)); an
+  authentic one issued more than `max_age_s` ago → rejected with a checkpoint row;
 * for another job/operator → rejected the same way (a checkpoint row under our job would be
   misleading, and one under theirs is not ours to write);
 * duplicate of a finished (plan, step) → idempotent: no new checkpoint row, the ack is re-echoed;
@@ -30,7 +35,8 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from ballast.protocol import ControlStep, ProtocolError, parse_control
+from ballast.protocol import MAX_MESSAGE_BYTES, ControlStep, clip, describe_error, parse_document, step_from_document
+from ballast.signing import Keyring, SignatureError
 
 TICK_SCHEMA = "ballast.tick/v1"
 KEEP_FINAL = 2000
@@ -140,12 +146,12 @@ def validate(step: ControlStep, st: ControlState, bins: int) -> str | None:
     return None
 
 
-def _is_tick(raw: bytes | None) -> bool:
-    if not raw or b"ballast.tick" not in raw:
+def _is_tick(raw: bytes | bytearray | None) -> bool:
+    if not raw or len(raw) > 4096 or b"ballast.tick" not in raw:  # ticks are ~150 bytes
         return False
     try:
         doc = json.loads(raw)
-    except ValueError:
+    except Exception:  # RecursionError, UnicodeError, ValueError: not a tick; judged as a message
         return False
     return isinstance(doc, dict) and doc.get("schema") == TICK_SCHEMA
 
@@ -156,7 +162,7 @@ def tick_message(job: str, operator: str, at: datetime) -> bytes:
 
 
 def _step_of(q: dict[str, Any]) -> ControlStep:
-    return parse_control(json.dumps(q["msg"]))
+    return step_from_document(q["msg"])
 
 
 def has_due_step(st: ControlState, now: datetime) -> bool:
@@ -170,14 +176,15 @@ def has_due_step(st: ControlState, now: datetime) -> bool:
 
 def decide(
     state: ControlState, records: list[ControlRecord], *, epoch: int, now: datetime, job: str,
-    operator: str, bins: int, max_future_s: float,
+    operator: str, bins: int, max_future_s: float, max_message_bytes: int = MAX_MESSAGE_BYTES,
+    keyring: Keyring | None = None,
 ) -> Decision:
     st = copy.deepcopy(state)
     entries: list[Entry] = []
 
     def add(action: str, plan_id: str, step: int, reason: str, offset: str, mjob: str = job,
             mop: str = operator, **kw: Any) -> None:
-        entries.append(Entry(len(entries), action, plan_id, step, reason, offset, mjob, mop, **kw))
+        entries.append(Entry(len(entries), action, plan_id, step, clip(reason), offset, mjob, mop, **kw))
 
     def finish(s: ControlStep, status: str, reason: str, offset: str, action: str) -> None:
         st.final[step_key(s.plan_id, s.step)] = {"status": status, "epoch": epoch, "reason": reason}
@@ -185,35 +192,39 @@ def decide(
             map_version_after=st.map_version if status == "applied" else None, message=s.to_dict())
 
     received: set[str] = set()
-    # 1) the epoch's new control records, in topic order
-    for rec in records:
+
+    def judge(rec: ControlRecord) -> None:
+        """One record: parse (size bound first), authenticate, then the rules above."""
         if _is_tick(rec.value):
-            continue
-        try:
-            s = parse_control(rec.value)
-        except ProtocolError as exc:
-            add("reject", "", 0, f"malformed control message: {exc.reason}", rec.offset, checkpoint=False, event=True)
-            continue
+            return
+        doc = parse_document(rec.value, max_message_bytes)
+        kid = keyring.authenticate(doc) if keyring is not None else None
+        s = step_from_document(doc)
         if s.job != job or s.operator != operator:
-            add("reject", s.plan_id, s.step, f"step is for {s.job}/{s.operator}, this is {job}/{operator}",
-                rec.offset, mjob=s.job, mop=s.operator, checkpoint=False, event=True, message=s.to_dict())
-            continue
+            why = (f"signed for {s.job}/{s.operator}, this is {job}/{operator}: replayed from another job?" if kid
+                   else f"step is for {s.job}/{s.operator}, this is {job}/{operator}")
+            add("reject", s.plan_id, s.step, why, rec.offset, mjob=s.job, mop=s.operator, checkpoint=False,
+                event=True, message=s.to_dict())
+            return
         sk = step_key(s.plan_id, s.step)
         if sk in st.final:
             f = st.final[sk]
             add("duplicate", s.plan_id, s.step, f"duplicate: already {f['status']} at epoch {f['epoch']}",
                 rec.offset, checkpoint=False, reecho=True)
-            continue
+            return
         if any(step_key(q["msg"]["plan_id"], q["msg"]["step"]) == sk for q in st.queue):
             add("duplicate", s.plan_id, s.step, "duplicate: already queued", rec.offset, checkpoint=False)
-            continue
+            return
+        if keyring is not None and (why := keyring.expired_reason(s.issued_at, now)):
+            finish(s, "rejected", f"signed message (key id {kid}) {why}", rec.offset, "reject")
+            return
         if s.plan_id in st.plans and s.plan_id != st.plans[-1]:
             finish(s, "superseded", f"plan {s.plan_id} was superseded by plan {st.plans[-1]}", rec.offset, "supersede")
-            continue
+            return
         if (s.effective_at - now).total_seconds() > max_future_s:
             finish(s, "rejected", f"effective_at {s.effective_at.isoformat()} is more than {max_future_s:.0f}s "
                    "in the future", rec.offset, "reject")
-            continue
+            return
         if s.plan_id not in st.plans:
             for q in st.queue:
                 finish(_step_of(q), "superseded", f"superseded by newer plan {s.plan_id}", q["offset"], "supersede")
@@ -222,12 +233,29 @@ def decide(
         st.queue.append({"msg": s.to_dict(), "offset": rec.offset, "epoch": epoch})
         received.add(sk)
 
+    # 1) the epoch's new control records, in topic order; whatever one raises, it is rejected
+    # alone: the state is rolled back to before it and the epoch goes on
+    for rec in records:
+        saved = (len(entries), dict(st.final), list(st.queue), list(st.plans), set(received))
+        try:
+            judge(rec)
+        except Exception as exc:
+            del entries[saved[0]:]
+            st.final, st.queue, st.plans, received = saved[1], saved[2], saved[3], saved[4]
+            kind = "rejected signature" if isinstance(exc, SignatureError) else "malformed control message"
+            add("reject", "", 0, f"{kind}: {describe_error(exc)}", rec.offset, checkpoint=False, event=True)
+
     # 2) the queue: apply at most one due step, in order
     applied: dict[str, Any] | None = None
     remaining: list[dict[str, Any]] = []
     waiting: dict[str, str] = {}
     for q in st.queue:
-        s = _step_of(q)
+        try:
+            s = _step_of(q)
+        except Exception as exc:  # cannot happen for what phase 1 queued; never fail the epoch for it
+            add("reject", str(q.get("msg", {}).get("plan_id", ""))[:100], 0, f"queued step unreadable: "
+                f"{describe_error(exc)}", str(q.get("offset", "")), checkpoint=False, event=True)
+            continue
         sk = step_key(s.plan_id, s.step)
         if applied is not None:
             remaining.append(q)

@@ -24,7 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from ballast.protocol import Checkpoint as CheckpointMsg
-from ballast.protocol import acks_topic, control_topic, message_key, utcnow
+from ballast.kafka_security import KafkaSecurity
+from ballast.protocol import MAX_MESSAGE_BYTES, acks_topic, control_topic, message_key, utcnow
+from ballast.signing import Keyring
 from ballast.topics import create_missing_topics
 from migrations_db import models as m
 from migrations_db.db import session_scope
@@ -66,7 +68,14 @@ class JobConfig:
     fail_on_data_loss: bool = True  # Kafka retention dropping records a replay needs is an error
     max_workers: int | None = None  # the cluster's capacity in workers (default: asked from the master)
     master_ui: str | None = None  # standalone master's web UI, for its capacity (default host:8080)
+    max_control_bytes: int = MAX_MESSAGE_BYTES  # a larger control record is rejected unparsed
+    control_keyring: Keyring | None = None  # signed mode (ballast.signing); None = unsigned (local use)
+    kafka_security: KafkaSecurity | None = None  # SASL/TLS of every Kafka client (None: BALLAST_KAFKA_CONFIG)
     extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def security(self) -> KafkaSecurity:
+        return self.kafka_security if self.kafka_security is not None else KafkaSecurity.from_env()
 
     @property
     def state_location(self) -> str:
@@ -77,6 +86,10 @@ class JobConfig:
         from sqlalchemy.engine import make_url
 
         d = asdict(self)
+        kr = self.control_keyring  # never the secrets: key ids and limits only
+        d["control_keyring"] = ({"kids": kr.kids, "max_age_s": kr.max_age_s, "max_skew_s": kr.max_skew_s}
+                                if kr else "unsigned")
+        d["kafka_security"] = self.security.describe()  # never the password
         try:
             d["db_url"] = make_url(self.db_url).render_as_string(hide_password=True)
         except Exception:
@@ -84,11 +97,16 @@ class JobConfig:
         return d
 
 
-def ensure_job_topics(bootstrap: str, job: str, output_partitions: int) -> None:
-    """Create `<job>.control` (1 partition: steps stay ordered), acks (1), output (N) and the
-    dead-letter topic (1) if missing."""
+def tick_topic(job: str) -> str:
+    """Where the job sends itself ticks: not `<job>.control`, which only the controller may write."""
+    return f"{control_topic(job)}.ticks"
+
+
+def ensure_job_topics(bootstrap: str, job: str, output_partitions: int, security: KafkaSecurity | None = None) -> None:
+    """Create `<job>.control` (1 partition: steps stay ordered), acks (1), output (N), the
+    dead-letter topic (1) and the ticks topic (1) if missing."""
     create_missing_topics(bootstrap, {control_topic(job): 1, acks_topic(job): 1, output_topic(job): output_partitions,
-                                      dlq_topic(job): 1})
+                                      dlq_topic(job): 1, tick_topic(job): 1}, security=security)
 
 
 def _iso(ts: datetime) -> str:
@@ -148,7 +166,7 @@ class JobRunner:
         self.durable = DurableState(cfg.state_location, cfg.job, cfg.bins, cfg.snapshot_every)
         self.durable.check_against(max(committed_epochs(self.journal.spark_checkpoint), default=-1))
         mx.ensure_job_row(cfg.db_url, cfg.job, cfg.operator, cfg.bins, cfg.to_dict(), utcnow())
-        ensure_job_topics(cfg.bootstrap, cfg.job, cfg.output_partitions)
+        ensure_job_topics(cfg.bootstrap, cfg.job, cfg.output_partitions, cfg.security)
         self._state = self.journal.latest_state()
         self.stop_file.delete()  # a stale request must not stop this run
         if self._state is not None and self._state.workers != cfg.workers:
@@ -158,18 +176,27 @@ class JobRunner:
         self.scaler.scale_to(self._state.workers if self._state else cfg.workers)
         from kafka import KafkaConsumer, KafkaProducer
 
-        self._producer = KafkaProducer(bootstrap_servers=cfg.bootstrap, acks="all", linger_ms=5)
-        self._consumer = KafkaConsumer(bootstrap_servers=cfg.bootstrap, enable_auto_commit=False, group_id=None)
+        kw = cfg.security.python_kwargs()
+        self._producer = KafkaProducer(bootstrap_servers=cfg.bootstrap, acks="all", linger_ms=5, **kw)
+        self._consumer = KafkaConsumer(bootstrap_servers=cfg.bootstrap, enable_auto_commit=False, group_id=None, **kw)
         log.info("ballast job starting with effective configuration: %s",
                  json.dumps({**cfg.to_dict(), "state_uri": self.durable.uri, "bins_bits": self.k,
                              "store_id": self.durable.store_id, "dlq_topic": dlq_topic(cfg.job),
                              "control_topic": self.ctl_topic, "acks_topic": acks_topic(cfg.job),
                              "output_topic": self.out_topic,
                              "spark_checkpoint": str(self.journal.spark_checkpoint)}, sort_keys=True))
+        if cfg.control_keyring is None:
+            log.warning("control messages are NOT authenticated (unsigned mode, for local use): anyone who can "
+                        "write to %s can reconfigure job %s. Give the job keys with --control-keys FILE or "
+                        "BALLAST_CONTROL_KEYS (docs/operations.md, 'Signed control messages')", self.ctl_topic, cfg.job)
+        else:
+            log.info("control messages must be signed: key id(s) %s, max age %.0fs",
+                     ", ".join(cfg.control_keyring.kids), cfg.control_keyring.max_age_s)
         reader = (
             self.spark.readStream.format("kafka")
             .option("kafka.bootstrap.servers", cfg.bootstrap)
-            .option("subscribe", f"{cfg.input_topic},{self.ctl_topic}")
+            .option("subscribe", f"{cfg.input_topic},{self.ctl_topic},{tick_topic(cfg.job)}")
+            .options(**cfg.security.spark_options())
             .option("startingOffsets", cfg.starting_offsets)
             .option("failOnDataLoss", "true" if cfg.fail_on_data_loss else "false")
         )
@@ -252,7 +279,7 @@ class JobRunner:
                 continue
             if has_due_step(st, utcnow()):
                 try:
-                    self._producer.send(self.ctl_topic, key=message_key(self.cfg.job, self.cfg.operator),
+                    self._producer.send(tick_topic(self.cfg.job), key=message_key(self.cfg.job, self.cfg.operator),
                                         value=tick_message(self.cfg.job, self.cfg.operator, utcnow())).get(timeout=10)
                     self._last_tick = now
                 except Exception:
@@ -315,7 +342,8 @@ class JobRunner:
         if decision is None:
             before = self.journal.state_before(epoch) or initial_state(cfg.bins, cfg.workers)
             decision = decide(before, records, epoch=epoch, now=started_at, job=cfg.job, operator=cfg.operator,
-                              bins=cfg.bins, max_future_s=cfg.max_future_s)
+                              bins=cfg.bins, max_future_s=cfg.max_future_s, max_message_bytes=cfg.max_control_bytes,
+                              keyring=cfg.control_keyring)
             if records or decision.entries or before.queue or self.journal.latest_state() is None:
                 self.journal.write_decision(decision)
         if decision.entries:  # also on replay: a crash may have come between the file and the rows
@@ -381,7 +409,7 @@ class JobRunner:
         h, b, w = spark_columns("key", self.k, st.assignment)
         routed = keyed.select("key", "value", "partition", "offset", h.alias("h"), b.alias("bin"), w.alias("worker"))
         out = routed.repartitionById(tasks, "worker").mapInArrow(make_apply_fn(acfg), OUTPUT_SCHEMA)
-        out.write.format("kafka").option("kafka.bootstrap.servers", cfg.bootstrap).save()
+        out.write.format("kafka").option("kafka.bootstrap.servers", cfg.bootstrap).options(**cfg.security.spark_options()).save()
         faults.hit("before_manifest")
         docs = durable.commit_epoch(epoch, st.map_version, tasks, snapshot)
         dropped = durable.retain()

@@ -511,9 +511,21 @@ def summary_table(url: str, plan_id: str) -> str:
     return "\n".join(lines)
 
 
+def db_unreachable(exc: BaseException) -> bool:
+    """The metrics DB is down or unreachable (worth retrying), as opposed to a query that is wrong."""
+    from sqlalchemy.exc import DBAPIError, OperationalError
+
+    return isinstance(exc, OperationalError) or (isinstance(exc, DBAPIError) and exc.connection_invalidated)
+
+
 def run_plan_blocking(url: str, bootstrap: str, plan_id: str, timeout_s: float, poll_s: float = 0.5,
-                      mode: str | None = None) -> dict[str, Any]:
-    """Emit + await + verify in one blocking call (tests, shells); the DAG does the same deferrably."""
+                      mode: str | None = None, signing_key: Any = None, security: Any = None,
+                      on_db_outage: Any = None) -> dict[str, Any]:
+    """Emit + await + verify in one blocking call (tests, shells); the DAG does the same deferrably.
+
+    The metrics DB being unreachable is reported (log warning, `on_db_outage(exc)`) and retried
+    until the deadline: emission is idempotent per (plan, step), so a retry never sends twice.
+    """
     from ballast.emitter import ControlEmitter
 
     plan = repo.get_plan(url, plan_id)
@@ -521,12 +533,23 @@ def run_plan_blocking(url: str, bootstrap: str, plan_id: str, timeout_s: float, 
         raise PlanFailed(f"plan {plan_id} is not in the metrics DB")
     mode = mode or plan.params.get("emit_mode", "flow-control")
     deadline = time.monotonic() + timeout_s
-    with ControlEmitter(bootstrap, url) as em:
+    with ControlEmitter(bootstrap, url, signing_key=signing_key, security=security) as em:
         while True:
-            out = em.emit(plan_id, mode)  # type: ignore[arg-type]
-            if out.failed_step is not None:
-                raise PlanFailed(fail_plan(url, plan_id, f"plan {plan_id} failed: {out.failed_reason}", "plan_rejected"))
-            pr = progress(url, plan_id, range(1, plan.steps + 1))
+            try:
+                out = em.emit(plan_id, mode)  # type: ignore[arg-type]
+                if out.failed_step is not None:
+                    raise PlanFailed(fail_plan(url, plan_id, f"plan {plan_id} failed: {out.failed_reason}",
+                                               "plan_rejected"))
+                pr = progress(url, plan_id, range(1, plan.steps + 1))
+            except Exception as exc:
+                if not db_unreachable(exc) or time.monotonic() > deadline:
+                    raise
+                log.warning("plan %s: metrics DB unreachable (%s); retrying in %.0fs", plan_id,
+                            str(exc).splitlines()[0][:200], max(poll_s, 2.0))
+                if on_db_outage is not None:
+                    on_db_outage(exc)
+                time.sleep(max(poll_s, 2.0))
+                continue
             if pr.done:
                 break
             if time.monotonic() > deadline:

@@ -26,7 +26,9 @@ from datetime import datetime, timedelta, timezone
 from typing import Literal
 
 from ballast import repository as repo
+from ballast.kafka_security import KafkaSecurity, client_kwargs
 from ballast.protocol import ControlStep, acks_topic, control_topic, message_key, parse_control
+from ballast.signing import SigningKey, signed_step
 from ballast.topics import create_missing_topics
 
 log = logging.getLogger(__name__)
@@ -65,23 +67,33 @@ class EmitOutcome:
         return d
 
 
-def ensure_control_topics(bootstrap: str, job: str, partitions: int = 1) -> None:
+def ensure_control_topics(bootstrap: str, job: str, partitions: int = 1, security: KafkaSecurity | None = None) -> None:
     """Create `<job>.control` and `<job>.control.acks` if missing.
 
     One partition is enough: every step of a (job, operator) goes to one partition by key anyway.
     """
-    create_missing_topics(bootstrap, {control_topic(job): partitions, acks_topic(job): partitions})
+    create_missing_topics(bootstrap, {control_topic(job): partitions, acks_topic(job): partitions}, security=security)
 
 
 class ControlEmitter:
-    """A producer bound to one metrics DB; use as a context manager so the producer is closed."""
+    """A producer bound to one metrics DB; use as a context manager so the producer is closed.
 
-    def __init__(self, bootstrap: str, db_url: str, send_timeout_s: float = 30.0) -> None:
+    `signing_key`: every step is signed with it (ballast.signing); None sends unsigned steps,
+    which a job configured with keys rejects. `security`: SASL/TLS of the broker connection
+    (default BALLAST_KAFKA_CONFIG, else PLAINTEXT).
+    """
+
+    def __init__(self, bootstrap: str, db_url: str, send_timeout_s: float = 30.0,
+                 signing_key: SigningKey | None = None, security: KafkaSecurity | None = None) -> None:
         from kafka import KafkaProducer
 
         self.bootstrap = bootstrap
         self.db_url = db_url
         self.send_timeout_s = send_timeout_s
+        self.signing_key = signing_key
+        if signing_key is None:
+            log.warning("control steps are sent UNSIGNED: a job configured with control keys rejects them "
+                        "(set the ballast_control_signing connection or BALLAST_CONTROL_SIGNING_KEY)")
         try:
             self._producer = KafkaProducer(
                 bootstrap_servers=bootstrap,
@@ -91,6 +103,7 @@ class ControlEmitter:
                 max_block_ms=15000,
                 request_timeout_ms=10000,
                 bootstrap_timeout_ms=10000,  # kafka-python 3.0 name of api_version_auto_timeout_ms
+                **client_kwargs(security),
             )
         except Exception as exc:  # NoBrokersAvailable and friends
             raise EmitError(
@@ -130,7 +143,8 @@ class ControlEmitter:
     def _send(self, step: ControlStep) -> tuple[int, int]:
         topic = control_topic(step.job)
         self._check_topic(topic)
-        future = self._producer.send(topic, key=message_key(step.job, step.operator), value=step.to_json())
+        future = self._producer.send(topic, key=message_key(step.job, step.operator),
+                                     value=signed_step(step, self.signing_key))
         try:
             md = future.get(timeout=self.send_timeout_s)
         except Exception as exc:

@@ -12,6 +12,9 @@ from urllib.parse import quote
 from airflow.exceptions import AirflowNotFoundException
 from airflow.sdk import BaseHook
 
+from ballast.kafka_security import KafkaSecurity
+from ballast.signing import SigningKey
+
 DEFAULT_KAFKA = "127.0.0.1:9092"
 
 
@@ -26,7 +29,13 @@ class BallastKafkaHook(BaseHook):
     """Bootstrap servers of the broker that carries `<job>.control` (conn `ballast_kafka`).
 
     host[:port] of the connection; a comma-separated list in `host` or `extra.bootstrap_servers`
-    for several brokers. Absent connection: BALLAST_KAFKA_BOOTSTRAP, else 127.0.0.1:9092.
+    (or the Kafka provider's `extra["bootstrap.servers"]`) for several brokers. Absent connection:
+    BALLAST_KAFKA_BOOTSTRAP, else 127.0.0.1:9092.
+
+    SASL/TLS (`security()`): the Kafka provider's connection format, client properties in extra —
+    {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-256", "sasl.username":
+    "...", "sasl.password": "..."}; `login`/`password` of the connection stand in for the last two.
+    Absent connection: BALLAST_KAFKA_CONFIG (same JSON), else PLAINTEXT.
     """
 
     conn_name_attr = "kafka_conn_id"
@@ -43,14 +52,53 @@ class BallastKafkaHook(BaseHook):
         if conn is None:
             return os.environ.get("BALLAST_KAFKA_BOOTSTRAP", DEFAULT_KAFKA)
         extra = conn.extra_dejson or {}
-        if extra.get("bootstrap_servers"):
-            return str(extra["bootstrap_servers"])
+        if extra.get("bootstrap_servers") or extra.get("bootstrap.servers"):
+            return str(extra.get("bootstrap_servers") or extra["bootstrap.servers"])
         if not conn.host:
             raise ValueError(f"connection {self.kafka_conn_id!r} has no host: set host and port of a broker")
         return f"{conn.host}:{conn.port}" if conn.port and "," not in conn.host else conn.host
 
+    def security(self) -> KafkaSecurity:
+        conn = _connection_or_none(self.kafka_conn_id)
+        if conn is None:
+            return KafkaSecurity.from_env()
+        props = dict(conn.extra_dejson or {})
+        if str(props.get("security.protocol", "")).upper().startswith("SASL_"):
+            props.setdefault("sasl.username", conn.login)
+            props.setdefault("sasl.password", conn.password)
+        return KafkaSecurity.from_config(props)
+
     def get_conn(self) -> str:
         return self.bootstrap()
+
+
+class BallastSigningHook(BaseHook):
+    """The key the controller signs control steps with (conn `ballast_control_signing`).
+
+    login = key id, password = secret (at least 16 bytes; `base64:...` for binary), so the secret
+    can live in any secrets backend Airflow reads connections from. Absent connection:
+    BALLAST_CONTROL_SIGNING_KEY ('{"kid": ..., "secret": ...}'), else None = unsigned steps.
+    """
+
+    conn_name_attr = "signing_conn_id"
+    default_conn_name = "ballast_control_signing"
+    conn_type = "ballast_control_signing"
+    hook_name = "Ballast control signing key"
+
+    def __init__(self, signing_conn_id: str = default_conn_name) -> None:
+        super().__init__()
+        self.signing_conn_id = signing_conn_id
+
+    def signing_key(self) -> SigningKey | None:
+        conn = _connection_or_none(self.signing_conn_id)
+        if conn is None:
+            return SigningKey.from_env()
+        if not conn.login or not conn.password:
+            raise ValueError(f"connection {self.signing_conn_id!r} needs login = key id and password = secret")
+        return SigningKey.of(conn.login, conn.password)
+
+    def get_conn(self) -> SigningKey | None:
+        return self.signing_key()
 
 
 class BallastMetricsDbHook(BaseHook):

@@ -17,7 +17,7 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from ballast.emitter import ControlEmitter, EmitError
-from ballast.hooks import BallastKafkaHook, BallastMetricsDbHook
+from ballast.hooks import BallastKafkaHook, BallastMetricsDbHook, BallastSigningHook
 from ballast.sensors import handle_checkpoint_event
 from ballast.triggers import CheckpointTrigger
 
@@ -31,7 +31,7 @@ class EmitPlanOperator(BaseOperator):
     def __init__(self, *, plan_id: str, mode: str = "", timeout_s: float = 600.0, poll_interval: float = 2.0,
                  kafka_conn_id: str = BallastKafkaHook.default_conn_name,
                  db_conn_id: str = BallastMetricsDbHook.default_conn_name, inline_wait_s: float = 30.0,
-                 **kwargs: Any) -> None:
+                 signing_conn_id: str = BallastSigningHook.default_conn_name, **kwargs: Any) -> None:
         # emission is idempotent by (plan, step), so a retry resumes the plan where it stopped
         kwargs.setdefault("retries", 2)
         kwargs.setdefault("retry_delay", timedelta(seconds=5))
@@ -43,6 +43,7 @@ class EmitPlanOperator(BaseOperator):
         self.poll_interval = poll_interval
         self.kafka_conn_id = kafka_conn_id
         self.db_conn_id = db_conn_id
+        self.signing_conn_id = signing_conn_id
 
     def execute(self, context: Any) -> Any:
         if not self.plan_id or self.plan_id == "None":
@@ -74,13 +75,15 @@ class EmitPlanOperator(BaseOperator):
         from ballast.controller import fail_plan
 
         url = BallastMetricsDbHook(self.db_conn_id).url()
-        bootstrap = BallastKafkaHook(self.kafka_conn_id).bootstrap()
+        kafka = BallastKafkaHook(self.kafka_conn_id)
+        bootstrap = kafka.bootstrap()
         plan = repo.get_plan(url, self.plan_id)
         if plan is None:
             raise AirflowFailException(f"plan {self.plan_id} is not in the metrics DB at {url}")
         mode = self.mode or plan.params.get("emit_mode", "flow-control")
         try:
-            with ControlEmitter(bootstrap, url) as em:
+            with ControlEmitter(bootstrap, url, signing_key=BallastSigningHook(self.signing_conn_id).signing_key(),
+                                security=kafka.security()) as em:
                 while True:
                     out = em.emit(self.plan_id, mode)  # type: ignore[arg-type]
                     if out.failed_step is not None:

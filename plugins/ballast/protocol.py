@@ -20,6 +20,16 @@ ACK_SCHEMA = "ballast.ack/v1"
 KINDS = ("moves", "map", "noop")
 STATUSES = ("applied", "rejected", "superseded")
 
+# Bounds of one control message, checked before anything else looks at it: a record larger than
+# MAX_MESSAGE_BYTES is rejected unparsed (the job's --max-control-bytes overrides it). The field
+# bounds are those of the metrics DB's columns, so nothing a message carries can fail a DB write.
+MAX_MESSAGE_BYTES = 1 << 20
+MAX_NAME_CHARS = 200  # job, operator (String(200) columns)
+MAX_PLAN_ID_CHARS = 100  # plan_id (String(100))
+MAX_REASON_CHARS = 2000
+MAX_INT = 2**31 - 1  # step, steps, workers, map_version, bins and workers of moves (Integer columns)
+MAX_REPORTED_CHARS = 500  # a rejection reason is clipped to this (it is echoed, logged and stored)
+
 StepKind = Literal["moves", "map", "noop"]
 CheckpointStatus = Literal["applied", "rejected", "superseded"]
 
@@ -30,6 +40,34 @@ class ProtocolError(ValueError):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
+
+
+def clip(text: str, limit: int = MAX_REPORTED_CHARS) -> str:
+    """`text` made safe to store, log and echo: no NUL, no lone surrogates, at most `limit` chars."""
+    text = text.replace("\x00", "\\x00").encode("utf-8", "backslashreplace").decode("utf-8")
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def brief(value: Any, limit: int = 60) -> str:
+    """A short, safe rendering of an untrusted value for a rejection reason (never a deep repr)."""
+    if isinstance(value, str):
+        return clip(repr(value if len(value) <= limit else value[:limit] + "…"), limit + 10)
+    if value is None or isinstance(value, (bool, float)):
+        return repr(value)
+    if isinstance(value, int):
+        return repr(value) if abs(value) < 10**18 else f"<int of {len(str(abs(value)))} digits>"
+    if isinstance(value, (list, dict)):
+        return f"<{type(value).__name__} of {len(value)}>"
+    return f"<{type(value).__name__}>"
+
+
+def describe_error(exc: BaseException) -> str:
+    """The reason recorded for a control record that raised `exc` while being judged."""
+    if isinstance(exc, ProtocolError):
+        return clip(exc.reason)
+    if isinstance(exc, RecursionError):
+        return "nested too deeply to parse"
+    return clip(f"{type(exc).__name__}: {exc}")
 
 
 def control_topic(job: str) -> str:
@@ -58,13 +96,15 @@ def _iso(ts: datetime) -> str:
 def _parse_ts(value: Any, name: str) -> datetime:
     if not isinstance(value, str):
         raise ProtocolError(f"{name} must be an ISO-8601 UTC string, got {type(value).__name__}")
+    if len(value) > 64:
+        raise ProtocolError(f"{name} is not ISO-8601: {brief(value)}")
     try:
         ts = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError as exc:
-        raise ProtocolError(f"{name} is not ISO-8601: {value!r}") from exc
-    if ts.tzinfo is None:
-        raise ProtocolError(f"{name} must carry a UTC offset: {value!r}")
-    return ts.astimezone(timezone.utc)
+        if ts.tzinfo is None:
+            raise ProtocolError(f"{name} must carry a UTC offset: {brief(value)}")
+        return ts.astimezone(timezone.utc)
+    except (ValueError, OverflowError) as exc:  # OverflowError: year 1 / 9999 shifted out of range
+        raise ProtocolError(f"{name} is not ISO-8601 UTC: {brief(value)}") from exc
 
 
 @dataclass(frozen=True, order=True)
@@ -139,29 +179,75 @@ def _req(doc: dict[str, Any], name: str, typ: type | tuple[type, ...]) -> Any:
     if not isinstance(value, typ):
         want = typ.__name__ if isinstance(typ, type) else "/".join(t.__name__ for t in typ)
         raise ProtocolError(f"field {name!r} must be {want}, got {type(value).__name__}")
+    if isinstance(value, int) and not 0 <= value <= MAX_INT:
+        raise ProtocolError(f"field {name!r} must be in 0..{MAX_INT}, got {brief(value)}")
     return value
 
 
-def parse_control(raw: bytes | str | None) -> ControlStep:
-    """Parse and check the *shape* of one control message.
+def _text(doc: dict[str, Any], name: str, limit: int, required: bool = True) -> str:
+    """A string field that the DB and the logs can take as is (bounded, no NUL, valid UTF-8)."""
+    if not required and name not in doc:
+        return ""
+    value = _req(doc, name, str)
+    if len(value) > limit:
+        raise ProtocolError(f"field {name!r} is longer than {limit} characters ({len(value)})")
+    if "\x00" in value:
+        raise ProtocolError(f"field {name!r} contains a NUL character")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ProtocolError(f"field {name!r} is not valid Unicode (lone surrogate)") from exc
+    return value
 
-    Only what can be judged from the message alone is checked here (schema, types, step range,
-    moves well-formed). What needs the job's state — bin range, owner, map version, worker
-    bounds — is checked by the data plane (spark_jobs.control) at the epoch that applies it.
+
+def message_size(raw: bytes | bytearray | str) -> int:
+    """Bytes of a record as it travels (a str counts its UTF-8 encoding)."""
+    if isinstance(raw, str):
+        return len(raw.encode("utf-8", "surrogatepass"))
+    return len(raw)
+
+
+def parse_document(raw: bytes | bytearray | str | None, max_bytes: int = MAX_MESSAGE_BYTES) -> dict[str, Any]:
+    """The JSON object of one control record: size bound first, then JSON, then "is an object".
+
+    Raises ProtocolError only (a RecursionError of deep nesting, a ValueError of a 5000-digit
+    number, a bad encoding all become one), with a reason that is safe to store and echo.
     """
-    if raw is None:
+    if raw is None or len(raw) == 0:
         raise ProtocolError("empty message")
+    if isinstance(raw, str) and len(raw) > max_bytes:  # cheap pre-check before encoding it
+        raise ProtocolError(f"message is larger than the {max_bytes}-byte limit (at least {len(raw)} bytes)")
+    size = message_size(raw)
+    if size > max_bytes:
+        raise ProtocolError(f"message is larger than the {max_bytes}-byte limit ({size} bytes)")
     try:
         doc = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ProtocolError(f"not JSON: {exc}") from exc
+    except RecursionError as exc:
+        raise ProtocolError("not JSON we accept: nested too deeply") from exc
+    except (UnicodeError, ValueError) as exc:  # JSONDecodeError is a ValueError; so is a huge int literal
+        raise ProtocolError(f"not JSON: {describe_error(exc)}") from exc
     if not isinstance(doc, dict):
-        raise ProtocolError("message must be a JSON object")
+        raise ProtocolError(f"message must be a JSON object, got {type(doc).__name__}")
+    return doc
+
+
+def parse_control(raw: bytes | bytearray | str | None, max_bytes: int = MAX_MESSAGE_BYTES) -> ControlStep:
+    """Parse and check the *shape* of one control message.
+
+    Only what can be judged from the message alone is checked here (size, schema, types, bounds,
+    step range, moves well-formed). What needs the job's state — bin range, owner, map version,
+    worker bounds — is checked by the data plane (spark_jobs.control) at the epoch that applies it.
+    """
+    return step_from_document(parse_document(raw, max_bytes))
+
+
+def step_from_document(doc: dict[str, Any]) -> ControlStep:
+    """The ControlStep of an already parsed JSON object (see parse_control)."""
     if doc.get("schema") != SCHEMA:
-        raise ProtocolError(f"unknown schema {doc.get('schema')!r}; expected {SCHEMA!r}")
+        raise ProtocolError(f"unknown schema {brief(doc.get('schema'))}; expected {SCHEMA!r}")
     kind = _req(doc, "kind", str)
     if kind not in KINDS:
-        raise ProtocolError(f"unknown kind {kind!r}; expected one of {KINDS}")
+        raise ProtocolError(f"unknown kind {brief(kind)}; expected one of {KINDS}")
     step, steps = _req(doc, "step", int), _req(doc, "steps", int)
     if steps < 1 or not 1 <= step <= steps:
         raise ProtocolError(f"step {step} of {steps} is out of range (steps are numbered 1..steps)")
@@ -188,15 +274,16 @@ def parse_control(raw: bytes | str | None) -> ControlStep:
         moves.append(Move(b, s, d))
     if kind == "noop" and moves:
         raise ProtocolError("a noop step carries no moves")
-    plan_id = _req(doc, "plan_id", str)
+    plan_id = _text(doc, "plan_id", MAX_PLAN_ID_CHARS)
     if not plan_id:
         raise ProtocolError("plan_id must not be empty")
     precopy = doc.get("precopy", False)
     if not isinstance(precopy, bool):
         raise ProtocolError(f"field 'precopy' must be true or false, got {type(precopy).__name__}")
+    reason = doc.get("reason", "")
     return ControlStep(
-        job=_req(doc, "job", str),
-        operator=_req(doc, "operator", str),
+        job=_text(doc, "job", MAX_NAME_CHARS),
+        operator=_text(doc, "operator", MAX_NAME_CHARS),
         plan_id=plan_id,
         step=step,
         steps=steps,
@@ -206,7 +293,7 @@ def parse_control(raw: bytes | str | None) -> ControlStep:
         map_version=map_version,
         issued_at=_parse_ts(_req(doc, "issued_at", str), "issued_at"),
         effective_at=_parse_ts(_req(doc, "effective_at", str), "effective_at"),
-        reason=doc.get("reason", "") if isinstance(doc.get("reason", ""), str) else "",
+        reason=_text(doc, "reason", MAX_REASON_CHARS) if isinstance(reason, str) else "",
         precopy=precopy,
     )
 

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from ballast import repository as repo
 from ballast.config import REPO, JobConfig
+from ballast.kafka_security import KafkaSecurity
 
 log = logging.getLogger(__name__)
 
@@ -77,17 +78,20 @@ def _our_process(cfg: JobConfig) -> int | None:
     return None  # pid reused by something else: never touch it
 
 
-def launch(cfg: JobConfig, bootstrap: str, db_url: str, reason: str) -> int:
-    """Start the driver detached; record pid file and a `launch` event. Returns the pid."""
+def launch(cfg: JobConfig, bootstrap: str, db_url: str, reason: str, security: KafkaSecurity | None = None) -> int:
+    """Start the driver detached; record pid file and a `launch` event. Returns the pid.
+
+    `security` (SASL/TLS of the `ballast_kafka` connection) reaches the job as BALLAST_KAFKA_CONFIG;
+    the job's control keys come from BALLAST_CONTROL_KEYS in this environment (or its extra_args)."""
     from ballast.emitter import ensure_control_topics
 
-    ensure_control_topics(bootstrap, cfg.job)
+    ensure_control_topics(bootstrap, cfg.job, security=security)
     cmd = cli_command(cfg, bootstrap, db_url) if cfg.launcher == "cli" else spark_submit_command(cfg, bootstrap, db_url)
     state = cfg.state_dir()
     state.mkdir(parents=True, exist_ok=True)
     logfile = state / "driver.log"
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "BALLAST_DB_URL": db_url,
-           "BALLAST_KAFKA_BOOTSTRAP": bootstrap}
+           "BALLAST_KAFKA_BOOTSTRAP": bootstrap, **(security.env() if security else {})}
     with open(logfile, "ab") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                                 cwd=REPO, start_new_session=True)
@@ -146,7 +150,7 @@ def check(cfg: JobConfig, db_url: str, now: datetime | None = None) -> Health:
                            f"last epoch {hb.last_epoch}", pid)
 
 
-def supervise(cfg: JobConfig, bootstrap: str, db_url: str) -> Health:
+def supervise(cfg: JobConfig, bootstrap: str, db_url: str, security: KafkaSecurity | None = None) -> Health:
     """One health check; relaunch when missing or stale (stopping our own stuck driver first)."""
     h = check(cfg, db_url)
     if h.status in ("healthy", "starting"):
@@ -157,5 +161,5 @@ def supervise(cfg: JobConfig, bootstrap: str, db_url: str) -> Health:
         stop(cfg)
     repo.add_event(db_url, cfg.job, cfg.operator, "warning" if h.status == "stale" else "info",
                    "restart" if h.status == "stale" else "start", h.message)
-    pid = launch(cfg, bootstrap, db_url, h.message)
+    pid = launch(cfg, bootstrap, db_url, h.message, security)
     return Health("starting", f"{h.message}; relaunched as pid {pid}", pid)

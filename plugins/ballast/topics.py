@@ -4,14 +4,19 @@ Spark or Airflow import, so both planes can use it."""
 
 from __future__ import annotations
 
+from ballast.kafka_security import KafkaSecurity, client_kwargs
 
-def create_missing_topics(bootstrap: str, topics: dict[str, int], timeout_ms: int = 10000) -> None:
-    """Create each topic in `topics` ({name: partitions}) that does not exist yet; racing creators are fine."""
+
+def create_missing_topics(bootstrap: str, topics: dict[str, int], timeout_ms: int = 10000,
+                          security: KafkaSecurity | None = None) -> None:
+    """Create each topic in `topics` ({name: partitions}) that does not exist yet; racing creators are fine.
+
+    `security`: SASL/TLS settings (ballast.kafka_security; default BALLAST_KAFKA_CONFIG, else PLAINTEXT)."""
     from kafka import KafkaAdminClient
     from kafka.admin import NewTopic
     from kafka.errors import TopicAlreadyExistsError
 
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=timeout_ms)
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=timeout_ms, **client_kwargs(security))
     try:
         have = set(admin.list_topics())
         new = [NewTopic(t, n, 1) for t, n in topics.items() if t not in have]

@@ -46,12 +46,24 @@ class CheckpointTrigger(BaseTrigger):
                              "missing": [], "failed_step": None, "reason": "", "deadline": self.deadline, **kw})
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        from ballast.controller import progress
+        from ballast.controller import db_unreachable, progress
 
         deadline = datetime.fromisoformat(self.deadline)
         self.log.info("waiting for checkpoints of plan %s step(s) %s until %s", self.plan_id, self.steps, self.deadline)
         while True:
-            pr = await asyncio.to_thread(progress, self.db_url, self.plan_id, self.steps)
+            try:
+                pr = await asyncio.to_thread(progress, self.db_url, self.plan_id, self.steps)
+            except Exception as exc:
+                if not db_unreachable(exc):
+                    raise
+                # the metrics DB is down: report and keep waiting (the deadline still holds)
+                self.log.warning("plan %s: metrics DB unreachable (%s); retrying", self.plan_id,
+                                 str(exc).splitlines()[0][:200])
+                if datetime.now(timezone.utc) >= deadline:
+                    yield self._event("timeout", reason=f"metrics DB unreachable at the deadline {self.deadline}")
+                    return
+                await asyncio.sleep(self.poll_interval)
+                continue
             if pr.failed_step is not None:
                 yield self._event("rejected", failed_step=pr.failed_step, reason=pr.failed_reason)
                 return
