@@ -37,7 +37,7 @@ from spark_jobs.storage import Location
 
 log = logging.getLogger("ballast.durable")
 
-FORMAT = 1
+FORMAT = 2  # 2: bins share record batches (index: bin, batch, offset, length); 1 is still read
 META_KEY = b"ballast"
 PUT, DELETE, OUTPUT, DEAD_LETTER = 0, 1, 2, 3
 SCHEMA = pa.schema([
@@ -142,7 +142,10 @@ class ObjectReader:
         self._file = loc.open_random()
         self._reader = pa.ipc.open_file(self._file)
         self.meta: dict[str, Any] = json.loads(self._reader.schema.metadata[META_KEY])
-        self._index = {int(b): (int(i), int(off), int(n)) for b, i, off, n in self.meta["bins"]}
+        if int(self.meta.get("format", 1)) < 2:  # format 1: one record batch per bin
+            self._index = {int(b): (i, 0, self._reader.get_batch(i).num_rows) for i, b in enumerate(self.meta["bins"])}
+        else:
+            self._index = {int(b): (int(i), int(off), int(n)) for b, i, off, n in self.meta["bins"]}
         self._batch: tuple[int, Any] | None = None
 
     def close(self) -> None:

@@ -300,3 +300,26 @@ def test_cache_grows_its_map_instead_of_sticking(tmp_path, monkeypatch):
         assert c.env.info()["map_size"] > 1 << 20
     finally:
         c.close()
+
+
+def test_objects_of_format_1_are_still_read(tmp_path):
+    import json as _json
+
+    from spark_jobs.durable import META_KEY, PUT, SCHEMA
+
+    def batch(b: int, keys: list[bytes]) -> pa.RecordBatch:
+        n = len(keys)
+        return pa.RecordBatch.from_arrays([pa.array([PUT] * n, pa.int8()), pa.array([b] * n, pa.int32()),
+                                           pa.array(keys, pa.binary()), pa.array([b"v"] * n, pa.binary()),
+                                           pa.nulls(n, pa.string())], schema=SCHEMA)
+
+    schema = SCHEMA.with_metadata({META_KEY: _json.dumps({"format": 1, "bins": [2, 5], "outputs_batch": -1}).encode()})
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_file(sink, schema) as w:
+        w.write_batch(batch(2, [b"a", b"b"]))
+        w.write_batch(batch(5, [b"c"]))
+    loc = Location.of(tmp_path) / "old.arrow"
+    loc.write_bytes(sink.getvalue().to_pybytes())
+    r = ObjectReader(loc)
+    assert r.bin_changes(2) == ([b"a", b"b"], [b"v", b"v"]) and r.bin_changes(5) == ([b"c"], [b"v"])
+    r.close()
