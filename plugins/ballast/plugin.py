@@ -1,79 +1,387 @@
-"""AirflowPlugin `ballast`: a small read-only page of plans and steps, linked from the Airflow nav.
+"""AirflowPlugin `ballast`: the operator console, a FastAPI app mounted by the api-server at /ballast.
 
-The FastAPI app is mounted by the api-server under /ballast. Airflow does NOT put its auth in
-front of plugin FastAPI apps (NOTES.md): this app only reads, never writes, and shows nothing but
-plan metadata — still, keep the api-server on 127.0.0.1 or behind your own proxy auth.
+* Server-side page `/ballast/` (jobs table, job header) that static/console.js brings to life with
+  Plotly charts (plotly.js served from the installed `plotly` package: no CDN), polling the JSON
+  API under `/ballast/api/` — every 2 s while a plan runs.
+* Linked from the Airflow nav (`external_views`), where the UI shows it in a frame under its menu.
+* Behind Airflow's auth manager: Airflow does not authenticate plugin apps (a mount inherits none of
+  the core API's dependencies), so every route of this app depends on Airflow's own
+  `requires_access_dag("GET", RUN, "ballast_migrate")`: the caller must be logged in (the UI's
+  `_token` cookie, or a bearer token) and allowed to read that DAG's runs. Anonymous -> 401.
+* Reads the metrics DB through the `ballast_metrics_db` connection the tasks use (hooks.py).
 """
 
 from __future__ import annotations
 
 import html
+import json
+import logging
+import threading
+import time
+from datetime import datetime, timedelta, timezone
+from importlib import resources
+from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
+from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
+from airflow.api_fastapi.core_api.security import requires_access_dag
 from airflow.plugins_manager import AirflowPlugin
-from fastapi import FastAPI, HTTPException
-from fastapi.responses import HTMLResponse
+from fastapi import Depends, FastAPI, HTTPException, Query, Request
+from fastapi.exceptions import HTTPException as FastAPIHTTPException
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
 
+from ballast import console
 from ballast import repository as repo
 
-app = FastAPI(title="Ballast", description="Plans and steps of Ballast migrations (read-only)")
+log = logging.getLogger(__name__)
+
+MIGRATE_DAG = "ballast_migrate"  # the trigger form the console opens; reading its runs = seeing the console
+STATIC = Path(__file__).resolve().parent / "static"
+
+# Airflow's dependency: 401 without a valid token, 403 when the auth manager says no
+authorized = requires_access_dag("GET", DagAccessEntity.RUN, param_dag_id=MIGRATE_DAG)
+
+app = FastAPI(
+    title="Ballast console",
+    description="Jobs, bin maps, plans, DS2 decisions and events of Ballast (read-only)",
+    dependencies=[Depends(authorized)],
+    openapi_url=None, docs_url=None, redoc_url=None,  # Starlette routes: app dependencies would not guard them
+)
+
+# ------------------------------------------------------------------------------ plumbing
+
+_url_cache: dict[str, Any] = {"url": None, "at": 0.0}
+_url_lock = threading.Lock()
+URL_TTL_S = 30.0
 
 
 def _url() -> str:
-    """The api-server's BALLAST_DB_URL (tasks use the ballast_metrics_db connection; outside a task
-    the SDK's connection lookup has no supervisor to ask, so the page reads the environment)."""
-    from migrations_db.db import default_url
+    """The metrics DB URL from the `ballast_metrics_db` connection (the tasks' hook; the api-server
+    resolves connections from the environment and the metastore), cached for URL_TTL_S."""
+    with _url_lock:
+        if _url_cache["url"] is None or time.monotonic() - _url_cache["at"] > URL_TTL_S:
+            from ballast.hooks import BallastMetricsDbHook
 
-    return default_url()
+            _url_cache["url"], _url_cache["at"] = BallastMetricsDbHook().url(), time.monotonic()
+        return str(_url_cache["url"])
 
 
-def _plan_dict(p: repo.PlanRecord) -> dict[str, Any]:
-    return {"plan_id": p.plan_id, "job": p.job, "operator": p.operator, "status": p.status,
-            "strategy": p.strategy, "created_at": p.created_at.isoformat(),
-            "finished_at": p.finished_at.isoformat() if p.finished_at else None,
-            "workers": f"{p.source_workers}->{p.target_workers}", "steps": p.steps,
-            "source_map_version": p.source_map_version, "predicted_ms": p.predicted_ms, "reason": p.reason}
+def _airflow_base() -> str:
+    """Path of the Airflow UI root ("" unless the api-server runs under a base_url path)."""
+    try:
+        from urllib.parse import urlparse
+
+        from airflow.configuration import conf
+
+        return urlparse(conf.get("api", "base_url", fallback="/") or "/").path.rstrip("/")
+    except Exception:
+        return ""
+
+
+def _operator(url: str, job: str, operator: str | None) -> str:
+    if operator:
+        return operator
+    for j in console.jobs(url):
+        if j["job"] == job:
+            return str(j["operator"])
+    raise HTTPException(404, f"job {job!r} is not known to the metrics DB or the jobs file")
+
+
+def _window(window: str) -> str:
+    if window not in console.WINDOWS:
+        raise HTTPException(422, f"window must be one of {', '.join(console.WINDOWS)}")
+    return window
+
+
+@app.exception_handler(FastAPIHTTPException)
+async def _auth_page(request: Request, exc: FastAPIHTTPException) -> Response:
+    """A browser without a session gets a page with a login link (same status), an API client JSON."""
+    if exc.status_code in (401, 403) and "text/html" in request.headers.get("accept", ""):
+        root = request.scope.get("root_path", "")
+        try:
+            from airflow.api_fastapi.app import get_auth_manager
+
+            login = get_auth_manager().get_url_login(next_url=f"{root}/")
+        except Exception:
+            login = f"{_airflow_base()}/"
+        msg = "Log in to Airflow to see the Ballast console." if exc.status_code == 401 else (
+            f"Your Airflow user may not read the runs of {MIGRATE_DAG}, which the Ballast console requires.")
+        body = (f"<!doctype html><html><head><title>Ballast console</title></head><body style='font-family:"
+                f"system-ui,sans-serif;margin:3rem'><h1>Ballast console</h1><p>{html.escape(msg)}</p>"
+                f"<p><a href='{html.escape(login)}' target='_top'>Log in</a></p></body></html>")
+        return HTMLResponse(body, status_code=exc.status_code)
+    return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=getattr(exc, "headers", None))
+
+
+# ------------------------------------------------------------------- links to DAG runs
+
+
+def _dag_runs(since: datetime) -> list[Any]:
+    """Ballast's DAG runs that were alive at or after `since`, newest first (Airflow's metadata DB)."""
+    try:
+        from airflow.models.dagrun import DagRun
+        from airflow.utils.session import create_session
+        from sqlalchemy import or_, select
+
+        with create_session() as session:
+            return list(session.execute(
+                select(DagRun.dag_id, DagRun.run_id, DagRun.start_date, DagRun.end_date, DagRun.conf)
+                .where(DagRun.dag_id.like("ballast%"), or_(DagRun.end_date.is_(None), DagRun.end_date >= since))
+                .order_by(DagRun.start_date.desc()).limit(5000)
+            ).all())
+    except Exception:  # links are a convenience: the console works without them
+        log.debug("could not read DAG runs", exc_info=True)
+        return []
+
+
+def _run_link(runs: list[Any], at: str | None, prefix: str, job: str) -> dict[str, str] | None:
+    """The run of a DAG named `prefix…` that was running at `at` (a per-job DAG naming the job wins;
+    a dry run stores no plan, so it is never the run behind one)."""
+    if not at:
+        return None
+    t = datetime.fromisoformat(at)
+    slack = timedelta(seconds=5)
+    found = []
+    for r in runs:
+        if not r.dag_id.startswith(prefix) or r.start_date is None:
+            continue
+        conf = r.conf if isinstance(r.conf, dict) else {}
+        if conf.get("job") not in (None, job) or conf.get("dry_run") is True:
+            continue
+        end = r.end_date or datetime.now(timezone.utc)
+        if r.start_date - slack <= t <= end + slack:
+            found.append(r)
+    if not found:
+        return None
+    best = max(found, key=lambda r: (job in r.dag_id, r.start_date))
+    return {"dag_id": best.dag_id, "run_id": best.run_id,
+            "url": f"{_airflow_base()}/dags/{quote(best.dag_id, safe='')}/runs/{quote(best.run_id, safe='')}"}
+
+
+def _with_run_links(rows: list[dict[str, Any]], job: str, time_key: str) -> list[dict[str, Any]]:
+    if not rows:
+        return rows
+    since = min(datetime.fromisoformat(r[time_key]) for r in rows if r.get(time_key)) - timedelta(minutes=5)
+    runs = _dag_runs(since)
+    for r in rows:
+        manual = r.get("source") == "manual"
+        r["run"] = _run_link(runs, r.get(time_key), MIGRATE_DAG if manual else "ballast_rebalance", job)
+    return rows
+
+
+# ------------------------------------------------------------------------------ JSON API
+
+
+@app.get("/api/jobs")
+def api_jobs() -> list[dict[str, Any]]:
+    return console.jobs(_url())
+
+
+@app.get("/api/jobs/{job}/series")
+def api_series(job: str, operator: str | None = None, window: str = "15m") -> dict[str, Any]:
+    url = _url()
+    return console.series(url, job, _operator(url, job, operator), _window(window))
+
+
+@app.get("/api/jobs/{job}/binmap")
+def api_binmap(job: str, operator: str | None = None, version: int | None = None) -> dict[str, Any]:
+    url = _url()
+    return console.binmap(url, job, _operator(url, job, operator), version)
+
+
+@app.get("/api/jobs/{job}/plans")
+def api_job_plans(job: str, operator: str | None = None, limit: int = Query(20, ge=1, le=200)) -> list[dict[str, Any]]:
+    url = _url()
+    return _with_run_links(console.plans(url, job, _operator(url, job, operator), limit), job, "created_at")
+
+
+@app.get("/api/jobs/{job}/decisions")
+def api_decisions(job: str, operator: str | None = None, window: str = "1h") -> list[dict[str, Any]]:
+    url = _url()
+    return _with_run_links(console.decisions(url, job, _operator(url, job, operator), _window(window)), job, "at")
+
+
+@app.get("/api/jobs/{job}/events")
+def api_events(job: str, window: str = "1h", level: str = "", kind: str = "", q: str = "",
+               limit: int = Query(300, ge=1, le=2000)) -> dict[str, Any]:
+    return console.events(_url(), job, _window(window), level=level, kind=kind, text=q[:200], limit=limit)
 
 
 @app.get("/api/plans")
-def list_plans(job: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
-    return [_plan_dict(p) for p in repo.recent_plans(_url(), min(limit, 500), job)]
+def list_plans(job: str | None = None, limit: int = Query(50, ge=1, le=500)) -> list[dict[str, Any]]:
+    url = _url()
+    return [console.plan_summary(p) for p in repo.recent_plans(url, limit, job)]
 
 
 @app.get("/api/plans/{plan_id}")
 def get_plan(plan_id: str) -> dict[str, Any]:
     url = _url()
-    p = repo.get_plan(url, plan_id)
+    p = console.plan(url, plan_id)
     if p is None:
         raise HTTPException(404, f"plan {plan_id} not found")
-    cps = repo.checkpoints(url, plan_id)
-    steps = [{"step": s.step, "moves": s.payload.get("moves", []), "workers": s.payload.get("workers"),
-              "map_version": s.payload.get("map_version"), "effective_at": s.effective_at.isoformat(),
-              "emitted_at": s.emitted_at.isoformat() if s.emitted_at else None,
-              "offset": s.kafka_offset, "checkpoint": cps[s.step].to_dict() if s.step in cps else None}
-             for s in repo.plan_steps(url, plan_id)]
     from ballast.controller import summary_table
 
-    return {**_plan_dict(p), "step_rows": steps, "summary": summary_table(url, plan_id)}
+    p["summary"] = summary_table(url, plan_id)
+    _with_run_links([p], p["job"], "created_at")
+    return p
+
+
+# ---------------------------------------------------------------------------- static files
+
+_PLOTLY = None
+
+
+def _plotly_js() -> Path:
+    """plotly.js as shipped inside the `plotly` Python package (requirements.txt)."""
+    global _PLOTLY
+    if _PLOTLY is None:
+        _PLOTLY = Path(str(resources.files("plotly") / "package_data" / "plotly.min.js"))
+    return _PLOTLY
+
+
+@app.get("/static/{name}")
+def static(name: str) -> FileResponse:
+    files = {"console.js": STATIC / "console.js", "console.css": STATIC / "console.css",
+             "plotly.min.js": _plotly_js()}
+    if name not in files or not files[name].is_file():
+        raise HTTPException(404, f"no static file {name!r}" + (" (pip install plotly: make setup)"
+                                                                if name == "plotly.min.js" else ""))
+    return FileResponse(files[name], headers={"Cache-Control": "private, max-age=3600"})
+
+
+# ------------------------------------------------------------------------------- the page
+
+_BADGE = {"running": "ok", "stale": "warn", "stopped": "bad", "not started": "muted"}
+
+
+def _fmt(v: Any, unit: str = "", digits: int = 0) -> str:
+    if v is None:
+        return "–"
+    if isinstance(v, float):
+        return f"{v:,.{digits}f}{unit}"
+    return f"{v:,}{unit}" if isinstance(v, int) else f"{v}{unit}"
+
+
+def _jobs_rows(jobs: list[dict[str, Any]], selected: str | None, root: str) -> str:
+    rows = []
+    for j in jobs:
+        e = html.escape
+        plan = j["open_plan"]
+        plan_txt = (f"<span class='badge info'>{e(plan['status'])} {plan['applied']}/{plan['steps']}</span> "
+                    f"<code>{e(plan['workers'])}</code>") if plan else "–"
+        cap = f"{_fmt(j['executors'])} / {_fmt(j['capacity'])}" if j["executors"] is not None or j["capacity"] else "–"
+        sel = " class='selected'" if j["job"] == selected else ""
+        rows.append(
+            f"<tr data-job='{e(j['job'])}' data-operator='{e(j['operator'])}'{sel}>"
+            f"<td><a href='{e(root)}/?job={quote(j['job'])}&amp;operator={quote(j['operator'])}'>{e(j['job'])}</a>"
+            f"<div class='sub'>{e(j['operator'])}</div></td>"
+            f"<td><span class='badge {_BADGE.get(j['status'], 'muted')}' data-field='status'>{e(j['status'])}</span>"
+            f"<div class='sub'>{_fmt(j['heartbeat_age_s'], ' s ago', 0)}</div></td>"
+            f"<td>{e(j['host'] or '–')}</td><td class='num'>{_fmt(j['epoch'])}</td>"
+            f"<td class='num'>{_fmt(j['workers'])}</td><td class='num'>{_fmt(j['map_version'])}</td>"
+            f"<td class='num'>{cap}</td><td class='num'>{_fmt(j['input_rate'], '', 0)}</td>"
+            f"<td class='num'>{_fmt(j['backlog'])}</td><td class='num'>{_fmt(j['batch_ms'], ' ms', 0)}</td>"
+            f"<td>{plan_txt}</td></tr>"
+        )
+    return "\n".join(rows) or "<tr><td colspan='11' class='muted'>No job has started yet.</td></tr>"
 
 
 @app.get("/", response_class=HTMLResponse)
-def index(job: str | None = None) -> str:
+def index(request: Request, job: str | None = None, operator: str | None = None, window: str = "15m") -> str:
     url = _url()
-    rows = []
-    for p in repo.recent_plans(url, 50, job):
-        detail = html.escape(__import__("ballast.controller", fromlist=["x"]).summary_table(url, p.plan_id))
-        rows.append(
-            f"<details><summary><b>{html.escape(p.plan_id)}</b> — {html.escape(p.job)}/{html.escape(p.operator)} "
-            f"{html.escape(p.status)}, {html.escape(p.strategy)}, workers {p.source_workers}→{p.target_workers}, "
-            f"{p.steps} step(s)</summary><pre>{detail}</pre><p>{html.escape(p.reason)}</p></details>"
-        )
-    body = "\n".join(rows) or "<p>No plans yet.</p>"
-    return (f"<!doctype html><html><head><title>Ballast plans</title></head><body style='font-family:sans-serif'>"
-            f"<h1>Ballast plans</h1>{body}</body></html>")
+    root = request.scope.get("root_path", "").rstrip("/")
+    window = window if window in console.WINDOWS else "15m"
+    jobs = console.jobs(url)
+    sel = next((j for j in jobs if j["job"] == job and (not operator or j["operator"] == operator)), None)
+    if sel is None and jobs and not job:
+        sel = next((j for j in jobs if j["status"] == "running"), jobs[0])
+    boot = {"root": root, "airflow": _airflow_base(), "migrate_dag": MIGRATE_DAG, "window": window,
+            "job": sel["job"] if sel else None, "operator": sel["operator"] if sel else None, "jobs": jobs,
+            "windows": list(console.WINDOWS)}
+    e = html.escape
+    title = f"{sel['job']} · Ballast" if sel else "Ballast"
+    boot_json = json.dumps(boot).replace("</", "<\\/")
+    not_found = (f"<p class='warn-box'>Job {e(job)} is not known: pick one above.</p>" if job and sel is None else "")
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>{e(title)}</title>
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<link rel="stylesheet" href="{e(root)}/static/console.css">
+<script src="{e(root)}/static/plotly.min.js"></script>
+</head><body>
+<header class="top">
+  <h1>Ballast <span class="sub">operator console</span></h1>
+  <div class="controls">
+    <span class="label">window</span>
+    <span class="seg" id="window">{"".join(
+        f"<button data-window='{w}' class='{'on' if w == window else ''}'>{w}</button>" for w in console.WINDOWS)}</span>
+    <span id="live" class="live" title="refreshes by itself">live</span>
+    <span id="updated" class="sub"></span>
+  </div>
+</header>
+<main>
+<section class="card">
+  <h2>Jobs</h2>
+  <table class="grid" id="jobs"><thead><tr><th>job</th><th>status</th><th>host</th><th class="num">epoch</th>
+  <th class="num">W</th><th class="num">map</th><th class="num">executors / capacity</th><th class="num">input rows/s</th>
+  <th class="num">backlog</th><th class="num">batch</th><th>open plan</th></tr></thead>
+  <tbody>{_jobs_rows(jobs, sel["job"] if sel else None, root)}</tbody></table>
+  {not_found}
+</section>
+<div id="job" data-job="{e(sel['job']) if sel else ''}"{'' if sel else ' hidden'}>
+<section class="card head">
+  <div><h2 id="job-title">{e(sel['job']) if sel else ''} <span class="sub">{e(sel['operator']) if sel else ''}</span></h2>
+  <div id="job-facts" class="facts"></div><ul id="attention" class="attention"></ul></div>
+  <div class="actions">
+    <button id="plan-btn" class="primary">Plan a migration…</button>
+    <a id="dag-link" target="_top" href="{e(_airflow_base())}/dags/{MIGRATE_DAG}">{MIGRATE_DAG} in Airflow ↗</a>
+  </div>
+</section>
+<section class="card">
+  <h2>Throughput, backlog, batch time</h2>
+  <div id="chart-rate" class="chart"></div>
+  <div class="two"><div id="chart-backlog" class="chart"></div><div id="chart-batch" class="chart"></div></div>
+</section>
+<section class="card" id="plan-section">
+  <h2>Migration plans <span class="sub" id="plan-sub"></span></h2>
+  <div id="plan-detail"></div>
+  <div class="two" id="plan-charts"><div id="plan-timeline" class="chart"></div><div id="plan-pause" class="chart"></div></div>
+  <table class="grid" id="plan-steps"></table>
+  <details id="recent-plans-box" open><summary>Recent plans</summary><table class="grid" id="recent-plans"></table></details>
+</section>
+<section class="card">
+  <h2>Bin map <span class="sub" id="map-sub"></span></h2>
+  <div class="controls">
+    <span class="label">map version</span><select id="map-version"></select>
+    <span class="label">colour</span>
+    <span class="seg" id="map-metric"><button data-metric="load" class="on">load (records/epoch)</button><button data-metric="bytes">state bytes</button></span>
+  </div>
+  <div id="heatmap" class="chart tall"></div>
+  <div class="two"><div id="workers" class="chart"></div><div><h3>Hot bins</h3><div id="hot"></div></div></div>
+</section>
+<section class="card">
+  <h2>DS2 decisions</h2>
+  <div id="chart-decisions" class="chart"></div>
+  <table class="grid" id="decisions"></table>
+</section>
+<section class="card">
+  <h2>Events and rejected control messages</h2>
+  <div class="controls">
+    <span class="label">level</span><select id="ev-level"><option value="">all</option><option>info</option><option>warning</option><option>error</option></select>
+    <span class="label">kind</span><select id="ev-kind"><option value="">all</option></select>
+    <input id="ev-text" type="search" placeholder="search messages">
+  </div>
+  <table class="grid" id="events"></table>
+</section>
+</div>
+</main>
+<dialog id="trigger"><form method="dialog" id="trigger-form"></form></dialog>
+<script id="boot" type="application/json">{boot_json}</script>
+<script src="{e(root)}/static/console.js"></script>
+</body></html>"""
 
 
 class BallastPlugin(AirflowPlugin):
     name = "ballast"
-    fastapi_apps = [{"app": app, "url_prefix": "/ballast", "name": "Ballast plans"}]
-    external_views = [{"name": "Ballast plans", "href": "/ballast/", "destination": "nav", "url_route": "ballast"}]
+    fastapi_apps = [{"app": app, "url_prefix": "/ballast", "name": "Ballast console"}]
+    external_views = [{"name": "Ballast", "href": "/ballast/", "destination": "nav", "url_route": "ballast"}]

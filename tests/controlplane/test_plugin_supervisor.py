@@ -1,4 +1,4 @@
-"""The read-only plans page, the hooks' defaults, and the supervisor's health verdicts."""
+"""The hooks' defaults and the supervisor's health verdicts (the console: test_console.py)."""
 
 from __future__ import annotations
 
@@ -6,32 +6,11 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from ballast import controller
 from ballast.config import get_job
 from migrations_db import models as m
 from migrations_db.db import session_scope
-from stepapplier import seed_job
 
 pytestmark = pytest.mark.controlplane
-
-
-def test_plans_api_lists_plans_and_steps(airflow_db, db_url, jobs_file, unique_name, monkeypatch):
-    from fastapi.testclient import TestClient
-
-    from ballast.plugin import app
-
-    monkeypatch.setenv("BALLAST_DB_URL", db_url)
-    jobs_file(bins=16)
-    seed_job(db_url, unique_name, bins=16)
-    plan_id = controller.plan_manual(db_url, get_job(unique_name), {"target_workers": 2, "strategy": "fluid",
-                                                                    "dry_run": False})["plan_id"]
-    client = TestClient(app)
-    plans = client.get("/api/plans").json()
-    assert [p["plan_id"] for p in plans] == [plan_id] and plans[0]["status"] == "planned"
-    one = client.get(f"/api/plans/{plan_id}").json()
-    assert one["step_rows"][0]["emitted_at"] is None and "not sent" in one["summary"]
-    assert client.get("/api/plans/nope").status_code == 404
-    assert plan_id in client.get("/").text
 
 
 def test_hooks_fall_back_to_environment_without_connections(airflow_db, monkeypatch):

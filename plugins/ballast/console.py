@@ -1,0 +1,360 @@
+"""What the operator console shows, as plain JSON-ready dicts (no Airflow import: plugin.py serves it).
+
+Every function takes the metrics DB URL and reads through `repository`; the page (static/console.js)
+draws what these return. Times are ISO 8601 UTC strings; sizes are bytes; loads are records per epoch.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from ballast import repository as repo
+
+WINDOWS = {"15m": 900, "1h": 3600, "24h": 86400}
+HOT_FACTOR = 2.0  # a bin is hot when it carries at least this many times the mean bin's load
+BIN_EPOCHS = 10  # a map version's heat map: the load of the last this-many epochs of its life
+DEFAULT_HEARTBEAT_TIMEOUT_S = 120.0
+
+
+def _iso(ts: datetime | None) -> str | None:
+    return ts.isoformat() if ts else None
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def window_start(window: str, now: datetime | None = None) -> datetime:
+    if window not in WINDOWS:
+        raise ValueError(f"window must be one of {sorted(WINDOWS)}, not {window!r}")
+    return (now or _now()) - timedelta(seconds=WINDOWS[window])
+
+
+def _configured() -> dict[tuple[str, str], Any]:
+    """The jobs file, when it can be read (the console still shows jobs the DB knows without it)."""
+    try:
+        from ballast.config import load_jobs
+
+        return {(c.job, c.operator): c for c in load_jobs().values()}
+    except Exception:  # a broken jobs file is the DAGs' error to report, not the console's
+        return {}
+
+
+# ----------------------------------------------------------------------------------- jobs
+
+
+def job_status(hb: repo.HeartbeatRow | None, timeout_s: float, now: datetime | None = None) -> str:
+    """running (fresh heartbeat), stale (says running but silent for longer than the timeout),
+    stopped (the job said so), not started (no heartbeat at all)."""
+    if hb is None:
+        return "not started"
+    if hb.status in ("stopping", "stopped"):
+        return "stopped"
+    age = ((now or _now()) - hb.updated_at).total_seconds()
+    return "running" if age <= timeout_s else "stale"
+
+
+def attention(url: str, job: str, operator: str, status: str, hb: repo.HeartbeatRow | None, timeout_s: float,
+              now: datetime) -> list[dict[str, str]]:
+    """What a person on call should look at first, most serious first (level: error | warning | info)."""
+    out: list[dict[str, str]] = []
+    if status == "stale" and hb:
+        out.append({"level": "error", "text": f"heartbeat {(now - hb.updated_at).total_seconds():.0f} s old "
+                    f"(timeout {timeout_s:.0f} s): the driver is stuck or gone; ballast_supervise relaunches it "
+                    "(its task log names the driver log)"})
+    elif status == "stopped":
+        out.append({"level": "warning", "text": "the job reported that it stopped"})
+    recent = repo.epoch_window(url, job, operator, 10)
+    backlogs = [e.backlog for e in recent if e.backlog is not None]
+    if len(backlogs) >= 5 and backlogs[-1] > backlogs[0] and all(b <= a for a, b in zip(backlogs[1:], backlogs[:-1])):
+        per = (backlogs[-1] - backlogs[0]) / (len(backlogs) - 1)
+        out.append({"level": "warning", "text": f"backlog growing: +{per:,.0f} rows per epoch over the last "
+                    f"{len(backlogs)} epochs (now {backlogs[-1]:,})"})
+    since = now - timedelta(minutes=15)
+    for p in repo.recent_plans(url, 5, job):
+        if p.operator == operator and p.status == "failed" and p.finished_at and p.finished_at >= now - timedelta(hours=1):
+            out.append({"level": "error", "text": f"plan {p.plan_id} failed: {p.reason[:300]}"})
+    rejected = repo.events_since(url, job, since, kinds=["control_rejected"], limit=1000)
+    if rejected:
+        out.append({"level": "warning", "text": f"{len(rejected)} control message(s) rejected in the last 15 min "
+                    f"(latest: {rejected[0].message[:200]})"})
+    return out
+
+
+def jobs(url: str, now: datetime | None = None) -> list[dict[str, Any]]:
+    """One row per (job, operator): heartbeat, latest epoch's metrics, the open plan if any."""
+    now = now or _now()
+    cfgs = _configured()
+    keys = {(j.job, j.operator): j.bins for j in repo.list_jobs(url)}
+    for key, cfg in cfgs.items():
+        keys.setdefault(key, cfg.bins)
+    out = []
+    for (job, op), bins in sorted(keys.items()):
+        cfg = cfgs.get((job, op))
+        hb = repo.heartbeat(url, job, op)
+        timeout = float(cfg.heartbeat_timeout_s) if cfg else DEFAULT_HEARTBEAT_TIMEOUT_S
+        last = repo.epoch_window(url, job, op, 1)
+        e = last[-1] if last else None
+        open_plans = repo.open_plans(url, job, op)
+        plan = None
+        if open_plans:
+            p = open_plans[-1]
+            applied = sum(1 for c in repo.checkpoints(url, p.plan_id).values() if c.status == "applied")
+            plan = {"plan_id": p.plan_id, "status": p.status, "steps": p.steps, "applied": applied,
+                    "workers": f"{p.source_workers}->{p.target_workers}"}
+        status = job_status(hb, timeout, now)
+        out.append({
+            "job": job, "operator": op, "bins": bins, "configured": cfg is not None,
+            "status": status, "heartbeat_timeout_s": timeout,
+            "attention": attention(url, job, op, status, hb, timeout, now),
+            "host": hb.host if hb else None, "pid": hb.pid if hb else None,
+            "epoch": hb.last_epoch if hb else None, "workers": hb.workers if hb else None,
+            "map_version": hb.map_version if hb else None,
+            "executors": hb.executors if hb else None, "capacity": hb.capacity if hb else None,
+            "heartbeat_at": _iso(hb.updated_at) if hb else None,
+            "heartbeat_age_s": round((now - hb.updated_at).total_seconds(), 1) if hb else None,
+            "started_at": _iso(hb.started_at) if hb else None,
+            "input_rate": e.input_rate if e else None, "backlog": e.backlog if e else None,
+            "batch_ms": e.batch_ms if e else None, "last_epoch_at": _iso(e.ended_at) if e else None,
+            "min_workers": cfg.min_workers if cfg else None, "max_workers": cfg.max_workers if cfg else None,
+            "open_plan": plan,
+        })
+    return out
+
+
+# --------------------------------------------------------------------------------- series
+
+
+def series(url: str, job: str, operator: str, window: str, now: datetime | None = None) -> dict[str, Any]:
+    """Input rate, processed rate, backlog, batch time and W over the window, plus the plans in it."""
+    now = now or _now()
+    since = window_start(window, now)
+    pts = repo.epoch_series(url, job, operator, since)
+    plans = []
+    for p in repo.recent_plans(url, 200, job):
+        if p.operator != operator or (p.finished_at and p.finished_at < since):
+            continue
+        plans.append({"plan_id": p.plan_id, "status": p.status, "start": _iso(p.created_at),
+                      "end": _iso(p.finished_at) or _iso(now), "workers": f"{p.source_workers}->{p.target_workers}"})
+    return {
+        "window": window, "since": _iso(since), "now": _iso(now),
+        "t": [_iso(p.at) for p in pts], "first_epoch": [p.first_epoch for p in pts],
+        "last_epoch": [p.last_epoch for p in pts], "epochs": [p.epochs for p in pts],
+        "input_rate": [p.input_rate for p in pts], "processed_rate": [p.processed_rate for p in pts],
+        "backlog": [p.backlog for p in pts], "batch_ms": [p.batch_ms for p in pts],
+        "batch_ms_max": [p.batch_ms_max for p in pts], "migration_ms": [p.migration_ms for p in pts],
+        "workers": [p.workers for p in pts], "plans": plans,
+    }
+
+
+# -------------------------------------------------------------------------------- bin map
+
+
+def _pending_moves(url: str, job: str, operator: str) -> dict[int, dict[str, Any]]:
+    """Bins an open plan will still move: bin -> {to, step, plan_id}."""
+    out: dict[int, dict[str, Any]] = {}
+    for p in repo.open_plans(url, job, operator):
+        done = {s for s, c in repo.checkpoints(url, p.plan_id).items() if c.status == "applied"}
+        for st in repo.plan_steps(url, p.plan_id):
+            if st.step in done:
+                continue
+            for mv in st.payload.get("moves", []):
+                out.setdefault(int(mv["bin"]), {"to": int(mv["to"]), "step": st.step, "plan_id": p.plan_id,
+                                                "emitted": st.emitted})
+    return out
+
+
+def binmap(url: str, job: str, operator: str, version: int | None = None) -> dict[str, Any]:
+    """The bin -> worker map of `version` (default: the current one) with each bin's load and size
+    over the last BIN_EPOCHS epochs of that version's life, per-worker totals and the hot bins."""
+    versions = repo.map_versions(url, job, operator)
+    if not versions:
+        return {"job": job, "operator": operator, "versions": [], "map": None}
+    by_v = {v.map_version: v for v in versions}
+    cur = versions[0]
+    snap = by_v.get(version, cur) if version is not None else cur
+    newer = [v for v in versions if v.map_version > snap.map_version]
+    end = (min(v.epoch for v in newer) - 1) if newer else (repo.latest_epoch(url, job, operator) or snap.epoch)
+    end = max(end, snap.epoch)
+    # a bin's load belongs to the bin, not to its worker: the last BIN_EPOCHS epochs up to the end of
+    # this version's life, even when the version itself is younger (mid-migration, one per step)
+    lo = max(0, end - BIN_EPOCHS + 1)
+    bins = snap.bins
+    br = repo.bin_range(url, job, operator, bins, lo, end)
+    workers = max(snap.workers, max(snap.assignment, default=-1) + 1)
+    total = sum(br.load)
+    mean = total / bins if bins else 0.0
+    per_worker = [{"worker": w, "bins": 0, "load": 0.0, "bytes": 0, "keys": 0} for w in range(workers)]
+    for b, w in enumerate(snap.assignment):
+        pw = per_worker[w]
+        pw["bins"] += 1
+        pw["load"] += br.load[b]
+        pw["bytes"] += br.bytes[b]
+        pw["keys"] += br.keys[b]
+    measured = {wl.worker: wl for wl in repo.worker_load(url, job, operator, lo, end)}
+    for pw in per_worker:
+        wl = measured.get(pw["worker"])
+        pw["busy"] = wl.busy if wl else None
+        pw["records_per_epoch"] = wl.records_per_epoch if wl else None
+    loads = [pw["load"] for pw in per_worker]
+    wmean = sum(loads) / len(loads) if loads else 0.0
+    hot = sorted(
+        ({"bin": b, "worker": snap.assignment[b], "load": br.load[b], "bytes": br.bytes[b],
+          "share": br.load[b] / total if total else 0.0, "x_mean": br.load[b] / mean if mean else 0.0}
+         for b in range(bins) if mean > 0 and br.load[b] >= HOT_FACTOR * mean),
+        key=lambda h: -h["load"],
+    )[:12]
+    pending = _pending_moves(url, job, operator) if snap.map_version == cur.map_version else {}
+    return {
+        "job": job, "operator": operator,
+        "versions": [{"version": v.map_version, "epoch": v.epoch, "workers": v.workers, "plan_id": v.plan_id,
+                      "step": v.step} for v in versions],
+        "map": {"version": snap.map_version, "current": snap.map_version == cur.map_version,
+                "from_epoch": snap.epoch, "workers": workers, "bins": bins, "plan_id": snap.plan_id, "step": snap.step,
+                "assignment": list(snap.assignment)},
+        "window": {"lo_epoch": lo, "hi_epoch": end, "epochs": br.epochs},
+        "load": list(br.load), "bytes": list(br.bytes), "keys": list(br.keys),
+        "per_worker": per_worker,
+        "skew": (max(loads) / wmean) if wmean > 0 else None,
+        "hot": hot, "hot_factor": HOT_FACTOR,
+        "pending": {str(b): v for b, v in sorted(pending.items())},
+    }
+
+
+# ---------------------------------------------------------------------------------- plans
+
+
+def plan_summary(p: repo.PlanRecord) -> dict[str, Any]:
+    return {"plan_id": p.plan_id, "job": p.job, "operator": p.operator, "status": p.status,
+            "strategy": p.strategy, "created_at": _iso(p.created_at), "finished_at": _iso(p.finished_at),
+            "source_workers": p.source_workers, "target_workers": p.target_workers,
+            "workers": f"{p.source_workers}->{p.target_workers}", "steps": p.steps,
+            "source_map_version": p.source_map_version, "predicted_ms": p.predicted_ms, "reason": p.reason,
+            "source": p.params.get("source"), "emit_mode": p.params.get("emit_mode"),
+            "gap_seconds": p.params.get("gap_seconds"), "decision_id": p.params.get("decision_id"),
+            "predicted_max_pause_ms": p.params.get("predicted_max_pause_ms")}
+
+
+def plans(url: str, job: str, operator: str | None = None, limit: int = 20) -> list[dict[str, Any]]:
+    """Recent plans of a job, newest first, with how many steps applied."""
+    out = []
+    for p in repo.recent_plans(url, limit, job):
+        if operator and p.operator != operator:
+            continue
+        cps = repo.checkpoints(url, p.plan_id)
+        out.append({**plan_summary(p), "applied": sum(1 for c in cps.values() if c.status == "applied"),
+                    "rejected": sum(1 for c in cps.values() if c.status != "applied"),
+                    "measured_ms": sum(c.migration_ms for c in cps.values() if c.status == "applied"),
+                    "bytes_moved": sum(c.bytes_moved for c in cps.values() if c.status == "applied")})
+    return out
+
+
+def step_status(step: repo.StepRecord, cp: repo.CheckpointRow | None) -> str:
+    if cp is not None:
+        return cp.status  # applied | rejected | superseded
+    return "in flight" if step.emitted else "pending"
+
+
+def plan(url: str, plan_id: str) -> dict[str, Any] | None:
+    """One plan with its per-step timeline: emitted, applied, checkpoint; pause and bytes; predicted
+    vs measured pause per step, and the plan's predicted pause total vs measured and its wall time."""
+    p = repo.get_plan(url, plan_id)
+    if p is None:
+        return None
+    cps = repo.checkpoints(url, plan_id)
+    steps = repo.plan_steps(url, plan_id)
+    rows = []
+    for s in steps:
+        c = cps.get(s.step)
+        mv = s.payload.get("moves", [])
+        rows.append({
+            "step": s.step, "status": step_status(s, c), "moves": mv, "bins": len(mv),
+            "workers": s.payload.get("workers"), "map_version": s.payload.get("map_version"),
+            "kind": s.payload.get("kind"), "effective_at": _iso(s.effective_at), "emitted_at": _iso(s.emitted_at),
+            "offset": s.kafka_offset, "partition": s.kafka_partition,
+            "applied_at": _iso(c.applied_at) if c else None, "applied_epoch": c.applied_epoch if c else None,
+            "checkpoint_at": _iso(c.completed_at) if c else None,
+            "pause_ms": c.migration_ms if c else None, "bytes": c.bytes_moved if c else None,
+            "keys": c.keys_moved if c else None, "predicted_ms": s.predicted_ms,
+            "latency_s": (c.completed_at - s.emitted_at).total_seconds() if c and s.emitted_at else None,
+            "map_version_after": c.map_version_after if c else None, "reason": c.reason if c else "",
+        })
+    applied = [c for c in cps.values() if c.status == "applied"]
+    emitted = [s.emitted_at for s in steps if s.emitted_at]
+    done = [c.completed_at for c in cps.values()]
+    wall = (max(done) - min(emitted)).total_seconds() if done and emitted else None
+    return {
+        **plan_summary(p), "step_rows": rows, "applied": len(applied),
+        "open": p.status in ("planned", "emitting"),
+        "measured_ms": sum(c.migration_ms for c in applied), "bytes_moved": sum(c.bytes_moved for c in applied),
+        "keys_moved": sum(c.keys_moved for c in applied), "wall_s": wall,
+        "first_emitted_at": _iso(min(emitted)) if emitted else None,
+    }
+
+
+# ------------------------------------------------------------------------------ decisions
+
+_GUARDS = (  # (text in the reason, label): the reasons written by ballast.policy.guards, in its order
+    ("warm-up", "warm-up"),
+    ("is outside [", "bounds"),
+    ("±", "utilization band"),
+    ("blocked:", "ineffective scale-up"),
+    ("activation ", "activation"),
+    ("pending: lower target held", "scale-down delay"),
+    (": the current worker count", "DS2 = current"),
+    ("scale up ", "scale up"),
+    ("scale down ", "scale down"),
+)
+
+
+def guard_of(action: str, reason: str) -> str:
+    """Which guard decided, read from the decision's reason (the guards write one sentence each)."""
+    if action == "rebalance":
+        return "skew"
+    for needle, label in _GUARDS:
+        if needle in reason:
+            return label
+    return action
+
+
+def decisions(url: str, job: str, operator: str, window: str, now: datetime | None = None) -> list[dict[str, Any]]:
+    out = []
+    for d in repo.decisions_since(url, job, operator, window_start(window, now)):
+        util = d.inputs.get("utilization")
+        out.append({
+            "id": d.id, "at": _iso(d.decided_at), "action": d.action, "current_workers": d.current_workers,
+            "proposed_workers": d.proposed_workers, "target_workers": d.target_workers,
+            "utilization": util, "target_utilization": d.inputs.get("target_utilization"),
+            "utilization_band": d.inputs.get("utilization_band"), "guard": guard_of(d.action, d.reason),
+            "reason": d.reason, "plan_id": d.plan_id, "diagnosis": d.inputs.get("diagnosis"),
+            "true_rate": d.inputs.get("true_rate"),
+        })
+    return out
+
+
+# --------------------------------------------------------------------------------- events
+
+
+def events(url: str, job: str, window: str, *, level: str = "", kind: str = "", text: str = "",
+           now: datetime | None = None, limit: int = 500) -> dict[str, Any]:
+    """Events (rejected control messages among them) and refused steps, newest first, filtered."""
+    since = window_start(window, now)
+    rows: list[dict[str, Any]] = []
+    if kind != "step_rejected":
+        for e in repo.events_since(url, job, since, levels=[level] if level else [], kinds=[kind] if kind else [],
+                                   text=text, limit=limit):
+            rows.append({"at": _iso(e.at), "level": e.level, "kind": e.kind, "message": e.message,
+                         "epoch": e.epoch, "operator": e.operator, "plan_id": e.details.get("plan_id"),
+                         "step": e.details.get("step"), "details": e.details})
+    if kind in ("", "step_rejected") and level in ("", "warning"):
+        for c in repo.rejected_checkpoints(url, job, since):
+            msg = f"step {c.step} of plan {c.plan_id} {c.status}: {c.reason}"
+            if text and text.lower() not in msg.lower():
+                continue
+            rows.append({"at": _iso(c.completed_at), "level": "warning", "kind": "step_rejected", "message": msg,
+                         "epoch": c.applied_epoch, "operator": "", "plan_id": c.plan_id, "step": c.step,
+                         "details": {}})
+    rows.sort(key=lambda r: r["at"] or "", reverse=True)
+    kinds = sorted(set(repo.event_kinds(url, job)) | {"control_rejected", "step_rejected"})
+    return {"events": rows[:limit], "kinds": kinds}
