@@ -15,7 +15,7 @@ help:
 setup: ## venv + pinned packages, Maven jars into .cache/ (idempotent)
 	@bash scripts/setup.sh
 
-up: setup ## start Kafka (KRaft) and Airflow standalone on 127.0.0.1, migrate the metrics DB
+up: setup ## start Kafka (KRaft) and Airflow standalone on 127.0.0.1, migrate the metrics DB (BALLAST_KAFKA_AUTH=scram: SASL/SCRAM + ACLs)
 	@$(STACK) up kafka airflow
 	@$(PY) -m migrations_db upgrade
 

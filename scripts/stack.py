@@ -22,6 +22,7 @@ import time
 import urllib.request
 import uuid
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 STATE = Path(os.environ.get("BALLAST_STATE_DIR", REPO / ".state"))
@@ -68,13 +69,13 @@ def _spawn(cmd: list[str], logfile: Path, pidfile: Path, env: dict[str, str] | N
     return proc.pid
 
 
-def _stop(name: str, pidfile: Path, timeout: float = 30.0) -> None:
+def _stop(name: str, pidfile: Path, timeout: float = 30.0, sig: int = signal.SIGTERM) -> None:
     pid = _pid_alive(pidfile)
     if pid is None:
         log(f"{name}: not running")
         pidfile.unlink(missing_ok=True)
         return
-    os.killpg(pid, signal.SIGTERM)
+    os.killpg(pid, sig)
     deadline = time.time() + timeout
     while time.time() < deadline and _pid_alive(pidfile):
         time.sleep(0.3)
@@ -105,6 +106,206 @@ def _need_java() -> str:
 
 
 # ---------------------------------------------------------------- Kafka (single-node KRaft) --
+# BALLAST_KAFKA_AUTH=scram (`make up` option): SASL/SCRAM-SHA-256 on the client listener, the
+# StandardAuthorizer with ACLs (nothing is allowed without one), three principals with passwords
+# generated at the first format (<state>/kafka/scram-users.json, 0600): `admin` (super user: the
+# stack and the tests), `controller` (writes <job>.control), `job` (writes acks, outputs, DLQ).
+# Default: PLAINTEXT on loopback, no authentication.
+SCRAM_USERS = ("admin", "controller", "job")
+
+
+class KafkaBroker:
+    """One single-node KRaft broker under `root`, on `port` (+ `controller_port`)."""
+
+    def __init__(self, root: Path, port: int, controller_port: int, auth: str = "none", name: str = "kafka") -> None:
+        if auth not in ("none", "scram"):
+            raise StackError(f"BALLAST_KAFKA_AUTH={auth!r}: use 'none' (default) or 'scram'")
+        self.root, self.port, self.controller_port, self.auth, self.name = root, port, controller_port, auth, name
+        self.dir = root / name
+        self.pidfile = root / f"{name}.pid"
+        self.logfile = root / "logs" / f"{name}.log"
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{HOST}:{self.port}"
+
+    @property
+    def users_file(self) -> Path:
+        return self.dir / "scram-users.json"
+
+    def passwords(self) -> dict[str, str]:
+        if self.auth != "scram":
+            return {}
+        if not self.users_file.exists():
+            import secrets
+
+            self.dir.mkdir(parents=True, exist_ok=True)
+            self.users_file.write_text(json.dumps({u: secrets.token_urlsafe(18) for u in SCRAM_USERS}))
+            self.users_file.chmod(0o600)
+        return json.loads(self.users_file.read_text())
+
+    def client_config(self, user: str = "admin") -> dict[str, str]:
+        """Client properties of `user` in the Kafka provider's connection-extra format ({} = PLAINTEXT)."""
+        if self.auth != "scram":
+            return {}
+        return {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-256",
+                "sasl.username": user, "sasl.password": self.passwords()[user]}
+
+    def client_kwargs(self, user: str = "admin") -> dict[str, Any]:
+        from ballast.kafka_security import KafkaSecurity
+
+        return KafkaSecurity.from_config(self.client_config(user)).python_kwargs()
+
+    def ready(self) -> bool:
+        if not port_open(self.port):
+            return False
+        try:
+            from kafka import KafkaAdminClient
+
+            admin = KafkaAdminClient(bootstrap_servers=self.bootstrap, request_timeout_ms=3000, **self.client_kwargs())
+            admin.list_topics()
+            admin.close()
+            return True
+        except Exception:  # broker still electing its controller
+            return False
+
+    def alive(self) -> bool:
+        return _pid_alive(self.pidfile) is not None
+
+    def _properties(self, data: Path) -> list[str]:
+        common = [
+            "process.roles=broker,controller", "node.id=1",
+            f"controller.quorum.bootstrap.servers={HOST}:{self.controller_port}",
+            "controller.listener.names=CONTROLLER", f"log.dirs={data}", "num.partitions=1",
+            "auto.create.topics.enable=false", "offsets.topic.replication.factor=1",
+            "transaction.state.log.replication.factor=1", "transaction.state.log.min.isr=1",
+            "share.coordinator.state.topic.replication.factor=1", "share.coordinator.state.topic.min.isr=1",
+            "group.initial.rebalance.delay.ms=0", "log.retention.hours=24",
+        ]
+        if self.auth == "none":
+            return common + [
+                f"listeners=PLAINTEXT://{HOST}:{self.port},CONTROLLER://{HOST}:{self.controller_port}",
+                f"advertised.listeners=PLAINTEXT://{HOST}:{self.port}",
+                "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+            ]
+        pw = self.passwords()["admin"]
+        return common + [
+            f"listeners=SASL_PLAINTEXT://{HOST}:{self.port},CONTROLLER://{HOST}:{self.controller_port}",
+            f"advertised.listeners=SASL_PLAINTEXT://{HOST}:{self.port}",
+            "listener.security.protocol.map=CONTROLLER:SASL_PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT",
+            "inter.broker.listener.name=SASL_PLAINTEXT",
+            "sasl.enabled.mechanisms=SCRAM-SHA-256",
+            "sasl.mechanism.inter.broker.protocol=SCRAM-SHA-256",
+            # SCRAM credentials live in the metadata log, which the controller serves: the
+            # controller listener itself authenticates with PLAIN (admin only)
+            "sasl.mechanism.controller.protocol=PLAIN",
+            "listener.name.controller.sasl.enabled.mechanisms=PLAIN",
+            "listener.name.controller.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule "
+            f'required username="admin" password="{pw}" user_admin="{pw}";',
+            "listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram."
+            f'ScramLoginModule required username="admin" password="{pw}";',
+            "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            "super.users=User:admin",
+            "allow.everyone.if.no.acl.found=false",
+        ]
+
+    def up(self) -> None:
+        if self.alive() and self.ready():
+            log(f"{self.name}: already running on {self.bootstrap}")
+            return
+        java = _need_java()
+        for port in (self.port, self.controller_port):
+            if port_open(port):
+                raise StackError(
+                    f"port {port} on {HOST} is taken by another process: stop it, or set "
+                    "BALLAST_KAFKA_PORT / BALLAST_KAFKA_CONTROLLER_PORT to free ports"
+                )
+        cp = _kafka_classpath()
+        data = self.dir / "data"
+        props = self.dir / "server.properties"
+        self.dir.mkdir(parents=True, exist_ok=True)
+        props.write_text("\n".join(self._properties(data) + [""]))
+        props.chmod(0o600)
+        log4j = self.dir / "log4j2.yaml"
+        log4j.write_text(
+            "Configuration:\n  Appenders:\n    Console:\n      name: STDOUT\n      PatternLayout:\n"
+            "        Pattern: \"[%d] %p %m (%c)%n\"\n  Loggers:\n    Root:\n      level: WARN\n"
+            "      AppenderRef:\n        - ref: STDOUT\n    Logger:\n      - name: kafka.server.KafkaRaftServer\n"
+            "        level: INFO\n"
+        )
+        jvm = [java, "-Xms256m", "-Xmx768m", f"-Dlog4j2.configurationFile={log4j}", "-cp", cp]
+        mode = self.dir / "auth-mode"
+        if (data / "meta.properties").exists() and mode.exists() and mode.read_text().strip() != self.auth:
+            raise StackError(f"the broker's data under {data} was formatted with BALLAST_KAFKA_AUTH="
+                             f"{mode.read_text().strip()}, not {self.auth}: `make clean` (drops its topics) or "
+                             "start it in that mode")
+        if not (data / "meta.properties").exists():
+            import base64
+
+            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+            scram = []
+            for user, pw in self.passwords().items():
+                scram += ["--add-scram", f"SCRAM-SHA-256=[name={user},password={pw}]"]
+            out = subprocess.run(
+                jvm + ["kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(props), "--standalone"] + scram,
+                capture_output=True, text=True,
+            )
+            if out.returncode != 0:
+                raise StackError(f"formatting Kafka storage failed:\n{out.stdout}\n{out.stderr}")
+            mode.write_text(self.auth)
+        auth = " with SASL/SCRAM + ACLs" if self.auth == "scram" else ""
+        log(f"{self.name}: starting on {self.bootstrap}{auth} (data {data})")
+        _spawn(jvm + ["kafka.Kafka", str(props)], self.logfile, self.pidfile)
+        _wait(self.ready, "Kafka broker", 90, self.logfile, self.pidfile)
+        log(f"{self.name}: healthy on {self.bootstrap}")
+
+    def down(self) -> None:
+        _stop(self.name, self.pidfile)
+
+    def grant_job(self, job: str, input_topic: str) -> None:
+        """ACLs of one job (SCRAM mode): `controller` may write `<job>.control` and nothing else of the
+        job; `job` may read its input and control topics and write its acks, outputs, DLQ and
+        ticks, never `<job>.control`. Idempotent."""
+        if self.auth != "scram":
+            return
+        from kafka import KafkaAdminClient
+        from kafka.admin import (ACL, ACLOperation, ACLPermissionType, ACLResourcePatternType, ResourcePattern,
+                                 ResourceType)
+
+        lit, pre = ACLResourcePatternType.LITERAL, ACLResourcePatternType.PREFIXED
+        topic, group = ResourceType.TOPIC, ResourceType.GROUP
+        allow, deny = ACLPermissionType.ALLOW, ACLPermissionType.DENY
+        ctl = f"{job}.control"
+        rules = [
+            ("controller", ACLOperation.WRITE, ResourcePattern(topic, ctl, lit), allow),
+            ("controller", ACLOperation.CREATE, ResourcePattern(topic, ctl, lit), allow),
+            ("controller", ACLOperation.CREATE, ResourcePattern(topic, f"{ctl}.acks", lit), allow),
+            ("controller", ACLOperation.READ, ResourcePattern(topic, f"{ctl}.acks", lit), allow),
+            ("job", ACLOperation.READ, ResourcePattern(topic, input_topic, lit), allow),
+            ("job", ACLOperation.READ, ResourcePattern(topic, f"{job}.", pre), allow),
+            ("job", ACLOperation.WRITE, ResourcePattern(topic, f"{job}.", pre), allow),
+            ("job", ACLOperation.CREATE, ResourcePattern(topic, f"{job}.", pre), allow),
+            ("job", ACLOperation.DESCRIBE_CONFIGS, ResourcePattern(topic, f"{job}.", pre), allow),
+            ("job", ACLOperation.WRITE, ResourcePattern(topic, ctl, lit), deny),  # deny wins over the prefix
+            ("job", ACLOperation.READ, ResourcePattern(group, "spark-kafka-source-", pre), allow),
+        ]
+        admin = KafkaAdminClient(bootstrap_servers=self.bootstrap, **self.client_kwargs("admin"))
+        try:
+            acls = [ACL(f"User:{u}", "*", op, perm, pat) for u, op, pat, perm in rules]
+            res = admin.create_acls(acls)
+            if res.get("failed"):
+                raise StackError(f"creating ACLs for job {job} failed: {res['failed']}")
+        finally:
+            admin.close()
+
+
+def default_broker() -> KafkaBroker:
+    """The stack's broker; its mode is BALLAST_KAFKA_AUTH, else the mode its data was formatted in."""
+    mode_file = STATE / "kafka" / "auth-mode"
+    auth = os.environ.get("BALLAST_KAFKA_AUTH") or (mode_file.read_text().strip() if mode_file.exists() else "none")
+    return KafkaBroker(STATE, KAFKA_PORT, KAFKA_CONTROLLER_PORT, auth)
+
+
 KAFKA_DIR = STATE / "kafka"
 KAFKA_PID = STATE / "kafka.pid"
 KAFKA_LOG = STATE / "logs" / "kafka.log"
@@ -122,94 +323,46 @@ def _kafka_classpath() -> str:
 
 
 def _kafka_ready() -> bool:
-    if not port_open(KAFKA_PORT):
-        return False
-    try:
-        from kafka import KafkaAdminClient
-
-        admin = KafkaAdminClient(bootstrap_servers=kafka_bootstrap(), request_timeout_ms=3000)
-        admin.list_topics()
-        admin.close()
-        return True
-    except Exception:  # broker still electing its controller
-        return False
+    return default_broker().ready()
 
 
 def kafka_up() -> None:
-    if _pid_alive(KAFKA_PID) and _kafka_ready():
-        log(f"kafka: already running on {kafka_bootstrap()}")
-        return
-    java = _need_java()
-    for port in (KAFKA_PORT, KAFKA_CONTROLLER_PORT):
-        if port_open(port):
-            raise StackError(
-                f"port {port} on {HOST} is taken by another process: stop it, or set "
-                "BALLAST_KAFKA_PORT / BALLAST_KAFKA_CONTROLLER_PORT to free ports"
-            )
-    cp = _kafka_classpath()
-    data = KAFKA_DIR / "data"
-    props = KAFKA_DIR / "server.properties"
-    KAFKA_DIR.mkdir(parents=True, exist_ok=True)
-    props.write_text(
-        "\n".join([
-            "process.roles=broker,controller",
-            "node.id=1",
-            f"controller.quorum.bootstrap.servers={HOST}:{KAFKA_CONTROLLER_PORT}",
-            f"listeners=PLAINTEXT://{HOST}:{KAFKA_PORT},CONTROLLER://{HOST}:{KAFKA_CONTROLLER_PORT}",
-            f"advertised.listeners=PLAINTEXT://{HOST}:{KAFKA_PORT}",
-            "controller.listener.names=CONTROLLER",
-            "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
-            f"log.dirs={data}",
-            "num.partitions=1",
-            "auto.create.topics.enable=false",
-            "offsets.topic.replication.factor=1",
-            "transaction.state.log.replication.factor=1",
-            "transaction.state.log.min.isr=1",
-            "share.coordinator.state.topic.replication.factor=1",
-            "share.coordinator.state.topic.min.isr=1",
-            "group.initial.rebalance.delay.ms=0",
-            "log.retention.hours=24",
-            "",
-        ])
-    )
-    log4j = KAFKA_DIR / "log4j2.yaml"
-    log4j.write_text(
-        "Configuration:\n  Appenders:\n    Console:\n      name: STDOUT\n      PatternLayout:\n"
-        "        Pattern: \"[%d] %p %m (%c)%n\"\n  Loggers:\n    Root:\n      level: WARN\n"
-        "      AppenderRef:\n        - ref: STDOUT\n    Logger:\n      - name: kafka.server.KafkaRaftServer\n"
-        "        level: INFO\n"
-    )
-    jvm = [java, "-Xms256m", "-Xmx768m", f"-Dlog4j2.configurationFile={log4j}", "-cp", cp]
-    if not (data / "meta.properties").exists():
-        cluster_id = str(uuid.uuid4())
-        import base64
+    broker = default_broker()
+    broker.up()
+    if broker.auth == "scram":  # the configured jobs' ACLs (tests grant their own)
+        for job, input_topic in _configured_jobs():
+            broker.grant_job(job, input_topic)
+            log(f"kafka: ACLs for job {job} (input {input_topic})")
 
-        cluster_id = base64.urlsafe_b64encode(uuid.UUID(cluster_id).bytes).decode().rstrip("=")
-        out = subprocess.run(
-            jvm + ["kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(props), "--standalone"],
-            capture_output=True, text=True,
-        )
-        if out.returncode != 0:
-            raise StackError(f"formatting Kafka storage failed:\n{out.stdout}\n{out.stderr}")
-    log(f"kafka: starting on {kafka_bootstrap()} (data {data})")
-    _spawn(jvm + ["kafka.Kafka", str(props)], KAFKA_LOG, KAFKA_PID)
-    _wait(_kafka_ready, "Kafka broker", 90, KAFKA_LOG, KAFKA_PID)
-    log(f"kafka: healthy on {kafka_bootstrap()}")
+
+def _configured_jobs() -> list[tuple[str, str]]:
+    try:
+        import yaml
+
+        doc = yaml.safe_load((REPO / "dags" / "ballast_jobs.yaml").read_text()) or {}
+    except Exception:
+        return []
+    jobs = doc.get("jobs") if isinstance(doc, dict) else None
+    return [(str(j["job"]), str(j["input_topic"])) for j in (jobs or [])
+            if isinstance(j, dict) and j.get("job") and j.get("input_topic")]
 
 
 def kafka_down() -> None:
     _stop("kafka", KAFKA_PID)
 
 
-def ensure_topics(topics: dict[str, int], bootstrap: str | None = None) -> None:
-    """Create topics with explicit partition counts; an existing topic must have that count."""
+def ensure_topics(topics: dict[str, int], bootstrap: str | None = None, security: Any = None) -> None:
+    """Create topics with explicit partition counts; an existing topic must have that count.
+
+    `security`: a ballast.kafka_security.KafkaSecurity (default BALLAST_KAFKA_CONFIG, else PLAINTEXT)."""
     from kafka import KafkaAdminClient
 
+    from ballast.kafka_security import client_kwargs
     from ballast.topics import create_missing_topics
 
     bootstrap = bootstrap or kafka_bootstrap()
-    create_missing_topics(bootstrap, topics)
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    create_missing_topics(bootstrap, topics, security=security)
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, **client_kwargs(security))
     try:
         for desc in admin.describe_topics(list(topics)):
             name = desc.get("name") or desc.get("topic")
@@ -247,6 +400,11 @@ def airflow_env() -> dict[str, str]:
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
     })
     env.setdefault("BALLAST_DB_URL", f"sqlite:///{STATE / 'metrics.db'}")
+    broker = default_broker()
+    if broker.auth == "scram":  # the controller and the jobs it launches each get their own principal
+        for conn, user in (("BALLAST_KAFKA", "controller"), ("BALLAST_KAFKA_JOB", "job")):
+            env[f"AIRFLOW_CONN_{conn}"] = json.dumps({"conn_type": "kafka", "host": HOST, "port": KAFKA_PORT,
+                                                      "extra": broker.client_config(user)})
     return env
 
 
@@ -287,8 +445,82 @@ def airflow_down() -> None:
 # As root, initdb/postgres run as the `postgres` user, who cannot enter a checkout under a 0700
 # directory (root's home, `mktemp -d`): the cluster (data, socket) then lives in its own 0700 dir
 # under postgres' /var/lib/postgresql, one per state dir so two checkouts never share a cluster.
-_PG_KEY = hashlib.sha256(str(STATE.resolve()).encode()).hexdigest()[:12]
-PG_DIR = Path("/var/lib/postgresql") / f"ballast-{_PG_KEY}" if os.geteuid() == 0 else STATE / "postgres"
+class Postgres:
+    """One throwaway PostgreSQL cluster for the state dir `root`, on `port` (installs Debian's
+    postgresql when absent). As root the cluster lives under /var/lib/postgresql (see above)."""
+
+    def __init__(self, root: Path, port: int, name: str = "postgres") -> None:
+        self.root, self.port, self.name = root, port, name
+        key = hashlib.sha256(f"{root.resolve()}:{name}".encode() if name != "postgres" else
+                             str(root.resolve()).encode()).hexdigest()[:12]
+        self.dir = Path("/var/lib/postgresql") / f"ballast-{key}" if os.geteuid() == 0 else root / name
+        self.pidfile = root / f"{name}.pid"
+        self.logfile = root / "logs" / f"{name}.log"
+
+    @property
+    def url(self) -> str:
+        return f"postgresql+psycopg2://ballast@{HOST}:{self.port}/ballast"
+
+    def alive(self) -> bool:
+        return _pid_alive(self.pidfile) is not None
+
+    def up(self) -> None:
+        if self.alive() and port_open(self.port):
+            log(f"{self.name}: already running on {HOST}:{self.port}")
+            return
+        if not _pg_bin("initdb"):
+            log("postgres: not installed; installing Debian's postgresql")
+            subprocess.run(["apt-get", "update", "-qq"], check=False)
+            res = subprocess.run(["apt-get", "install", "-y", "-qq", "postgresql"], capture_output=True, text=True)
+            if res.returncode != 0 or not _pg_bin("initdb"):
+                raise StackError(f"could not install postgresql: {res.stderr[-500:]}")
+        if port_open(self.port):
+            raise StackError(f"port {self.port} is taken: stop that process or set BALLAST_PG_PORT")
+        run_as: list[str] = []
+        if os.geteuid() == 0:  # initdb and postgres refuse to run as root
+            subprocess.run(["id", "postgres"], check=False, capture_output=True).returncode == 0 or subprocess.run(
+                ["useradd", "--system", "--no-create-home", "postgres"], check=True
+            )
+            run_as = ["runuser", "-u", "postgres", "--"]
+        self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.dir.chmod(0o700)
+        if run_as:
+            subprocess.run(["chown", "-R", "postgres", str(self.dir)], check=True)
+        data = self.dir / "data"
+        if not (data / "PG_VERSION").exists():
+            subprocess.run(run_as + [_pg_bin("initdb"), "-D", str(data), "-U", "ballast", "--auth=trust", "-E", "UTF8"],
+                           check=True, capture_output=True)
+        self.logfile.parent.mkdir(parents=True, exist_ok=True)
+        if run_as:
+            self.logfile.touch()
+            subprocess.run(["chown", "postgres", str(self.logfile)], check=True)
+        _spawn(run_as + [_pg_bin("postgres"), "-D", str(data), "-p", str(self.port), "-h", HOST, "-k", str(self.dir)],
+               self.logfile, self.pidfile)
+        _wait(lambda: port_open(self.port), "PostgreSQL", 60, self.logfile, self.pidfile)
+        time.sleep(1.0)
+        createdb = _pg_bin("createdb")
+        res = subprocess.run([createdb, "-h", HOST, "-p", str(self.port), "-U", "ballast", "ballast"],
+                             capture_output=True, text=True)
+        if res.returncode != 0 and "already exists" not in res.stderr:
+            raise StackError(f"createdb failed: {res.stderr}")
+        log(f"{self.name}: healthy at {self.url}")
+
+    def down(self) -> None:
+        # SIGINT = PostgreSQL's fast shutdown (SIGTERM waits for every client to disconnect)
+        _stop(self.name, self.pidfile, sig=signal.SIGINT)
+
+    def clean(self) -> None:
+        """After `down`: remove the cluster, which as root lives outside the state dir."""
+        if self.dir.exists():
+            shutil.rmtree(self.dir)
+            log(f"{self.name}: removed {self.dir}")
+
+
+def default_postgres() -> Postgres:
+    return Postgres(STATE, PG_PORT)
+
+
+PG_DIR = default_postgres().dir
 PG_PID = STATE / "postgres.pid"
 PG_LOG = STATE / "logs" / "postgres.log"
 
@@ -303,61 +535,21 @@ def _pg_bin(name: str) -> str | None:
 
 
 def postgres_url() -> str:
-    return f"postgresql+psycopg2://ballast@{HOST}:{PG_PORT}/ballast"
+    return default_postgres().url
 
 
 def postgres_up() -> None:
-    """Start a throwaway PostgreSQL cluster (installs Debian's postgresql when absent)."""
-    if _pid_alive(PG_PID) and port_open(PG_PORT):
-        log(f"postgres: already running on {HOST}:{PG_PORT}")
-        return
-    if not _pg_bin("initdb"):
-        log("postgres: not installed; installing Debian's postgresql")
-        subprocess.run(["apt-get", "update", "-qq"], check=False)
-        res = subprocess.run(["apt-get", "install", "-y", "-qq", "postgresql"], capture_output=True, text=True)
-        if res.returncode != 0 or not _pg_bin("initdb"):
-            raise StackError(f"could not install postgresql: {res.stderr[-500:]}")
-    if port_open(PG_PORT):
-        raise StackError(f"port {PG_PORT} is taken: stop that process or set BALLAST_PG_PORT")
-    run_as: list[str] = []
-    if os.geteuid() == 0:  # initdb and postgres refuse to run as root
-        subprocess.run(["id", "postgres"], check=False, capture_output=True).returncode == 0 or subprocess.run(
-            ["useradd", "--system", "--no-create-home", "postgres"], check=True
-        )
-        run_as = ["runuser", "-u", "postgres", "--"]
-    PG_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)
-    PG_DIR.chmod(0o700)
-    if run_as:
-        subprocess.run(["chown", "-R", "postgres", str(PG_DIR)], check=True)
-    data = PG_DIR / "data"
-    if not (data / "PG_VERSION").exists():
-        subprocess.run(run_as + [_pg_bin("initdb"), "-D", str(data), "-U", "ballast", "--auth=trust", "-E", "UTF8"],
-                       check=True, capture_output=True)
-    PG_LOG.parent.mkdir(parents=True, exist_ok=True)
-    if run_as:
-        PG_LOG.touch()
-        subprocess.run(["chown", "postgres", str(PG_LOG)], check=True)
-    _spawn(run_as + [_pg_bin("postgres"), "-D", str(data), "-p", str(PG_PORT), "-h", HOST, "-k", str(PG_DIR)],
-           PG_LOG, PG_PID)
-    _wait(lambda: port_open(PG_PORT), "PostgreSQL", 60, PG_LOG, PG_PID)
-    time.sleep(1.0)
-    createdb = _pg_bin("createdb")
-    res = subprocess.run([createdb, "-h", HOST, "-p", str(PG_PORT), "-U", "ballast", "ballast"],
-                         capture_output=True, text=True)
-    if res.returncode != 0 and "already exists" not in res.stderr:
-        raise StackError(f"createdb failed: {res.stderr}")
-    log(f"postgres: healthy at {postgres_url()}")
+    """Start the stack's throwaway PostgreSQL cluster (installs Debian's postgresql when absent)."""
+    default_postgres().up()
 
 
 def postgres_down() -> None:
-    _stop("postgres", PG_PID)
+    default_postgres().down()
 
 
 def postgres_clean() -> None:
     """After `down`: remove the cluster, which as root lives outside `.state/`."""
-    if PG_DIR.exists():
-        shutil.rmtree(PG_DIR)
-        log(f"postgres: removed {PG_DIR}")
+    default_postgres().clean()
 
 
 # ---------------------------------------------------------------------------------- CLI --
@@ -370,8 +562,20 @@ DEFAULT_UP = ["kafka", "airflow"]
 
 
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["kafka-config"]:  # client properties of a SCRAM principal, for connections/--kafka-config
+        user = argv[1] if len(argv) > 1 else "controller"
+        broker = default_broker()
+        if broker.auth != "scram":
+            print("{}  (the broker runs PLAINTEXT: start it with BALLAST_KAFKA_AUTH=scram make up)")
+            return 0
+        if user not in SCRAM_USERS:
+            print(f"unknown principal {user!r}; one of {SCRAM_USERS}", file=sys.stderr)
+            return 2
+        print(json.dumps({"bootstrap.servers": broker.bootstrap, **broker.client_config(user)}))
+        return 0
     if not argv or argv[0] not in ("up", "down", "status", "clean"):
-        print("usage: stack.py up|down|status|clean [kafka|airflow|postgres ...]", file=sys.stderr)
+        print("usage: stack.py up|down|status|clean [kafka|airflow|postgres ...] | kafka-config [admin|controller|job]",
+              file=sys.stderr)
         return 2
     action, names = argv[0], argv[1:]
     unknown = [n for n in names if n not in SERVICES]
