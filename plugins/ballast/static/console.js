@@ -255,9 +255,18 @@
     const marks = { type: "scatter", mode: "markers", name: "applied (epoch)", y: applied.map(label), x: applied.map((s) => loc(s.applied_at)),
       text: applied.map((s) => `applied in epoch ${s.applied_epoch}`), hovertemplate: "%{text}<extra></extra>",
       marker: { symbol: "diamond", size: 8, color: "#111827" } };
-    draw("plan-timeline", [bars, marks], { title: { text: "Step timeline", font: { size: 13 }, x: 0 }, hovermode: "closest",
-      xaxis: { type: "date" }, yaxis: { autorange: "reversed", categoryorder: "array", categoryarray: rows.map(label) },
-      margin: { l: 60, r: 20, t: 30, b: 36 }, showlegend: false });
+    // every step keeps its row (pending ones empty) and the axis runs to now while the plan is open
+    const t0 = started.length ? new Date(started[0].emitted_at) : new Date(p.created_at);
+    const ends = rows.filter((s) => s.checkpoint_at).map((s) => new Date(s.checkpoint_at));
+    const t1 = p.open ? new Date() : new Date(Math.max(t0.getTime() + 1000, ...ends));
+    const edge = Math.max(500, (t1 - t0) * 0.04);
+    const nowLine = p.open ? [{ type: "line", xref: "x", yref: "paper", x0: loc(t1.toISOString()), x1: loc(t1.toISOString()),
+      y0: 0, y1: 1, line: { color: "#6b7280", width: 1, dash: "dot" } }] : [];
+    draw("plan-timeline", [bars, marks], { title: { text: `Step timeline${p.open ? " · dotted: now" : ""}`, font: { size: 13 }, x: 0 },
+      hovermode: "closest", shapes: nowLine,
+      xaxis: { type: "date", range: [loc(new Date(t0 - edge).toISOString()), loc(new Date(t1.getTime() + edge).toISOString())] },
+      yaxis: { type: "category", categoryorder: "array", categoryarray: rows.map(label), range: [rows.length - 0.5, -0.5] },
+      margin: { l: 60, r: 20, t: 30, b: 36 }, showlegend: false, bargap: 0.35 });
     draw("plan-pause", [
       { type: "bar", name: "predicted pause", x: rows.map(label), y: rows.map((s) => s.predicted_ms), marker: { color: "#cbd5e1" } },
       { type: "bar", name: "measured pause", x: rows.map(label), y: rows.map((s) => s.pause_ms), marker: { color: C.accent } },
