@@ -126,17 +126,16 @@ class Location:
         return True
 
     def delete(self) -> None:
-        try:
-            self.fs.delete_file(self.path)
-        except FileNotFoundError:
-            pass
-        except OSError:
-            if self.exists():
-                raise
+        """Remove the file; a missing one is not an error."""
+        self._remove(self.fs.delete_file)
 
     def delete_dir(self) -> None:
+        """Remove the directory and everything in it; a missing one is not an error."""
+        self._remove(self.fs.delete_dir)
+
+    def _remove(self, op: Any) -> None:
         try:
-            self.fs.delete_dir(self.path)
+            op(self.path)
         except FileNotFoundError:
             pass
         except OSError:

@@ -13,9 +13,7 @@ in `<job>.dlq`; the driver never opened a state cache.
 from __future__ import annotations
 
 import dataclasses
-import os
 import random
-import signal
 import subprocess
 import sys
 import time
@@ -26,7 +24,7 @@ from sqlalchemy import select
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "dataplane"))
 
-from dp_helpers import (check_migration_property, check_state, checkpoints, outputs_as_set,  # noqa: E402
+from dp_helpers import (killpg, check_migration_property, check_state, checkpoints, outputs_as_set,  # noqa: E402
                         plan_maps, produce, reference_by_epoch, send_control, steps_from_maps, zipf_keys)
 from migrations_db import models as m  # noqa: E402
 from migrations_db.db import session_scope  # noqa: E402
@@ -44,14 +42,6 @@ N_RECORDS = 40_000
 N_KEYS = 8_000
 ODD_KEYS = [b"x", b"y" * 600, b"z" * 10_000, b"w" * 100_000]
 POISON_KEY = b"poison-key"
-
-
-def _killpg(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait(timeout=60)
 
 
 def test_keycount_on_a_cluster_survives_executor_and_driver_loss(kafka_bootstrap, make_topics, unique_name,
@@ -147,7 +137,7 @@ def test_keycount_on_a_cluster_survives_executor_and_driver_loss(kafka_bootstrap
             if not killed_mid_move:
                 kill_an_executor(f"run {i}, mid-epoch")
             time.sleep(rng.uniform(0.5, 3))
-            _killpg(proc)
+            killpg(proc)
         # the last run goes to the end, with one more executor loss, then stops gracefully
         proc, log = launch(3)
         try:
@@ -167,7 +157,7 @@ def test_keycount_on_a_cluster_survives_executor_and_driver_loss(kafka_bootstrap
             rc = proc.wait(timeout=180)
         finally:
             if proc.poll() is None:
-                _killpg(proc)
+                killpg(proc)
         text = log.read_text(errors="replace")
         assert rc == 0, text[-4000:]
         assert len(exec_kills) >= 3, exec_kills

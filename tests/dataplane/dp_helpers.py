@@ -210,5 +210,17 @@ def by_epoch(outs: list[Any]) -> dict[int, int]:
     return d
 
 
+def killpg(proc: Any) -> None:
+    """SIGKILL a process started with start_new_session=True and everything in its group; reap it."""
+    import os
+    import signal
+
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait(timeout=60)
+
+
 def future(seconds: float) -> datetime:
     return datetime.now(timezone.utc) + timedelta(seconds=seconds)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from dp_helpers import (check_migration_property, check_state, checkpoints, outputs_as_set, plan_maps,
+from dp_helpers import (killpg, check_migration_property, check_state, checkpoints, outputs_as_set, plan_maps,
                         reference_by_epoch, send_control, steps_from_maps, zipf_keys)
 from migrations_db import models as m
 from migrations_db.db import session_scope
@@ -30,14 +30,6 @@ REPO = Path(__file__).resolve().parents[2]
 BINS = 32
 N_RECORDS = 60_000
 N_KEYS = 15_000
-
-
-def _killpg(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait(timeout=60)
 
 
 def test_sigkill_anywhere_then_restart_is_exactly_once(kafka_bootstrap, make_topics, unique_name, tmp_path, db_url,
@@ -103,9 +95,9 @@ def test_sigkill_anywhere_then_restart_is_exactly_once(kafka_bootstrap, make_top
                 control_tick()
                 time.sleep(0.3)
             if proc.poll() is None:
-                _killpg(proc)  # a random-time kill (or a fault that was not reached in time)
+                killpg(proc)  # a random-time kill (or a fault that was not reached in time)
             else:
-                _killpg(proc)  # the job's group (JVM, Python workers) is gone with it; reap
+                killpg(proc)  # the job's group (JVM, Python workers) is gone with it; reap
             kills += 1
         text = (logs / f"run{i}.log").read_text(errors="replace")
         if fault:
@@ -127,7 +119,7 @@ def test_sigkill_anywhere_then_restart_is_exactly_once(kafka_bootstrap, make_top
             rc = proc.wait(timeout=120)
         finally:
             if proc.poll() is None:
-                _killpg(proc)
+                killpg(proc)
     final_log = (logs / "final.log").read_text(errors="replace")
     assert rc == 0, final_log[-3000:]
     assert "ballast job starting with effective configuration" in final_log and "stopped after epoch" in final_log
