@@ -140,7 +140,8 @@ def _run(cfg: ApplyConfig, cache: Any, txn: Any, worker: int, table: Any, n: int
         dead, bin_records = fold_rows(cfg, cache, txn, table, n, writer)
         now = time.perf_counter()
         tot_keys, tot_bytes = cache.totals(txn)
-        bins = {str(b): [rec, *cache.bin_counter(txn, b)] for b, rec in bin_records.items()}
+        bins = {str(b): [rec, *(c if c is not None else cache.bin_counter(txn, b))]
+                for b, (rec, c) in bin_records.items()}
         writer.meta["metrics"] = {
             "worker": worker, "records_in": n, "records_out": len(writer.outputs) - dead, "dead_letters": dead,
             "useful_ms": (now - t_useful) * 1000, "wall_ms": (now - t_task) * 1000,
@@ -203,9 +204,11 @@ def prepare_bins(cache: Any, txn: Any, src: Any, owned: set[int], warm: set[int]
     return moved, warmed
 
 
-def fold_rows(cfg: ApplyConfig, cache: Any, txn: Any, table: Any, n: int, writer: Any) -> tuple[int, dict[int, int]]:
+def fold_rows(cfg: ApplyConfig, cache: Any, txn: Any, table: Any, n: int,
+              writer: Any) -> tuple[int, dict[int, tuple[int, tuple[int, int] | None]]]:
     """Fold the epoch's rows into the cache; changes and outputs go to `writer`. Returns the
-    number of dead letters and the records per bin."""
+    number of dead letters and, per bin with records, (records, its new counters or None when
+    they did not change)."""
     import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -294,6 +297,5 @@ def fold_rows(cfg: ApplyConfig, cache: Any, txn: Any, table: Any, n: int, writer
             ch[1].append(stored)
     for b in sorted(changes):
         writer.add_bin(b, *changes[b])
-        if delta[b][0] or delta[b][1]:
-            cache.add_bin_counter(txn, b, delta[b][0], delta[b][1])
-    return dead, bin_records
+    counters = cache.add_bin_counters(txn, {b: (d[0], d[1]) for b, d in delta.items() if d[0] or d[1]})
+    return dead, {b: (rec, counters.get(b)) for b, rec in bin_records.items()}

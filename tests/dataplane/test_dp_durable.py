@@ -169,6 +169,15 @@ def test_state_survives_moves_new_executors_and_snapshots(tmp_path):
     for e in range(11, 20):
         outs, docs = hz.run_epoch(keys_of(300, e))
     assert hz.durable_counts() == dict(hz.ref)
+    for w, ex in ((0, "exec-a"), (1, "exec-b")):  # the caches' counters agree with their data
+        c = WorkerCache(tmp_path / ex, hz.ds.store_id, "j", w)
+        with c.env.begin() as txn:
+            per_bin = {b: c.bin_counter(txn, b) for b in range(8)}
+            data = list(txn.cursor(db=c.data))
+            assert c.totals(txn) == (len(data), sum(len(k) + len(v) for k, v in data))
+            assert sum(k for k, _ in per_bin.values()) == len(data)
+            assert {b for b, (k, _) in per_bin.items() if k} == {B.bin_of_store_key(sk, K) for sk, _ in data}
+        c.close()
     # the outputs of the last epoch are the reference counts of its keys
     last = {k: int(v) for kind, k, v, _ in outs if kind == OUTPUT}
     assert last == {k: hz.ref[k] for k in set(keys_of(300, 19))}
