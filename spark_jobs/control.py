@@ -32,7 +32,7 @@ from __future__ import annotations
 import copy
 import json
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from ballast.protocol import MAX_MESSAGE_BYTES, ControlStep, clip, describe_error, parse_document, step_from_document
@@ -326,7 +326,3 @@ def initial_state(bins: int, workers: int) -> ControlState:
     from spark_jobs.bins import uniform_assignment
 
     return ControlState(map_version=0, workers=workers, assignment=uniform_assignment(bins, workers))
-
-
-def max_future_default() -> float:
-    return timedelta(days=1).total_seconds()
