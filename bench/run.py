@@ -1,9 +1,9 @@
-"""Benchmark entry point: `python -m bench.run --smoke | --full [--only migration,native,bins,ds2]`.
+"""Benchmark entry point: `python -m bench.run --smoke | --full [--only migration,native,bins,ds2,cluster]`.
 
 Results go to bench/results/<run-id>/ (ignored by git): one directory per experiment with CSVs,
 PNGs and a README.md, plus the run's summary.json and REPORT.md. `--publish` also copies the
-report, summary.json and the PNGs to bench/report/ (the committed copy). docs/benchmarks.md
-explains every figure.
+report, summary.json and the PNGs to bench/report/ (the committed copy; a run of some experiments
+only replaces theirs, see `publish`). docs/benchmarks.md explains every figure.
 """
 
 from __future__ import annotations
@@ -20,20 +20,31 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from bench import cluster as cl
 from bench import experiments as ex
 from bench import report as rp
 from bench.infra import REPO, git_commit, kafka_up, machine_info
 
 RESULTS = REPO / "bench" / "results"
 PUBLISH = REPO / "bench" / "report"
-ORDER = ("migration", "native", "bins", "ds2")
-RUNNERS = {"migration": ex.exp_migration, "native": ex.exp_native, "bins": ex.exp_bins, "ds2": ex.exp_ds2}
+ORDER = ("migration", "native", "bins", "ds2", "cluster")
+RUNNERS = {"migration": ex.exp_migration, "native": ex.exp_native, "bins": ex.exp_bins, "ds2": ex.exp_ds2,
+           "cluster": cl.exp_cluster}
+# what each experiment contributes to summary.json and to the run directory (for a partial publish)
+SUMMARY_KEYS = {"migration": ("migration",), "native": ("throughput", "reconfig"), "bins": ("bins",),
+                "ds2": ("ds2",), "cluster": ("cluster",)}
+RUN_DIRS = {"migration": ("migration-b*",), "native": ("native",), "bins": ("bins", "bins-b*"), "ds2": ("ds2",),
+            "cluster": ("cluster",)}
 
 # Every key summary.json must have (dotted paths); tests/bench checks them.
 REQUIRED_KEYS = (
     "migration.max_latency_ms", "migration.duration_s", "migration.steady_p99_ms", "migration.peak_rss_mb",
     "throughput.ballast_rows_per_s", "throughput.spark_native_rows_per_s", "reconfig.spark_restart_downtime_s",
     "reconfig.ballast_downtime_s", "ds2.decisions_to_converge", "commit", "machine",
+    "cluster.durable_vs_local.batch_ms_ratio", "cluster.durable_vs_local.useful_ms_ratio",
+    "cluster.precopy.cutover_ms_ratio", "cluster.precopy.cutover_batch_ms_ratio", "cluster.recovery.ballast_s",
+    "cluster.recovery.native_s", "cluster.scale_out.throughput_before", "cluster.scale_out.throughput_after",
+    "cluster.scale_out.max_epoch_gap_s",
 )
 
 
@@ -103,6 +114,7 @@ def build_summary(ctx: ex.Ctx, results: dict[str, Any], errors: dict[str, str], 
     s["ds2"] = {"decisions_to_converge": d.get("decisions_to_converge", {}), "phases": d.get("phases", []),
                 "rate": d.get("rate"), "changes": d.get("changes", []), "decisions_evaluated": d.get("decisions")}
     s["bins"] = results.get("bins", {}).get("rows", [])
+    s["cluster"] = results.get("cluster", {}).get("summary") or cl.summarize(cl.profile_for(ctx), {}, {})
     return s
 
 
@@ -144,6 +156,7 @@ def write_report(run_dir: Path, s: dict[str, Any]) -> Path:
         rp.md_table(s.get("bins", []), ["bins", "catchup_rows_per_s", "catchup_batch_ms_per_1k_rows",
                                         "steady_useful_us_per_row", "steady_useful_us_per_row_vs_B1",
                                         "all-at-once_max_latency_ms", "batched_max_latency_ms", "fluid_max_latency_ms"]),
+        "", "## 5. Cluster data plane", "", cl.report_section(s["cluster"]),
         "", "Per-experiment details (tables, timelines, CDFs): the README.md of each directory of the run.",
     ]
     if s["errors"]:
@@ -153,20 +166,50 @@ def write_report(run_dir: Path, s: dict[str, Any]) -> Path:
     return p
 
 
-def publish(run_dir: Path) -> None:
+def _publish_dirs(dirs: list[Path]) -> None:
+    """Each experiment directory's PNGs as <dir>__<name>.png and its README.md as <dir>.md (links fixed)."""
+    for d in dirs:
+        for png in d.rglob("*.png"):
+            shutil.copy(png, PUBLISH / f"{png.parent.name}__{png.name}")
+        for md in d.rglob("README.md"):
+            text = md.read_text()
+            for png in md.parent.glob("*.png"):  # the PNGs are flattened to <experiment>__<name>.png
+                text = text.replace(f"]({png.name})", f"]({md.parent.name}__{png.name})")
+            (PUBLISH / f"{md.parent.name}.md").write_text(text)
+
+
+def publish(run_dir: Path, only: list[str] | None = None) -> None:
+    """Copy the run to bench/report/ (the committed copy).
+
+    A run of every experiment replaces the directory. A run of some (`--only`) replaces only what
+    they own: their directories' PNGs and tables, their keys of summary.json (the run that produced
+    them is named under `partial_runs`); REPORT.md and every other experiment's files stay."""
     PUBLISH.mkdir(parents=True, exist_ok=True)
-    for old in PUBLISH.glob("*"):
-        if old.is_file():
+    only = list(only or ORDER)
+    if set(only) >= set(ORDER):
+        for old in PUBLISH.glob("*"):
+            if old.is_file():
+                old.unlink()
+        shutil.copy(run_dir / "summary.json", PUBLISH / "summary.json")
+        shutil.copy(run_dir / "REPORT.md", PUBLISH / "REPORT.md")
+        _publish_dirs([d for d in run_dir.iterdir() if d.is_dir()])
+        return
+    dirs = sorted({d for name in only for pat in RUN_DIRS[name] for d in run_dir.glob(pat) if d.is_dir()})
+    for d in dirs:
+        for old in PUBLISH.glob(f"{d.name}__*.png"):
             old.unlink()
-    shutil.copy(run_dir / "summary.json", PUBLISH / "summary.json")
-    shutil.copy(run_dir / "REPORT.md", PUBLISH / "REPORT.md")
-    for png in run_dir.rglob("*.png"):
-        shutil.copy(png, PUBLISH / f"{png.parent.name}__{png.name}")
-    for md in run_dir.rglob("README.md"):
-        text = md.read_text()
-        for png in md.parent.glob("*.png"):  # the PNGs are flattened to <experiment>__<name>.png
-            text = text.replace(f"]({png.name})", f"]({md.parent.name}__{png.name})")
-        (PUBLISH / f"{md.parent.name}.md").write_text(text)
+        (PUBLISH / f"{d.name}.md").unlink(missing_ok=True)
+    _publish_dirs(dirs)
+    target = PUBLISH / "summary.json"
+    merged = json.loads(target.read_text()) if target.exists() else {}
+    new = json.loads((run_dir / "summary.json").read_text())
+    for name in only:
+        for k in SUMMARY_KEYS[name]:
+            merged[k] = new.get(k)
+    merged.setdefault("partial_runs", {})[new["run_id"]] = {
+        k: new.get(k) for k in ("profile", "commit", "machine", "started_at", "elapsed_s", "errors", "quiet_machine")}
+    merged["partial_runs"][new["run_id"]]["only"] = only
+    rp.write_json(target, merged)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -191,6 +234,7 @@ def main(argv: list[str] | None = None) -> int:
         val = json.loads(v)
         setattr(profile, k, tuple(val) if isinstance(val, list) else val)
     only = [x for x in a.only.split(",") if x]
+    requested = list(only)  # what --publish covers (a reused experiment 1 counts as part of the run)
     bad = [x for x in only if x not in RUNNERS]
     if bad:
         ap.error(f"unknown experiment(s) {bad}")
@@ -248,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
     rp.write_json(run_dir / "summary.json", summary)
     report = write_report(run_dir, summary)
     if a.publish:
-        publish(run_dir)
+        publish(run_dir, requested)
         log(f"published to {PUBLISH}")
     log(f"summary: {run_dir / 'summary.json'}; report: {report}")
     return 1 if errors else 0
