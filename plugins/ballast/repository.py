@@ -8,7 +8,6 @@ triggerer, by tests and by the DAG tasks alike.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from typing import Any, Iterable
@@ -61,12 +60,6 @@ def latest_map(url: str, job: str, operator: str) -> MapSnapshot | None:
             return None
         return MapSnapshot(job, operator, row.map_version, row.epoch, row.workers,
                            tuple(int(w) for w in row.assignment), row.plan_id, row.step)
-
-
-def job_bins(url: str, job: str, operator: str) -> int | None:
-    with session_scope(url) as s:
-        row = s.get(m.Job, (job, operator))
-        return row.bins if row else None
 
 
 # ----------------------------------------------------------------------------- metrics windows
@@ -461,14 +454,6 @@ def heartbeat(url: str, job: str, operator: str) -> HeartbeatRow | None:
                             _utc(r.started_at), r.pid, r.host, r.status, r.executors, r.capacity)  # type: ignore[arg-type]
 
 
-def per_worker_counts(rows: Iterable[WorkerRow]) -> dict[int, int]:
-    """Records in per worker over a window (for logs)."""
-    out: dict[int, int] = defaultdict(int)
-    for r in rows:
-        out[r.worker] += r.records_in
-    return dict(out)
-
-
 def map_at(url: str, job: str, operator: str, map_version: int) -> MapSnapshot | None:
     """One specific map version (verification compares the version a plan should end at)."""
     with session_scope(url) as s:
@@ -539,7 +524,10 @@ class SeriesPoint:
 def epoch_series(url: str, job: str, operator: str, since: datetime, max_points: int = 360) -> list[SeriesPoint]:
     """Epochs that ended at or after `since`, folded by epoch number into at most `max_points`."""
     em = m.EpochMetrics
-    where = (em.job == job, em.operator == operator, em.ended_at >= since)
+    first = epoch_at_or_after(url, job, operator, since)
+    if first is None:
+        return []
+    where = (em.job == job, em.operator == operator, em.epoch >= first, em.ended_at >= since)
     with session_scope(url) as s:
         n, lo, hi = s.execute(select(func.count(), func.min(em.epoch), func.max(em.epoch)).where(*where)).one()
         if not n:
@@ -566,11 +554,31 @@ def epoch_series(url: str, job: str, operator: str, since: datetime, max_points:
 
 
 def epoch_at_or_after(url: str, job: str, operator: str, since: datetime) -> int | None:
-    """The first epoch that ended at or after `since` (None: none has)."""
+    """The first epoch that ended at or after `since` (None: none has), by a binary search on the
+    primary key (epochs end in order): a few index seeks, not a scan of the job's whole history."""
     em = m.EpochMetrics
+    key = (em.job == job, em.operator == operator)
     with session_scope(url) as s:
-        v = s.scalar(select(func.min(em.epoch)).where(em.job == job, em.operator == operator, em.ended_at >= since))
-        return int(v) if v is not None else None
+        # two queries: SQLite answers a lone min() or max() from the index, both together by a scan
+        lo, hi = s.scalar(select(func.min(em.epoch)).where(*key)), s.scalar(select(func.max(em.epoch)).where(*key))
+        if lo is None or hi is None:
+            return None
+
+        def at(e: int) -> tuple[int, datetime]:  # the first epoch >= e and when it ended
+            row = s.execute(select(em.epoch, em.ended_at).where(*key, em.epoch >= e).order_by(em.epoch).limit(1)).one()
+            return int(row[0]), _utc(row[1])  # type: ignore[return-value]
+
+        if at(int(hi))[1] < since:
+            return None
+        lo, hi = int(lo), int(hi)  # the smallest x in lo..hi whose first epoch >= x ended in the window
+        while lo < hi:
+            mid = (lo + hi) // 2
+            e, ended = at(mid)
+            if ended >= since:
+                hi = mid
+            else:
+                lo = e + 1  # every x in mid..e has this same (too early) epoch
+        return at(lo)[0]
 
 
 def latest_epoch(url: str, job: str, operator: str) -> int | None:

@@ -162,3 +162,20 @@ def test_every_console_route_refuses_anonymous_callers(airflow_db):
         assert res.status_code == 401, (path, res.status_code, res.text)
     page = client.get("/", headers={"accept": "text/html"})
     assert page.status_code == 401 and "Log in" in page.text
+
+
+def test_window_bound_is_the_first_epoch_that_ended_in_it(db_url):
+    """The binary search over epochs (with gaps, as after a restart) agrees with a plain scan."""
+    now = datetime.now(timezone.utc)
+    epochs = [1, 2, 3, 7, 8, 9, 20, 21, 40]
+    ended = {e: now - timedelta(seconds=100 - 2 * e) for e in epochs}
+    with session_scope(db_url) as s:
+        for e in epochs:
+            s.add(m.EpochMetrics(job="j", operator="op", epoch=e, map_version=0, workers=1, input_rows=1, batch_ms=1.0,
+                                 input_rate=1.0, backlog=0, started_at=ended[e], ended_at=ended[e]))
+    assert repo.epoch_at_or_after(db_url, "nope", "op", now) is None
+    for back in (200, 98, 97, 60, 59, 40, 21, 20, 19, 1):
+        since = now - timedelta(seconds=back)
+        want = min((e for e in epochs if ended[e] >= since), default=None)
+        assert repo.epoch_at_or_after(db_url, "j", "op", since) == want, back
+    assert [p.last_epoch for p in repo.epoch_series(db_url, "j", "op", now - timedelta(seconds=59))] == [21, 40]
