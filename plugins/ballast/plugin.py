@@ -136,15 +136,15 @@ def _dag_runs(since: datetime) -> list[Any]:
 
 
 def _run_link(runs: list[Any], at: str | None, prefix: str, job: str) -> dict[str, str] | None:
-    """The run of a DAG named `prefix…` that was running at `at` (a per-job DAG naming the job wins;
-    a dry run stores no plan, so it is never the run behind one)."""
+    """The run of DAG `prefix`, or of a per-job DAG `prefix…<job>…`, that was running at `at` (the
+    per-job one wins); a dry run stores no plan, so it is never the run behind one."""
     if not at:
         return None
     t = datetime.fromisoformat(at)
     slack = timedelta(seconds=5)
     found = []
     for r in runs:
-        if not r.dag_id.startswith(prefix) or r.start_date is None:
+        if not r.dag_id.startswith(prefix) or (r.dag_id != prefix and job not in r.dag_id) or r.start_date is None:
             continue
         conf = r.conf if isinstance(r.conf, dict) else {}
         if conf.get("job") not in (None, job) or conf.get("dry_run") is True:

@@ -179,3 +179,29 @@ def test_window_bound_is_the_first_epoch_that_ended_in_it(db_url):
         want = min((e for e in epochs if ended[e] >= since), default=None)
         assert repo.epoch_at_or_after(db_url, "j", "op", since) == want, back
     assert [p.last_epoch for p in repo.epoch_series(db_url, "j", "op", now - timedelta(seconds=59))] == [21, 40]
+
+
+def test_decisions_and_plans_link_to_the_dag_run_that_was_running(airflow_db):
+    from types import SimpleNamespace as Run
+
+    from ballast import plugin
+
+    t = datetime(2026, 1, 1, 12, 0, tzinfo=timezone.utc)
+    runs = [
+        Run(dag_id="ballast_migrate", run_id="dry", start_date=t, end_date=t + timedelta(minutes=5),
+            conf={"job": "clicks", "dry_run": True}),
+        Run(dag_id="ballast_migrate", run_id="other-job", start_date=t, end_date=t + timedelta(minutes=5),
+            conf={"job": "orders", "dry_run": False}),
+        Run(dag_id="ballast_migrate", run_id="manual__1", start_date=t, end_date=None,
+            conf={"job": "clicks", "dry_run": False}),
+        Run(dag_id="ballast_rebalance", run_id="scheduled__a", start_date=t, end_date=t + timedelta(seconds=30), conf={}),
+        Run(dag_id="ballast_rebalance_clicks", run_id="scheduled__b", start_date=t, end_date=t + timedelta(seconds=30),
+            conf={}),
+    ]
+    at = (t + timedelta(seconds=10)).isoformat()
+    link = plugin._run_link(runs, at, "ballast_migrate", "clicks")
+    assert link["run_id"] == "manual__1" and link["url"].endswith("/dags/ballast_migrate/runs/manual__1")
+    assert plugin._run_link(runs, at, "ballast_rebalance", "clicks")["run_id"] == "scheduled__b"  # per-job DAG wins
+    assert plugin._run_link(runs, at, "ballast_rebalance", "orders")["run_id"] == "scheduled__a"
+    assert plugin._run_link(runs, (t + timedelta(minutes=2)).isoformat(), "ballast_rebalance", "clicks") is None
+    assert plugin._run_link(runs, None, "ballast_migrate", "clicks") is None
