@@ -29,6 +29,13 @@ def default_url() -> str:
     return f"sqlite:///{state / 'metrics.db'}"
 
 
+def is_unreachable(exc: BaseException) -> bool:
+    """The DB is down or unreachable (worth waiting for), as opposed to a statement that is wrong."""
+    from sqlalchemy.exc import DBAPIError, OperationalError
+
+    return isinstance(exc, OperationalError) or (isinstance(exc, DBAPIError) and bool(exc.connection_invalidated))
+
+
 def _sqlite_pragmas(dbapi_conn, _record) -> None:  # type: ignore[no-untyped-def]
     cur = dbapi_conn.cursor()
     cur.execute("PRAGMA journal_mode=WAL")

@@ -54,6 +54,10 @@ def parser() -> argparse.ArgumentParser:
                         f"${ENV_KEYS}; neither = unsigned mode, for local use only)")
     r.add_argument("--control-max-age-s", type=float, default=DEFAULT_MAX_AGE_S,
                    help="signed mode: reject a message issued longer ago than this")
+    r.add_argument("--db-outage-s", type=float, default=600.0,
+                   help="how long an epoch waits for an unreachable metrics DB before the job fails")
+    r.add_argument("--kafka-outage-s", type=float, default=300.0,
+                   help="how long the job's Kafka clients (Spark's included) wait for an unreachable broker")
     r.add_argument("--kafka-config", default=None, metavar="FILE",
                    help="JSON of Kafka client properties (security.protocol, sasl.mechanism, sasl.username, "
                         "sasl.password, ssl.ca.location) as in the Kafka provider's connection extra "
@@ -76,6 +80,7 @@ def config_from_args(a: argparse.Namespace) -> JobConfig:
         output_partitions=a.output_partitions, max_future_s=a.max_future_s, max_control_bytes=a.max_control_bytes,
         control_keyring=load_keyring(a.control_keys, max_age_s=a.control_max_age_s),
         kafka_security=KafkaSecurity.from_file(a.kafka_config) if a.kafka_config else KafkaSecurity.from_env(),
+        db_outage_s=a.db_outage_s, kafka_outage_s=a.kafka_outage_s,
     )
 
 

@@ -71,6 +71,8 @@ class JobConfig:
     max_control_bytes: int = MAX_MESSAGE_BYTES  # a larger control record is rejected unparsed
     control_keyring: Keyring | None = None  # signed mode (ballast.signing); None = unsigned (local use)
     kafka_security: KafkaSecurity | None = None  # SASL/TLS of every Kafka client (None: BALLAST_KAFKA_CONFIG)
+    db_outage_s: float = 600.0  # an epoch waits this long for an unreachable metrics DB, then fails
+    kafka_outage_s: float = 300.0  # ... and this long for an unreachable broker (Spark's clients too)
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -196,7 +198,7 @@ class JobRunner:
             self.spark.readStream.format("kafka")
             .option("kafka.bootstrap.servers", cfg.bootstrap)
             .option("subscribe", f"{cfg.input_topic},{self.ctl_topic},{tick_topic(cfg.job)}")
-            .options(**cfg.security.spark_options())
+            .options(**self._spark_kafka_options(source=True))
             .option("startingOffsets", cfg.starting_offsets)
             .option("failOnDataLoss", "true" if cfg.fail_on_data_loss else "false")
         )
@@ -294,7 +296,7 @@ class JobRunner:
         from kafka import TopicPartition
 
         tp = TopicPartition(topic, p)
-        return int(self._consumer.beginning_offsets([tp])[tp])
+        return int(self._kafka("offset lookups", self._consumer.beginning_offsets, [tp])[tp])
 
     def _batch(self, df: Any, epoch: int) -> None:
         if self._stopping.is_set():
@@ -347,7 +349,8 @@ class JobRunner:
             if records or decision.entries or before.queue or self.journal.latest_state() is None:
                 self.journal.write_decision(decision)
         if decision.entries:  # also on replay: a crash may have come between the file and the rows
-            mx.write_step_decisions(cfg.db_url, cfg.job, cfg.operator, epoch, decision.entries)
+            self._db("the decision log", mx.write_step_decisions, cfg.db_url, cfg.job, cfg.operator, epoch,
+                     decision.entries)
         faults.hit("after_decision")
         st = decision.state_after
         self._state = st
@@ -374,11 +377,11 @@ class JobRunner:
         backlog, rate, end_now = self._backlog(end_offsets)
         ended_at = utcnow()
         batch_ms = (time.perf_counter() - t0) * 1000
-        acks = self._commit_db(epoch, decision, moves_doc, worker_docs, started_at, ended_at, batch_ms,
-                               input_rows, control_rows, backlog, rate, end_now)
+        acks = self._db("the epoch's commit", self._commit_db, epoch, decision, moves_doc, worker_docs, started_at,
+                        ended_at, batch_ms, input_rows, control_rows, backlog, rate, end_now)
         t_db = time.perf_counter()
         faults.hit("before_acks")
-        self._send_acks(acks)
+        self._kafka("the acks", self._send_acks, acks)
         log.debug("epoch %d phases: pre-apply+apply %.0f ms, db %.0f ms, acks %.0f ms", epoch,
                   (t_apply - t0) * 1000, (t_db - t_apply) * 1000, (time.perf_counter() - t_db) * 1000)
         self.journal.gc(epoch)
@@ -409,13 +412,54 @@ class JobRunner:
         h, b, w = spark_columns("key", self.k, st.assignment)
         routed = keyed.select("key", "value", "partition", "offset", h.alias("h"), b.alias("bin"), w.alias("worker"))
         out = routed.repartitionById(tasks, "worker").mapInArrow(make_apply_fn(acfg), OUTPUT_SCHEMA)
-        out.write.format("kafka").option("kafka.bootstrap.servers", cfg.bootstrap).options(**cfg.security.spark_options()).save()
+        out.write.format("kafka").option("kafka.bootstrap.servers", cfg.bootstrap).options(
+            **self._spark_kafka_options(source=False)).save()
         faults.hit("before_manifest")
         docs = durable.commit_epoch(epoch, st.map_version, tasks, snapshot)
         dropped = durable.retain()
         if dropped:
             log.info("retention: dropped %d old epochs of durable state", dropped)
         return docs
+
+    def _db(self, what: str, fn: Any, *args: Any) -> Any:
+        """A metrics-DB write of the epoch (idempotent: insert-once rows, replaced metrics, one
+        transaction). While the DB is unreachable the epoch waits and retries — it pauses, it
+        never skips or doubles a step — for up to `db_outage_s`, then fails (a restart replays it)."""
+        from migrations_db.db import is_unreachable
+
+        return self._retry("metrics DB", what, self.cfg.db_outage_s, is_unreachable, fn, *args)
+
+    def _kafka(self, what: str, fn: Any, *args: Any) -> Any:
+        """A call of the job's own Kafka clients in the epoch (acks: re-sent acks are harmless;
+        offsets: a read). While the broker is away the epoch waits up to `kafka_outage_s`."""
+        from kafka.errors import KafkaError
+
+        return self._retry("Kafka broker", what, self.cfg.kafka_outage_s, lambda e: isinstance(e, KafkaError), fn, *args)
+
+    def _retry(self, service: str, what: str, budget_s: float, transient: Any, fn: Any, *args: Any) -> Any:
+        deadline, delay, since = time.time() + budget_s, 1.0, time.time()
+        while True:
+            try:
+                out = fn(*args)
+                if time.time() - since > 1.5:
+                    log.warning("%s reachable again: %s done after %.0fs", service, what, time.time() - since)
+                return out
+            except Exception as exc:
+                if not transient(exc) or time.time() > deadline or self._stopping.is_set():
+                    raise
+                log.warning("%s unreachable while writing %s (%s); the epoch waits and retries in %.0fs",
+                            service, what, str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__, delay)
+                time.sleep(delay)
+                delay = min(delay * 2, 10.0)
+
+    def _spark_kafka_options(self, source: bool) -> dict[str, str]:
+        """Spark's Kafka clients: the job's SASL/TLS settings, and timeouts that ride out a broker
+        outage of up to `kafka_outage_s` (defaults: 60 s for an offset lookup, then the query fails)."""
+        ms = str(int(self.cfg.kafka_outage_s * 1000))
+        opts = {**self.cfg.security.spark_options(), "kafka.default.api.timeout.ms": ms}
+        if not source:
+            opts.update({"kafka.max.block.ms": ms, "kafka.delivery.timeout.ms": ms, "kafka.request.timeout.ms": "30000"})
+        return opts
 
     def _worker_metrics(self, workers: int, docs: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
         """The tasks' metrics; for an epoch without tasks, zero records and the last known state size."""

@@ -513,9 +513,9 @@ def summary_table(url: str, plan_id: str) -> str:
 
 def db_unreachable(exc: BaseException) -> bool:
     """The metrics DB is down or unreachable (worth retrying), as opposed to a query that is wrong."""
-    from sqlalchemy.exc import DBAPIError, OperationalError
+    from migrations_db.db import is_unreachable
 
-    return isinstance(exc, OperationalError) or (isinstance(exc, DBAPIError) and exc.connection_invalidated)
+    return is_unreachable(exc)
 
 
 def run_plan_blocking(url: str, bootstrap: str, plan_id: str, timeout_s: float, poll_s: float = 0.5,
@@ -523,10 +523,12 @@ def run_plan_blocking(url: str, bootstrap: str, plan_id: str, timeout_s: float, 
                       on_db_outage: Any = None) -> dict[str, Any]:
     """Emit + await + verify in one blocking call (tests, shells); the DAG does the same deferrably.
 
-    The metrics DB being unreachable is reported (log warning, `on_db_outage(exc)`) and retried
-    until the deadline: emission is idempotent per (plan, step), so a retry never sends twice.
+    The metrics DB or the broker being unreachable is reported (log warning, `on_db_outage(exc)`
+    for the DB) and retried until the deadline: emission is idempotent per (plan, step) (a step
+    the broker did not acknowledge is not recorded as emitted; one sent twice is a duplicate the
+    job ignores).
     """
-    from ballast.emitter import ControlEmitter
+    from ballast.emitter import ControlEmitter, EmitError
 
     plan = repo.get_plan(url, plan_id)
     if plan is None:
@@ -542,11 +544,12 @@ def run_plan_blocking(url: str, bootstrap: str, plan_id: str, timeout_s: float, 
                                                "plan_rejected"))
                 pr = progress(url, plan_id, range(1, plan.steps + 1))
             except Exception as exc:
-                if not db_unreachable(exc) or time.monotonic() > deadline:
+                broker = isinstance(exc, EmitError) and exc.transient
+                if not (broker or db_unreachable(exc)) or time.monotonic() > deadline:
                     raise
-                log.warning("plan %s: metrics DB unreachable (%s); retrying in %.0fs", plan_id,
-                            str(exc).splitlines()[0][:200], max(poll_s, 2.0))
-                if on_db_outage is not None:
+                log.warning("plan %s: %s unreachable (%s); retrying in %.0fs", plan_id,
+                            "broker" if broker else "metrics DB", str(exc).splitlines()[0][:200], max(poll_s, 2.0))
+                if on_db_outage is not None and not broker:
                     on_db_outage(exc)
                 time.sleep(max(poll_s, 2.0))
                 continue

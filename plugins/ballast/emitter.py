@@ -38,7 +38,12 @@ EMIT_MODES = ("flow-control", "prepared-ahead")
 
 
 class EmitError(RuntimeError):
-    """Emission cannot proceed; the message says what the operator should do."""
+    """Emission cannot proceed; the message says what the operator should do. `transient`: the
+    broker did not answer (down, unreachable): re-running the emission may succeed."""
+
+    def __init__(self, message: str, transient: bool = False) -> None:
+        super().__init__(message)
+        self.transient = transient
 
 
 @dataclass(frozen=True)
@@ -143,14 +148,15 @@ class ControlEmitter:
     def _send(self, step: ControlStep) -> tuple[int, int]:
         topic = control_topic(step.job)
         self._check_topic(topic)
-        future = self._producer.send(topic, key=message_key(step.job, step.operator),
-                                     value=signed_step(step, self.signing_key))
         try:
+            future = self._producer.send(topic, key=message_key(step.job, step.operator),
+                                         value=signed_step(step, self.signing_key))
             md = future.get(timeout=self.send_timeout_s)
         except Exception as exc:
             raise EmitError(
                 f"step {step.step}/{step.steps} of plan {step.plan_id} was not acknowledged by the "
-                f"broker ({exc}); nothing was recorded as emitted, so re-running the task retries it"
+                f"broker ({exc}); nothing was recorded as emitted, so re-running the task retries it",
+                transient=True,
             ) from exc
         return md.partition, md.offset
 
