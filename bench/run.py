@@ -201,7 +201,10 @@ def publish(run_dir: Path, only: list[str] | None = None) -> None:
         (PUBLISH / f"{d.name}.md").unlink(missing_ok=True)
     _publish_dirs(dirs)
     target = PUBLISH / "summary.json"
-    merged = json.loads(target.read_text()) if target.exists() else {}
+    text = target.read_text() if target.exists() else "{}"
+    merged = json.loads(text)
+    lines = text.splitlines()
+    indent = len(lines[1]) - len(lines[1].lstrip(" ")) if len(lines) > 1 else 2  # keep the file's layout
     new = json.loads((run_dir / "summary.json").read_text())
     for name in only:
         for k in SUMMARY_KEYS[name]:
@@ -209,7 +212,7 @@ def publish(run_dir: Path, only: list[str] | None = None) -> None:
     merged.setdefault("partial_runs", {})[new["run_id"]] = {
         k: new.get(k) for k in ("profile", "commit", "machine", "started_at", "elapsed_s", "errors", "quiet_machine")}
     merged["partial_runs"][new["run_id"]]["only"] = only
-    rp.write_json(target, merged)
+    target.write_text(json.dumps(rp.clean(merged), indent=indent or 2, sort_keys=True))
 
 
 def main(argv: list[str] | None = None) -> int:
