@@ -77,16 +77,21 @@ class ConsoleStack:
         with urllib.request.urlopen(req, timeout=30) as r:
             return str(json.load(r)["access_token"])
 
-    def get(self, path: str, token: str | None = None, accept: str = "application/json") -> tuple[int, str]:
+    def get(self, path: str, token: str | None = None, accept: str = "application/json",
+            timeout: float = 60.0) -> tuple[int, str]:
+        """(status, body); (0, reason) when the api-server did not answer in time (standalone on
+        SQLite stalls for tens of seconds under load while a task starts: pollers just retry)."""
         headers = {"Accept": accept}
         if token:
             headers["Authorization"] = f"Bearer {token}"
         req = urllib.request.Request(f"{self.root}{path}", headers=headers)
         try:
-            with urllib.request.urlopen(req, timeout=30) as r:
+            with urllib.request.urlopen(req, timeout=timeout) as r:
                 return r.status, r.read().decode(errors="replace")
         except urllib.error.HTTPError as exc:
             return exc.code, exc.read().decode(errors="replace")
+        except (TimeoutError, urllib.error.URLError) as exc:
+            return 0, str(exc)
 
     def log_tail(self, chars: int = 4000) -> str:
         p = self.base / "state" / "logs" / "airflow.log"

@@ -9,6 +9,7 @@ Screenshots land in the test's tmp dir (and in $BALLAST_UI_SHOTS when set, e.g. 
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import shutil
@@ -16,6 +17,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 from kafka import KafkaProducer
@@ -148,19 +150,6 @@ def test_console_shows_a_live_migration(console_stack, live_job, browser, tmp_pa
     # a DS2 decision on the running job, as ballast_rebalance's evaluate step stores it
     controller.evaluate(url, cfg, controller.collect(url, cfg))
     token = st.token()
-    _wait(lambda: st.get("/api/v2/dags/ballast_migrate", token=token)[0] == 200, 120, "Airflow to parse ballast_migrate")
-    # the trigger form, opened from the console: job prefilled, dry run on; Airflow accepts the run
-    drv.find_element(By.ID, "plan-btn").click()
-    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#trigger-form .field[data-param=dry_run]"))
-    assert drv.find_element(By.CSS_SELECTOR, "#trigger-form [name=job]").get_attribute("value") == job
-    assert drv.find_element(By.CSS_SELECTOR, "#trigger-form [name=dry_run]").is_selected()
-    cs.screenshot(drv, shots / "console-trigger-form.png", full_page=False)
-    drv.find_element(By.ID, "trigger-go").click()
-    link = wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#trigger-result a[href*='/dags/ballast_migrate/runs/']"))
-    assert "dry run" in drv.find_element(By.ID, "trigger-result").text
-    assert link[0].get_attribute("target") == "_top"
-    drv.find_element(By.CSS_SELECTOR, "#trigger-form button[value=cancel]").click()
-
     # the migration: a manual plan (1 -> 2 workers, one bin per step, 3 s apart) emitted step by step
     plan_id = controller.plan_manual(url, cfg, {"target_workers": 2, "strategy": "fluid", "gap_seconds": 3.0,
                                                 "dry_run": False, "reason": "ui test: scale out"})["plan_id"]
@@ -210,6 +199,25 @@ def test_console_shows_a_live_migration(console_stack, live_job, browser, tmp_pa
     wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#events tr[data-kind=plan_completed]"))
     drv.execute_script("window.scrollTo(0, 0)")
     cs.screenshot(drv, shots / "console-after.png")
+    # the trigger form, opened from the console: job prefilled, dry run on, one worker fewer at the
+    # job's upper bound (2); Airflow's API accepts the run as the logged-in user
+    _wait(lambda: st.get("/api/v2/dags/ballast_migrate", token=token)[0] == 200, 120, "Airflow to parse ballast_migrate")
+    drv.find_element(By.ID, "plan-btn").click()
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#trigger-form .field[data-param=dry_run]"))
+    assert drv.find_element(By.CSS_SELECTOR, "#trigger-form [name=job]").get_attribute("value") == job
+    assert drv.find_element(By.CSS_SELECTOR, "#trigger-form [name=dry_run]").is_selected()
+    assert drv.find_element(By.CSS_SELECTOR, "#trigger-form [name=target_workers]").get_attribute("value") == "1"
+    cs.screenshot(drv, shots / "console-trigger-form.png", full_page=False)
+    drv.find_element(By.ID, "trigger-go").click()
+    link = wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#trigger-result a[href*='/dags/ballast_migrate/runs/']"))
+    assert "dry run" in drv.find_element(By.ID, "trigger-result").text
+    assert link[0].get_attribute("target") == "_top"
+    run_id = link[0].text.strip(" ↗")
+    code, body = st.get(f"/api/v2/dags/ballast_migrate/dagRuns/{quote(run_id, safe='')}", token=token)
+    assert code == 200, body[:500]
+    conf = json.loads(body)["conf"]
+    assert (conf["job"], conf["dry_run"], conf["target_workers"]) == (job, True, 1), conf
+    drv.find_element(By.CSS_SELECTOR, "#trigger-form button[value=cancel]").click()
     errors = [e for e in drv.get_log("browser") if e["level"] == "SEVERE" and "favicon" not in e["message"]]
     assert not errors, errors
 

@@ -346,7 +346,10 @@
       return;
     }
     const params = dag.params || {};
+    // the job, a dry run, and one worker more (or fewer at the upper bound) as a starting point
+    const j = S.jobs.find((x) => x.job === S.job && x.operator === S.operator) || {};
     const prefill = { job: S.job, dry_run: true };
+    if (j.workers) prefill.target_workers = j.max_workers && j.workers >= j.max_workers ? Math.max(j.min_workers || 1, j.workers - 1) : j.workers + 1;
     const fields = Object.entries(params).map(([name, p]) => {
       const schema = p.schema || {}, value = name in prefill ? prefill[name] : p.value;
       const types = [].concat(schema.type || []);
