@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from ballast.protocol import Checkpoint as CheckpointMsg
-from ballast.kafka_security import KafkaSecurity
 from ballast.protocol import MAX_MESSAGE_BYTES, acks_topic, control_topic, message_key, utcnow
+from ballast.kafka_security import KafkaSecurity
 from ballast.signing import Keyring
 from ballast.topics import create_missing_topics
 from migrations_db import models as m
@@ -144,6 +144,7 @@ class JobRunner:
         self.durable: DurableState | None = None
         self._last_state: dict[int, tuple[int, int]] = {}  # worker -> (keys, bytes), for epochs without tasks
         self.scaler: ExecutorScaler | None = None
+        self._cache_dir: str | None = cfg.cache_dir
         self._capacity: tuple[float, int | None] = (0.0, None)
         self.started_at = utcnow()
         self.query: Any = None
@@ -174,6 +175,7 @@ class JobRunner:
         if self._state is not None and self._state.workers != cfg.workers:
             log.warning("job %s restarts with the logged map (W=%d, map v%d); --workers %d is ignored",
                         cfg.job, self._state.workers, self._state.map_version, cfg.workers)
+        self._cache_dir = self._default_cache_dir()
         self.scaler = ExecutorScaler(self.spark, cfg.max_workers, cfg.master_ui)
         self.scaler.scale_to(self._state.workers if self._state else cfg.workers)
         from kafka import KafkaConsumer, KafkaProducer
@@ -184,6 +186,7 @@ class JobRunner:
         log.info("ballast job starting with effective configuration: %s",
                  json.dumps({**cfg.to_dict(), "state_uri": self.durable.uri, "bins_bits": self.k,
                              "store_id": self.durable.store_id, "dlq_topic": dlq_topic(cfg.job),
+                             "cache_dir": self._cache_dir or "<each executor's own directory>",
                              "control_topic": self.ctl_topic, "acks_topic": acks_topic(cfg.job),
                              "output_topic": self.out_topic,
                              "spark_checkpoint": str(self.journal.spark_checkpoint)}, sort_keys=True))
@@ -205,6 +208,7 @@ class JobRunner:
         if cfg.max_offsets_per_trigger:
             reader = reader.option("maxOffsetsPerTrigger", str(cfg.max_offsets_per_trigger))
         src = reader.load()
+        self._warm_up(self._state.workers if self._state else cfg.workers)
         self.query = (
             src.writeStream.queryName(f"ballast-{cfg.job}")
             .foreachBatch(self._batch)
@@ -406,7 +410,7 @@ class JobRunner:
             epoch=epoch, job=cfg.job, operator=cfg.operator, bins_bits=self.k, workers=tasks,
             assignment=tuple(st.assignment), state_uri=durable.uri, store_id=durable.store_id,
             history=durable.history(before=epoch), output_topic=self.out_topic, dlq_topic=dlq_topic(cfg.job),
-            input_topic=cfg.input_topic, cache_dir=cfg.cache_dir, snapshot=snapshot, warm=warm, moving_in=moving_in)
+            input_topic=cfg.input_topic, cache_dir=self._cache_dir, snapshot=snapshot, warm=warm, moving_in=moving_in)
         src = df.where(F.col("topic") == cfg.input_topic)
         keyed = self.op.keyed(src)
         h, b, w = spark_columns("key", self.k, st.assignment)
@@ -569,6 +573,29 @@ class JobRunner:
                          executors=self.scaler.held() if self.scaler else None, capacity=self._cluster_capacity())
         return acks
 
+    def _warm_up(self, workers: int) -> None:
+        """Before the first batch: start the Python workers (imports of pyarrow, lmdb, the job's
+        modules, the operator) and open the caches, so the first epoch after a (re)start does not
+        pay ~10 s for it. A failure here is only logged: the first epoch then pays the cost."""
+        t0 = time.perf_counter()
+        fn = _warm_fn(self.cfg.operator, self.cfg.job, self._cache_dir, self.durable.store_id if self.durable else "")
+        try:
+            self.spark.sparkContext.parallelize(range(workers), workers).mapPartitionsWithIndex(fn).collect()
+            log.info("warmed %d Python workers and their caches in %.0f ms", workers, (time.perf_counter() - t0) * 1000)
+        except Exception:
+            log.warning("warm-up failed; the first epoch starts the Python workers itself", exc_info=True)
+
+    def _default_cache_dir(self) -> str | None:
+        """`--cache-dir`, else: in local mode with a local checkpoint dir, `<checkpoint>/cache`, so a
+        restart finds its caches warm (they are checked against the durable state before use); on
+        a cluster None = each executor's own directory."""
+        if self.cfg.cache_dir:
+            return self.cfg.cache_dir
+        master = str(self.spark.sparkContext.master)
+        if master.startswith("local") and self.journal.root.is_local:
+            return f"{self.journal.root.path}/cache"
+        return None
+
     def _cluster_capacity(self) -> int | None:
         """The cluster's capacity in workers, asked at most every 30 s."""
         at, cap = self._capacity
@@ -608,6 +635,24 @@ class JobRunner:
         log.info("epoch %d%s: rows=%d W=%d map=v%d steps: %s%s; batch %.0f ms (max worker useful %.0f ms) "
                  "backlog=%s queued=%d", epoch, " (replay)" if replay else "", rows, st.workers, st.map_version,
                  steps, moved, batch_ms, useful, backlog, len(st.queue))
+
+
+def _warm_fn(operator: str, job: str, cache_dir: str | None, store_id: str) -> Any:
+    def warm(index: int, _rows: Any) -> Any:
+        import lmdb  # noqa: F401
+        import pyarrow  # noqa: F401
+        import pyarrow.compute  # noqa: F401
+
+        from spark_jobs import worker  # noqa: F401
+        from spark_jobs.cache import WorkerCache, default_cache_root
+        from spark_jobs.operators import get_operator
+
+        get_operator(operator)
+        if store_id:
+            WorkerCache(cache_dir or default_cache_root(job), store_id, job, index).close()
+        yield index
+
+    return warm
 
 
 def _moves_doc(applied: dict[str, Any], docs: list[dict[str, Any]]) -> dict[str, Any]:
