@@ -90,7 +90,11 @@ class Location:
         """Names directly inside this directory (empty when it does not exist); temporaries left
         by an interrupted write are not listed."""
         sel = pafs.FileSelector(self.path, allow_not_found=True, recursive=False)
-        return sorted(i.base_name for i in self.fs.get_file_info(sel) if ".tmp-" not in i.base_name)
+        try:
+            infos = self.fs.get_file_info(sel)
+        except FileNotFoundError:  # pyarrow's allow_not_found races with a concurrent mkdir
+            return []
+        return sorted(i.base_name for i in infos if ".tmp-" not in i.base_name)
 
     # -- writing ------------------------------------------------------------------------------
     def makedirs(self) -> None:
