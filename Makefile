@@ -37,7 +37,7 @@ test-fast: setup ## the policy unit tests only (milliseconds)
 demo: up ## end to end: key-count job, load, a live 1->2 worker migration driven by Airflow
 	@$(PY) scripts/demo.py
 
-bench: setup ## the full benchmark set (~50 min); results under bench/results/; BENCH_ARGS="--publish" updates bench/report/
+bench: setup ## the full benchmark set (~80 min: the cluster experiment adds 20-30); results under bench/results/; BENCH_ARGS="--publish" updates bench/report/
 	@$(PY) -m bench.run --full $(BENCH_ARGS)
 
 bench-smoke: setup ## a few-minute benchmark run that checks shapes, not absolute numbers
