@@ -115,10 +115,6 @@ class WorkerCache:
     def set_last_applied(self, txn: Any, epoch: int) -> None:
         txn.put(K_LAST, _Q.pack(epoch), db=self.meta)
 
-    def bin_at(self, txn: Any, b: int) -> int | None:
-        v = txn.get(P_AT + _I.pack(b), db=self.meta)
-        return _Q.unpack(v)[0] if v else None
-
     def set_bin_at(self, txn: Any, b: int, epoch: int) -> None:
         txn.put(P_AT + _I.pack(b), _Q.pack(epoch), db=self.meta)
 

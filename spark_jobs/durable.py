@@ -155,9 +155,6 @@ class ObjectReader:
     def bins(self) -> list[int]:
         return sorted(self._index)
 
-    def has_bin(self, b: int) -> bool:
-        return b in self._index
-
     def bin_changes(self, b: int) -> tuple[list[bytes], list[bytes | None]]:
         """(store keys, values or None for deletes) of bin b; empty when the bin had none."""
         where = self._index.get(b)
@@ -436,8 +433,6 @@ def find_object(root: str, kind: str, epoch: int, worker: int) -> Location | Non
 
 def read_state(root: str) -> dict[int, dict[bytes, bytes]]:
     """bin -> {store key: value} after the newest committed epoch (tests, offline inspection)."""
-    from spark_jobs.bins import bits_for
-
     loc = Location.of(root)
     doc = (loc / "store.json").read_json()
     if doc is None:
@@ -447,7 +442,6 @@ def read_state(root: str) -> dict[int, dict[bytes, bytes]]:
     src = BinSource(h)
     out: dict[int, dict[bytes, bytes]] = {}
     try:
-        bits_for(ds.bins)
         for b in range(ds.bins):
             kv: dict[bytes, bytes] = {}
             _, batches = src.full(b, ds.last_epoch)

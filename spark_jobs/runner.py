@@ -20,7 +20,6 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 
 from ballast.protocol import Checkpoint as CheckpointMsg

@@ -122,13 +122,6 @@ class Location:
     def write_json(self, doc: Any) -> None:
         self.write_bytes(json.dumps(doc, sort_keys=True).encode())
 
-    def write_new(self, data: bytes) -> bool:
-        """Write only if the file does not exist yet; False when it already did (write-once)."""
-        if self.exists():
-            return False
-        self.write_bytes(data)
-        return True
-
     def delete(self) -> None:
         """Remove the file; a missing one is not an error."""
         self._remove(self.fs.delete_file)
