@@ -192,16 +192,18 @@ class ManifestEntry:
     map_version: int
     changelog: dict[int, str]  # worker -> object name
     snapshot: dict[int, str]  # worker -> object name (empty unless the epoch took a snapshot)
+    event_max_ms: int | None = None  # processors: largest event time of this and every earlier epoch
 
     def to_dict(self) -> dict[str, Any]:
-        return {"epoch": self.epoch, "map_version": self.map_version,
-                "changelog": {str(w): n for w, n in self.changelog.items()},
-                "snapshot": {str(w): n for w, n in self.snapshot.items()}}
+        d = {"epoch": self.epoch, "map_version": self.map_version,
+             "changelog": {str(w): n for w, n in self.changelog.items()},
+             "snapshot": {str(w): n for w, n in self.snapshot.items()}}
+        return d if self.event_max_ms is None else {**d, "event_max_ms": self.event_max_ms}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "ManifestEntry":
         return cls(int(d["epoch"]), int(d["map_version"]), {int(w): n for w, n in d["changelog"].items()},
-                   {int(w): n for w, n in d.get("snapshot", {}).items()})
+                   {int(w): n for w, n in d.get("snapshot", {}).items()}, d.get("event_max_ms"))
 
 
 @dataclass(frozen=True)
@@ -392,11 +394,19 @@ class DurableState:
         for w in range(workers):
             meta = read_meta(self.loc / "changelog" / epoch_name(epoch) / names[w])
             docs.append(meta.get("metrics", {}))
-        entry = ManifestEntry(epoch, map_version, names, snaps)
+        seen = [int(d["max_event_ms"]) for d in docs if d.get("max_event_ms") is not None]
+        before = self.event_max_before(epoch)
+        ev = max(seen + ([before] if before is not None else []), default=None)
+        entry = ManifestEntry(epoch, map_version, names, snaps, ev)
         (self.loc / "manifest" / f"{epoch_name(epoch)}.json").write_json(entry.to_dict())
         self.entries = [e for e in self.entries if e.epoch != epoch] + [entry]
         self.entries.sort(key=lambda e: e.epoch)
         return docs
+
+    def event_max_before(self, epoch: int) -> int | None:
+        """The largest event time of the committed epochs before `epoch` (the watermark's base)."""
+        prior = [e for e in self.entries if e.epoch < epoch]
+        return prior[-1].event_max_ms if prior else None
 
     def retain(self) -> int:
         """Delete epochs older than the second-newest snapshot: no replay or rebuild reads them.

@@ -15,9 +15,9 @@ State is bytes because it lives in an on-disk store and moves between workers as
 operator chooses its own encoding. A fold must be deterministic: a replayed epoch whose store did
 not commit is re-folded and must produce the same outputs (their ids are (epoch, worker, seq)).
 
-Timers / pending records: an operator that needs them keeps them *inside its per-key state*
-(e.g. a list of (due_epoch, payload) in the value); they live under the key's bin prefix and move
-with the bin. A dedicated timer index is a known gap (docs/dataplane.md).
+Operators that need typed state variables, timers, TTL or event time are stateful processors
+(spark_jobs.processor, Spark's transformWithState API; docs/operators.md): they are stored in
+the same per-key state bytes, plus a per-bin timer index (spark_jobs.timers).
 """
 
 from __future__ import annotations
@@ -83,22 +83,34 @@ OPERATORS: dict[str, type[Operator]] = {KeyCount.name: KeyCount, WordCount.name:
 
 
 def get_operator(name: str) -> Operator:
-    """A shipped operator by name, or a user's by import path `package.module:Class`.
+    """A shipped operator by name, or a user's by import path `package.module:Class`: an
+    `Operator` subclass, or a stateful processor (spark_jobs.processor: Ballast's or PySpark's
+    `StatefulProcessor`), which runs through spark_jobs.processing.
 
     A user's module must reach the executors the way the job's own code does (spark-submit
     `--py-files`, or `spark.submit.pyFiles`)."""
     if ":" in name:
         import importlib
 
+        from spark_jobs.processor import is_processor
+
         mod_name, _, cls_name = name.partition(":")
+        if not mod_name or not cls_name:
+            raise ValueError(f"operator {name!r}: write an import path as package.module:Class")
         try:
             cls = getattr(importlib.import_module(mod_name), cls_name)
         except (ImportError, AttributeError) as exc:
             raise ValueError(f"operator {name!r} does not import: {exc}. Ship its module with --py-files "
                              "(it must be importable on the driver and on every executor)") from None
-        if not (isinstance(cls, type) and issubclass(cls, Operator)):
-            raise ValueError(f"operator {name!r} is not a subclass of spark_jobs.operators.Operator")
-        return cls()
+        if isinstance(cls, type) and issubclass(cls, Operator):
+            return cls()
+        if is_processor(cls):
+            from spark_jobs.processing import ProcessorOperator
+
+            return ProcessorOperator(cls)
+        raise ValueError(f"operator {name!r} is not a subclass of spark_jobs.operators.Operator nor a "
+                         "stateful processor (a class with init(handle) and handleInputRows / handle_input_rows, "
+                         "e.g. a subclass of spark_jobs.processor.StatefulProcessor)")
     try:
         return OPERATORS[name]()
     except KeyError:

@@ -35,10 +35,12 @@ from spark_jobs.bins import bits_for, spark_columns
 from spark_jobs.control import ControlRecord, ControlState, Decision, decide, has_due_step, initial_state, tick_message
 from spark_jobs.durable import DurableState
 from spark_jobs.executors import ExecutorScaler
-from spark_jobs.journal import Journal
+from spark_jobs.journal import KEEP_EPOCHS, Journal
 from spark_jobs.offsets import committed_epochs, epoch_ranges
 from spark_jobs.operators import get_operator
 from spark_jobs.output import dlq_topic, output_topic
+from spark_jobs.processing import ProcessorOperator
+from spark_jobs.timers import ClockLog, EpochClock, TimerSchedule
 from spark_jobs.worker import OUTPUT_SCHEMA, ApplyConfig, make_apply_fn
 
 log = logging.getLogger("ballast.runner")
@@ -138,6 +140,10 @@ class JobRunner:
         self.k = bits_for(cfg.bins)
         self.op = get_operator(cfg.operator)
         self.journal = Journal(cfg.checkpoint_dir)
+        spec = self.op.spec if isinstance(self.op, ProcessorOperator) else None
+        # processors: the per-epoch clock (logged, reused on replay) and when timers come due
+        self.clocks = ClockLog(self.journal.dir) if spec else None
+        self.timers = TimerSchedule(spec.time_mode, spec.lateness_ms) if spec else None
         self.ctl_topic = control_topic(cfg.job)
         self.out_topic = output_topic(cfg.job)
         self.durable: DurableState | None = None
@@ -278,11 +284,13 @@ class JobRunner:
                 return
             st = self._state
             now = time.time()
-            if st is None or not st.queue or self._in_batch.is_set():
+            timers_due = (self.timers is not None and self.durable is not None and self.timers.tick_due(
+                int(now * 1000), self.durable.event_max_before(1 << 62)))
+            if st is None or not (st.queue or timers_due) or self._in_batch.is_set():
                 continue
             if now - self._last_batch_end < period or self._last_tick > self._last_batch_end:
                 continue
-            if has_due_step(st, utcnow()):
+            if timers_due or has_due_step(st, utcnow()):
                 try:
                     self._producer.send(tick_topic(self.cfg.job), key=message_key(self.cfg.job, self.cfg.operator),
                                         value=tick_message(self.cfg.job, self.cfg.operator, utcnow())).get(timeout=10)
@@ -367,8 +375,11 @@ class JobRunner:
         warm = {int(w): tuple(bs) for w, bs in decision.warm.items()}
         worker_docs: list[dict[str, Any]] | None = None
         moves_doc: dict[str, Any] | None = None
-        if input_rows or moving_in or warm:
-            worker_docs = self._apply(df, epoch, st, moving_in, warm)
+        clock = None
+        if self.clocks is not None and self.durable is not None and self.timers is not None:
+            clock = self.clocks.for_epoch(epoch, self.durable.event_max_before(epoch), self.timers.lateness_ms)
+        if input_rows or moving_in or warm or (clock and self.timers and self.timers.epoch_needs_tasks(clock)):
+            worker_docs = self._apply(df, epoch, st, moving_in, warm, clock)
             moves_doc = _moves_doc(applied, worker_docs) if applied and applied["moves"] else None
         if cached:
             df.unpersist()
@@ -388,12 +399,14 @@ class JobRunner:
         log.debug("epoch %d phases: pre-apply+apply %.0f ms, db %.0f ms, acks %.0f ms", epoch,
                   (t_apply - t0) * 1000, (t_db - t_apply) * 1000, (time.perf_counter() - t_db) * 1000)
         self.journal.gc(epoch)
+        if self.clocks is not None:
+            self.clocks.gc(epoch - KEEP_EPOCHS)
         self.epochs_done += 1
         self.last_epoch = epoch
         self._log_epoch(epoch, decision, moves_doc, input_rows, batch_ms, backlog, replay, worker_docs)
 
     def _apply(self, df: Any, epoch: int, st: ControlState, moving_in: dict[int, tuple[int, ...]],
-               warm: dict[int, tuple[int, ...]]) -> list[dict[str, Any]]:
+               warm: dict[int, tuple[int, ...]], clock: EpochClock | None = None) -> list[dict[str, Any]]:
         """One Spark job: W tasks (more while a pre-copy warms a worker that does not exist yet),
         then the durable commit of the epoch (manifest). Returns the tasks' metrics."""
         from pyspark.sql import functions as F
@@ -405,13 +418,14 @@ class JobRunner:
         if self.scaler is not None:
             self.scaler.scale_to(tasks)
         snapshot = durable.snapshot_due(epoch)
+        src = df.where(F.col("topic") == cfg.input_topic)
+        keyed = self.op.keyed(src)
         acfg = ApplyConfig(
             epoch=epoch, job=cfg.job, operator=cfg.operator, bins_bits=self.k, workers=tasks,
             assignment=tuple(st.assignment), state_uri=durable.uri, store_id=durable.store_id,
             history=durable.history(before=epoch), output_topic=self.out_topic, dlq_topic=dlq_topic(cfg.job),
-            input_topic=cfg.input_topic, cache_dir=self._cache_dir, snapshot=snapshot, warm=warm, moving_in=moving_in)
-        src = df.where(F.col("topic") == cfg.input_topic)
-        keyed = self.op.keyed(src)
+            input_topic=cfg.input_topic, cache_dir=self._cache_dir, snapshot=snapshot, warm=warm, moving_in=moving_in,
+            clock=clock, op_conf=self.op.task_conf() if isinstance(self.op, ProcessorOperator) else {})
         h, b, w = spark_columns("key", self.k, st.assignment)
         routed = keyed.select("key", "value", "partition", "offset", h.alias("h"), b.alias("bin"), w.alias("worker"))
         out = routed.repartitionById(tasks, "worker").mapInArrow(make_apply_fn(acfg), OUTPUT_SCHEMA)
@@ -419,6 +433,8 @@ class JobRunner:
             **self._spark_kafka_options(source=False)).save()
         faults.hit("before_manifest")
         docs = durable.commit_epoch(epoch, st.map_version, tasks, snapshot)
+        if self.timers is not None:
+            self.timers.update([d for d in docs if int(d.get("worker", 0)) < st.workers])
         dropped = durable.retain()
         if dropped:
             log.info("retention: dropped %d old epochs of durable state", dropped)

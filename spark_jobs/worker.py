@@ -59,6 +59,8 @@ class ApplyConfig:
     snapshot: bool = False
     warm: dict[int, tuple[int, ...]] = field(default_factory=dict)  # worker -> bins to pre-copy
     moving_in: dict[int, tuple[int, ...]] = field(default_factory=dict)  # worker -> bins cut over now
+    clock: Any = None  # processors: the epoch's spark_jobs.timers.EpochClock (same on replay)
+    op_conf: dict[str, Any] = field(default_factory=dict)  # processors: ProcessorOperator.task_conf()
 
 
 def make_apply_fn(cfg: ApplyConfig) -> Callable[[Iterator[Any]], Iterator[Any]]:
@@ -137,7 +139,15 @@ def _run(cfg: ApplyConfig, cache: Any, txn: Any, worker: int, table: Any, n: int
         moved, warmed = prepare_bins(cache, txn, src, owned, warm, incoming, e - 1, k)
         faults.hit("worker_mid_move" if moved else "worker_prepared")
         writer = ObjectWriter(meta={"epoch": e, "worker": worker, "attempt": attempt, "kind": "changelog"})
-        dead, bin_records = fold_rows(cfg, cache, txn, table, n, writer)
+        extra: dict[str, Any] = {}
+        if cfg.clock is not None:  # a stateful processor: typed state, timers, event time
+            from spark_jobs.operators import get_operator
+            from spark_jobs.processing import run_processor
+
+            dead, bin_records, extra = run_processor(cfg, cache, txn, table, n, owned, writer,
+                                                     get_operator(cfg.operator))  # type: ignore[arg-type]
+        else:
+            dead, bin_records = fold_rows(cfg, cache, txn, table, n, writer)
         now = time.perf_counter()
         tot_keys, tot_bytes = cache.totals(txn)
         bins = {str(b): [rec, *(c if c is not None else cache.bin_counter(txn, b))]
@@ -146,7 +156,7 @@ def _run(cfg: ApplyConfig, cache: Any, txn: Any, worker: int, table: Any, n: int
             "worker": worker, "records_in": n, "records_out": len(writer.outputs) - dead, "dead_letters": dead,
             "useful_ms": (now - t_useful) * 1000, "wall_ms": (now - t_task) * 1000,
             "state_keys": tot_keys, "state_bytes": tot_bytes, "bins": bins, "moved_in": moved, "warmed": warmed,
-            "host": socket.gethostname(), "pid": os.getpid(), "attempt": attempt,
+            "host": socket.gethostname(), "pid": os.getpid(), "attempt": attempt, **extra,
         }
         root = Location.of(cfg.state_uri)
         if cfg.snapshot:

@@ -1,0 +1,255 @@
+"""Running a stateful processor (spark_jobs.processor) inside Ballast's data plane.
+
+Driver side, `ProcessorOperator.keyed(df)` (JVM expressions, before routing): parse each Kafka
+value with the query's input schema, key = JSON of the grouping columns, value = JSON of the row
+with timestamps as epoch milliseconds. Worker side, `run_processor` does in one epoch of one worker
+what Spark's TransformWithStateExec does in one batch of one partition, in a fixed order so that
+every attempt of the epoch computes the same changes and outputs:
+
+1. rows sorted by (hash, key, Kafka partition, offset), grouped by key; in EventTime mode a row
+   whose event time is below the epoch's watermark is late and dropped (counted);
+2. per key: load its `KeyState`, `handleInputRows(key, rows, timerValues)`, save it;
+3. per owned bin in order: fire the user timers due at the epoch's clock (event time: watermark;
+   processing time: processing time) with `handleExpiredTimer`, deleting each as it fires; then
+   clean up the keys whose TTL expired;
+4. record every put/delete by bin for the changelog object, and report the earliest pending
+   timer and TTL expiry so the driver knows when an epoch without input must still run tasks.
+
+A handler that raises dead-letters the key's rows (or the timer) and leaves the key's state as it
+was before the call: a poisoned record cannot wedge the job.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import datetime
+from typing import Any
+
+from spark_jobs import timers
+from spark_jobs.bins import encode_value, decode_value, store_key
+from spark_jobs.durable import DEAD_LETTER, OUTPUT
+from spark_jobs.operators import Operator
+from spark_jobs.processor import (ExpiredTimerInfo, KeyState, QuerySpec, StatefulProcessorHandle, TimerValues,
+                                  bound_methods)
+
+
+class ProcessorOperator(Operator):
+    """Adapts a processor class to the data plane's operator interface (routing + worker)."""
+
+    name = "processor"
+
+    def __init__(self, cls: type) -> None:
+        self.cls = cls
+        spec = getattr(cls, "ballast_query", None)
+        self.spec: QuerySpec = spec if isinstance(spec, QuerySpec) else QuerySpec()
+        self.ts_columns: tuple[str, ...] = ()
+
+    def keyed(self, df):  # type: ignore[no-untyped-def]
+        from pyspark.sql import functions as F
+        from pyspark.sql.types import TimestampNTZType, TimestampType
+
+        spec = self.spec
+        src = df.select(F.col("key"), F.col("value"), F.col("partition").alias("__p"), F.col("offset").alias("__o"))
+        if spec.input_schema:
+            rows = src.select(F.from_json(F.col("value").cast("string"), spec.input_schema).alias("__r"), "__p", "__o")
+            rows = rows.select("__r.*", "__p", "__o")
+        else:
+            rows = src.select(F.col("key").cast("string").alias("key"), F.col("value").cast("string").alias("value"),
+                              "__p", "__o")
+        cols = [f for f in rows.schema.fields if f.name not in ("__p", "__o")]
+        missing = [g for g in spec.grouping_keys if g not in {f.name for f in cols}]
+        if missing or (spec.event_time_column and spec.event_time_column not in {f.name for f in cols}):
+            raise ValueError(f"processor {self.cls.__name__}: grouping key(s) {missing} or event-time column "
+                             f"{spec.event_time_column!r} not among the input columns {[f.name for f in cols]}")
+        self.ts_columns = tuple(f.name for f in cols if isinstance(f.dataType, (TimestampType, TimestampNTZType)))
+        fields = [F.unix_millis(F.col(f.name)).alias(f.name) if f.name in self.ts_columns else F.col(f.name)
+                  for f in cols]
+        return rows.select(
+            F.to_json(F.struct(*[F.col(g) for g in spec.grouping_keys])).cast("binary").alias("key"),
+            F.to_json(F.struct(*fields)).cast("binary").alias("value"),
+            F.col("__p").alias("partition"), F.col("__o").alias("offset"))
+
+    def task_conf(self) -> dict[str, Any]:
+        """What the workers need beyond the class (known only after `keyed` saw the schema)."""
+        return {"ts_columns": list(self.ts_columns)}
+
+    def fold(self, key: bytes, state: bytes | None, values: Any) -> tuple[bytes | None, list[tuple[bytes, bytes]]]:
+        raise TypeError("a processor runs through run_processor, not fold")
+
+
+class _Changes:
+    """Puts/deletes of one epoch, applied to the cache and recorded by bin (changelog + counters)."""
+
+    def __init__(self, txn: Any, db: Any, k: int) -> None:
+        self.txn, self.db, self.k = txn, db, k
+        self.by_bin: dict[int, dict[bytes, bytes | None]] = {}
+        self.delta: dict[int, list[int]] = {}
+
+    def set(self, b: int, sk: bytes, value: bytes | None) -> None:
+        old = self.txn.get(sk, db=self.db)
+        if old == value:
+            return
+        d = self.delta.setdefault(b, [0, 0])
+        if value is None:
+            self.txn.delete(sk, db=self.db)
+            d[0] -= 1
+            d[1] -= len(sk) + len(old)
+        else:
+            self.txn.put(sk, value, db=self.db)
+            d[0] += old is None
+            d[1] += len(value) - (len(old) if old is not None else -len(sk))
+        self.by_bin.setdefault(b, {})[sk] = value
+
+    def finish(self, cache: Any, writer: Any) -> dict[int, tuple[int, int]]:
+        for b in sorted(self.by_bin):
+            ch = self.by_bin[b]
+            writer.add_bin(b, list(ch), list(ch.values()))
+        return cache.add_bin_counters(self.txn, {b: (d[0], d[1]) for b, d in self.delta.items() if d[0] or d[1]})
+
+
+class _Runtime:
+    """One task's processor, handle and key-state bookkeeping."""
+
+    def __init__(self, op: ProcessorOperator, clock: Any, changes: _Changes, writer: Any, input_topic: str) -> None:
+        self.spec = op.spec
+        self.tv = TimerValues(clock.processing_ms, clock.watermark_ms if op.spec.time_mode == "EventTime" else -1)
+        self.now = clock.processing_ms
+        self.handle = StatefulProcessorHandle(op.spec.time_mode, self.tv)
+        self.proc = op.cls()
+        self.proc.init(self.handle)
+        self.on_rows, self.on_timer = bound_methods(self.proc)
+        self.ch, self.writer, self.topic = changes, writer, input_topic
+
+    def load(self, sk: bytes, key: bytes) -> tuple[KeyState, bytes | None]:
+        raw = self.ch.txn.get(sk, db=self.ch.db)
+        state = decode_value(sk, raw, key) if raw is not None else None
+        return KeyState(state), state
+
+    def save(self, b: int, sk: bytes, key: bytes, ks: KeyState, before: KeyState) -> None:
+        ks.compact(self.now)
+        k = self.ch.k
+        for ts in before.timers - ks.timers:
+            self.ch.set(b, timers.index_key(sk, k, timers.USER, ts), None)
+        for ts in ks.timers - before.timers:
+            self.ch.set(b, timers.index_key(sk, k, timers.USER, ts), key)
+        old_x, new_x = before.next_expiry(), ks.next_expiry()
+        if old_x != new_x:
+            if old_x is not None:
+                self.ch.set(b, timers.index_key(sk, k, timers.TTL, old_x), None)
+            if new_x is not None:
+                self.ch.set(b, timers.index_key(sk, k, timers.TTL, new_x), key)
+        if ks.same(before):
+            return
+        blob = ks.to_bytes()
+        self.ch.set(b, sk, encode_value(sk, key, blob) if blob is not None else None)
+
+    def call(self, b: int, sk: bytes, key: bytes, fn: Any, dead: list[tuple[bytes, str]]) -> int:
+        """Run one handler on the key's state; returns dead letters written (0 or len(dead))."""
+        ks_before, raw = self.load(sk, key)
+        ks = KeyState(raw)
+        self.handle._current = ks
+        try:
+            outs = [self._encode(r) for item in (fn() or ()) for r in _rows_of(item)]
+        except Exception as exc:
+            for value, where in dead:
+                note = json.loads(where)
+                note["error"] = f"{type(exc).__name__}: {exc}"[:1000]
+                self.writer.add_output(DEAD_LETTER, key, value, json.dumps(note))
+            return len(dead)
+        finally:
+            self.handle._current = None
+        for v in outs:
+            self.writer.add_output(OUTPUT, key, v)
+        self.save(b, sk, key, ks, ks_before)
+        return 0
+
+    @staticmethod
+    def _encode(row: Any) -> bytes:
+        return json.dumps(row, default=str, separators=(",", ":")).encode()
+
+
+def _rows_of(item: Any) -> Iterator[dict[str, Any]]:
+    """A handler yields Rows, dicts, tuples-with-fields or pandas DataFrames (transformWithStateInPandas)."""
+    if hasattr(item, "to_dict") and hasattr(item, "columns"):
+        yield from item.to_dict("records")
+    elif hasattr(item, "asDict"):
+        yield item.asDict()
+    elif isinstance(item, dict):
+        yield item
+    else:
+        raise TypeError(f"a processor must yield Row, dict or pandas.DataFrame, got {type(item).__name__}")
+
+
+def run_processor(cfg: Any, cache: Any, txn: Any, table: Any, n: int, owned: set[int], writer: Any,
+                  op: ProcessorOperator) -> tuple[int, dict[int, tuple[int, tuple[int, int] | None]], dict[str, Any]]:
+    """One epoch of one worker (module docstring). Returns (dead letters, per-bin (records,
+    counters), extra metrics: max_event_ms, late_rows, next_timer_ms, next_expiry_ms, timers_fired)."""
+    from pyspark.sql import Row
+
+    k = cfg.bins_bits
+    changes = _Changes(txn, cache.data, k)
+    rt = _Runtime(op, cfg.clock, changes, writer, cfg.input_topic)
+    spec, ts_cols = op.spec, tuple(cfg.op_conf.get("ts_columns", ()))
+    et_col = spec.event_time_column if spec.time_mode == "EventTime" else None
+    dead = late = fired = 0
+    max_et: int | None = None
+    bin_records: dict[int, int] = {}
+    if n:
+        table = table.sort_by([("h", "ascending"), ("key", "ascending"), ("partition", "ascending"),
+                               ("offset", "ascending")])
+        cols = {c: table.column(c).to_pylist() for c in ("h", "bin", "key", "value", "partition", "offset")}
+        i = 0
+        while i < n:
+            j = i
+            while j < n and cols["key"][j] == cols["key"][i] and cols["h"][j] == cols["h"][i]:
+                j += 1
+            key, b = cols["key"][i], cols["bin"][i]
+            bin_records[b] = bin_records.get(b, 0) + (j - i)
+            rows, dl = [], []
+            for r in range(i, j):
+                d = json.loads(cols["value"][r])
+                et = d.get(et_col) if et_col else None
+                if et is not None:
+                    max_et = et if max_et is None else max(max_et, et)
+                    if et < rt.tv.getCurrentWatermarkInMs():
+                        late += 1
+                        continue
+                for c in ts_cols:
+                    if d.get(c) is not None:
+                        d[c] = datetime.fromtimestamp(d[c] / 1000)
+                rows.append(Row(**d))
+                dl.append((cols["value"][r], json.dumps({"topic": cfg.input_topic, "partition": cols["partition"][r],
+                                                         "offset": cols["offset"][r]})))
+            i = j
+            if rows:
+                gk = tuple(json.loads(key).values())
+                sk = store_key(int(cols["h"][i - 1]), key)
+                dead += rt.call(b, sk, key, lambda gk=gk, rows=rows: rt.on_rows(gk, iter(rows), rt.tv), dl)
+    due = cfg.clock.due(spec.time_mode)
+    for b in sorted(owned):
+        if due is not None:
+            for ts, sk, key in list(timers.scan(txn, cache.data, b, k, timers.USER, due)):
+                gk = tuple(json.loads(key).values())
+                raw = txn.get(sk, db=cache.data)
+                ks = KeyState(decode_value(sk, raw, key) if raw is not None else None)
+                ks.timers.discard(ts)  # fires once: gone from the key's state and the index in this commit
+                changes.set(b, timers.index_key(sk, k, timers.USER, ts), None)
+                blob = ks.to_bytes()
+                changes.set(b, sk, encode_value(sk, key, blob) if blob is not None else None)
+                fired += 1
+                note = [(b"", json.dumps({"timer_ms": ts, "topic": cfg.input_topic}))]
+                dead += rt.call(b, sk, key, lambda gk=gk, ts=ts: rt.on_timer(gk, rt.tv, ExpiredTimerInfo(ts)), note)
+        for ts, sk, key in list(timers.scan(txn, cache.data, b, k, timers.TTL, rt.now)):
+            ks_before, raw = rt.load(sk, key)
+            rt.save(b, sk, key, KeyState(raw), ks_before)  # compact at `now`: expired values go
+            if txn.get(timers.index_key(sk, k, timers.TTL, ts), db=cache.data) is not None:  # stale entry
+                changes.set(b, timers.index_key(sk, k, timers.TTL, ts), None)
+    close = getattr(rt.proc, "close", None)
+    if callable(close):
+        close()
+    counters = changes.finish(cache, writer)
+    extra = {"max_event_ms": max_et, "late_rows": late, "timers_fired": fired,
+             "next_timer_ms": timers.first_due(txn, cache.data, sorted(owned), k, timers.USER),
+             "next_expiry_ms": timers.first_due(txn, cache.data, sorted(owned), k, timers.TTL)}
+    return dead, {b: (rec, counters.get(b)) for b, rec in bin_records.items()}, extra

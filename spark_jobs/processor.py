@@ -1,0 +1,349 @@
+"""Ballast's stateful-processor API, modelled on PySpark's `StatefulProcessor` (transformWithState).
+
+A processor written for Spark's API runs under Ballast unchanged: Ballast calls the same methods
+(`init(handle)`, `handleInputRows(key, rows, timerValues)`, `handleExpiredTimer(key, timerValues,
+expiredTimerInfo)`, `close()`) and hands it a handle with the same methods (`getValueState`,
+`getListState`, `getMapState`, `registerTimer`, `deleteTimer`, `listTimers`, `deleteIfExists`).
+Each camelCase name also has its snake_case twin (`handle_input_rows`, `get_value_state`, ...),
+so a processor written for Ballast first reads like the rest of this code base.
+
+What differs from Spark is where the state lives: all state variables and timers of one grouping
+key are one entry of the key's bin (`KeyState`, pickled), plus one timer-index entry per timer
+under the bin's prefix (`spark_jobs.timers`), so they move with the bin, are in the durable
+changelog of the epoch that changed them and are rebuilt from it like any other state. How the
+query starts (`QuerySpec`: input schema, grouping columns, time mode, event-time column and its
+allowed lateness) is the Ballast counterpart of `groupBy(...).transformWithState(...)` and
+`withWatermark(...)`.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+TIME_MODES = ("None", "ProcessingTime", "EventTime")
+
+
+@dataclass(frozen=True)
+class QuerySpec:
+    """How a processor's query starts under Ballast (Spark: readStream + from_json + withWatermark
+    + groupBy(...).transformWithState(processor, outputSchema, "Append", timeMode)).
+
+    `input_schema` is the DDL of the JSON in each Kafka record's value (None: the columns are the
+    record's `key` and `value` as strings); `grouping_keys` are columns of it; `event_time_column`
+    (a timestamp column) and `lateness_ms` define the watermark in EventTime mode."""
+
+    input_schema: str | None = None
+    grouping_keys: tuple[str, ...] = ("key",)
+    time_mode: str = "None"
+    event_time_column: str | None = None
+    lateness_ms: int = 0
+
+    def __post_init__(self) -> None:
+        if self.time_mode not in TIME_MODES:
+            raise ValueError(f"time_mode must be one of {TIME_MODES}, got {self.time_mode!r}")
+        if self.time_mode == "EventTime" and not self.event_time_column:
+            raise ValueError("time_mode 'EventTime' needs event_time_column (the watermark's column)")
+        if not self.grouping_keys:
+            raise ValueError("grouping_keys must name at least one input column")
+        if self.lateness_ms < 0:
+            raise ValueError(f"lateness_ms must be >= 0, got {self.lateness_ms}")
+
+
+def query(processor: type, **spec: Any) -> type:
+    """A subclass of `processor` that carries how its Ballast query starts, so
+    `--operator module:Name` can name it: `Sessions = query(SessionProcessor, input_schema=...)`."""
+    return type(processor.__name__, (processor,), {"ballast_query": QuerySpec(**spec),
+                                                   "__module__": processor.__module__})
+
+
+def is_processor(cls: Any) -> bool:
+    """A class Ballast can run as a processor: Ballast's or PySpark's StatefulProcessor, or any
+    class with `init` and one of `handleInputRows` / `handle_input_rows`."""
+    if not isinstance(cls, type):
+        return False
+    has_input = callable(getattr(cls, "handleInputRows", None)) or callable(getattr(cls, "handle_input_rows", None))
+    return callable(getattr(cls, "init", None)) and has_input
+
+
+class TimerValues:
+    """The epoch's processing time and watermark (the same on every replay of the epoch)."""
+
+    def __init__(self, current_processing_time_ms: int = -1, current_watermark_ms: int = -1) -> None:
+        self._p = current_processing_time_ms
+        self._w = current_watermark_ms
+
+    def getCurrentProcessingTimeInMs(self) -> int:
+        return self._p
+
+    def getCurrentWatermarkInMs(self) -> int:
+        return self._w
+
+    get_current_processing_time_in_ms = getCurrentProcessingTimeInMs
+    get_current_watermark_in_ms = getCurrentWatermarkInMs
+
+
+class ExpiredTimerInfo:
+    def __init__(self, expiry_time_ms: int = -1) -> None:
+        self._t = expiry_time_ms
+
+    def getExpiryTimeInMs(self) -> int:
+        return self._t
+
+    get_expiry_time_in_ms = getExpiryTimeInMs
+
+
+# ------------------------------------------------------------------------- per-key state -----
+class KeyState:
+    """Every state variable and timer of one grouping key, stored as one value of the key's bin.
+
+    Values carry their TTL expiry (processing time in ms, None = never); an expired value reads as
+    absent and is dropped at the next save (`compact`)."""
+
+    def __init__(self, raw: bytes | None = None) -> None:
+        doc = pickle.loads(raw) if raw else {}
+        self.values: dict[str, tuple[tuple, int | None]] = doc.get("v", {})
+        self.lists: dict[str, list[tuple[tuple, int | None]]] = doc.get("l", {})
+        self.maps: dict[str, dict[tuple, tuple[tuple, int | None]]] = doc.get("m", {})
+        self.timers: set[int] = set(doc.get("t", ()))
+
+    def compact(self, now_ms: int) -> None:
+        """Drop every value whose TTL expired at `now_ms`."""
+        def live(exp: int | None) -> bool:
+            return exp is None or exp > now_ms
+
+        self.values = {n: v for n, v in self.values.items() if live(v[1])}
+        self.lists = {n: kept for n, lst in self.lists.items() if (kept := [x for x in lst if live(x[1])])}
+        self.maps = {n: kept for n, mp in self.maps.items()
+                     if (kept := {k: v for k, v in mp.items() if live(v[1])})}
+
+    def next_expiry(self) -> int | None:
+        exps = [v[1] for v in self.values.values()] + [x[1] for lst in self.lists.values() for x in lst] + \
+               [v[1] for mp in self.maps.values() for v in mp.values()]
+        return min((e for e in exps if e is not None), default=None)
+
+    def same(self, other: "KeyState") -> bool:
+        """Equal content (pickled bytes of equal state may differ in their memo, so compare this)."""
+        return (self.values, self.lists, self.maps, self.timers) == (other.values, other.lists, other.maps,
+                                                                      other.timers)
+
+    def empty(self) -> bool:
+        return not (self.values or self.lists or self.maps or self.timers)
+
+    def to_bytes(self) -> bytes | None:
+        """None when nothing is left (the key's entry is deleted)."""
+        if self.empty():
+            return None
+        doc = {"v": dict(sorted(self.values.items())), "l": dict(sorted(self.lists.items())),
+               "m": {n: dict(sorted(mp.items(), key=lambda kv: repr(kv[0]))) for n, mp in sorted(self.maps.items())},
+               "t": sorted(self.timers)}
+        return pickle.dumps(doc, protocol=5)
+
+
+class _Var:
+    """Base of the state variables: bound to the handle, which points at the current key."""
+
+    def __init__(self, handle: "StatefulProcessorHandle", name: str, ttl_ms: int | None) -> None:
+        self._h, self._name, self._ttl = handle, name, ttl_ms
+
+    @property
+    def _ks(self) -> KeyState:
+        return self._h._key_state()
+
+    def _now(self) -> int:
+        return self._h.timer_values.getCurrentProcessingTimeInMs()
+
+    def _exp(self) -> int | None:
+        return None if self._ttl is None else self._now() + self._ttl
+
+    def _live(self, exp: int | None) -> bool:
+        return exp is None or exp > self._now()
+
+
+class ValueState(_Var):
+    def exists(self) -> bool:
+        v = self._ks.values.get(self._name)
+        return v is not None and self._live(v[1])
+
+    def get(self) -> tuple | None:
+        v = self._ks.values.get(self._name)
+        return tuple(v[0]) if v is not None and self._live(v[1]) else None
+
+    def update(self, new_value: tuple) -> None:
+        self._ks.values[self._name] = (tuple(new_value), self._exp())
+
+    def clear(self) -> None:
+        self._ks.values.pop(self._name, None)
+
+
+class ListState(_Var):
+    def exists(self) -> bool:
+        return any(self._live(e) for _, e in self._ks.lists.get(self._name, ()))
+
+    def get(self) -> Iterator[tuple]:
+        return iter([tuple(v) for v, e in self._ks.lists.get(self._name, ()) if self._live(e)])
+
+    def put(self, new_state: list[tuple]) -> None:
+        exp = self._exp()
+        if new_state:
+            self._ks.lists[self._name] = [(tuple(v), exp) for v in new_state]
+        else:
+            self.clear()
+
+    def append_value(self, new_state: tuple) -> None:
+        self._ks.lists.setdefault(self._name, []).append((tuple(new_state), self._exp()))
+
+    def append_list(self, new_state: list[tuple]) -> None:
+        exp = self._exp()
+        if new_state:
+            self._ks.lists.setdefault(self._name, []).extend((tuple(v), exp) for v in new_state)
+
+    def clear(self) -> None:
+        self._ks.lists.pop(self._name, None)
+
+    appendValue = append_value
+    appendList = append_list
+
+
+class MapState(_Var):
+    def _live_items(self) -> list[tuple[tuple, tuple]]:
+        return [(k, tuple(v)) for k, (v, e) in self._ks.maps.get(self._name, {}).items() if self._live(e)]
+
+    def exists(self) -> bool:
+        return bool(self._live_items())
+
+    def get_value(self, key: tuple) -> tuple | None:
+        v = self._ks.maps.get(self._name, {}).get(tuple(key))
+        return tuple(v[0]) if v is not None and self._live(v[1]) else None
+
+    def contains_key(self, key: tuple) -> bool:
+        return self.get_value(key) is not None
+
+    def update_value(self, key: tuple, value: tuple) -> None:
+        self._ks.maps.setdefault(self._name, {})[tuple(key)] = (tuple(value), self._exp())
+
+    def iterator(self) -> Iterator[tuple[tuple, tuple]]:
+        return iter(self._live_items())
+
+    def keys(self) -> Iterator[tuple]:
+        return iter([k for k, _ in self._live_items()])
+
+    def values(self) -> Iterator[tuple]:
+        return iter([v for _, v in self._live_items()])
+
+    def remove_key(self, key: tuple) -> None:
+        mp = self._ks.maps.get(self._name)
+        if mp is not None:
+            mp.pop(tuple(key), None)
+            if not mp:
+                self.clear()
+
+    def clear(self) -> None:
+        self._ks.maps.pop(self._name, None)
+
+    getValue = get_value
+    containsKey = contains_key
+    updateValue = update_value
+    removeKey = remove_key
+
+
+class StatefulProcessorHandle:
+    """What `init(handle)` receives. The runtime points it at one grouping key at a time."""
+
+    def __init__(self, time_mode: str = "None", timer_values: TimerValues | None = None) -> None:
+        self.time_mode = time_mode
+        self.timer_values = timer_values or TimerValues()
+        self._current: KeyState | None = None
+        self._declared: dict[str, str] = {}
+
+    def _key_state(self) -> KeyState:
+        if self._current is None:
+            raise RuntimeError("state and timers are only available inside handleInputRows / handleExpiredTimer")
+        return self._current
+
+    def _declare(self, name: str, kind: str, ttl_ms: int | None) -> None:
+        if ttl_ms is not None and (not isinstance(ttl_ms, int) or ttl_ms <= 0):
+            raise ValueError(f"state {name!r}: ttl_duration_ms must be a positive int, got {ttl_ms!r}")
+        if self._declared.get(name, kind) != kind:
+            raise ValueError(f"state {name!r} is already a {self._declared[name]} state, not a {kind} state")
+        self._declared[name] = kind
+
+    def get_value_state(self, state_name: str, schema: Any = None, ttl_duration_ms: int | None = None) -> ValueState:
+        self._declare(state_name, "value", ttl_duration_ms)
+        return ValueState(self, state_name, ttl_duration_ms)
+
+    def get_list_state(self, state_name: str, schema: Any = None, ttl_duration_ms: int | None = None) -> ListState:
+        self._declare(state_name, "list", ttl_duration_ms)
+        return ListState(self, state_name, ttl_duration_ms)
+
+    def get_map_state(self, state_name: str, user_key_schema: Any = None, value_schema: Any = None,
+                      ttl_duration_ms: int | None = None) -> MapState:
+        self._declare(state_name, "map", ttl_duration_ms)
+        return MapState(self, state_name, ttl_duration_ms)
+
+    def _check_timers(self) -> None:
+        if self.time_mode == "None":
+            raise RuntimeError("timers need time_mode 'ProcessingTime' or 'EventTime' (QuerySpec.time_mode)")
+
+    def register_timer(self, expiry_timestamp_ms: int) -> None:
+        self._check_timers()
+        self._key_state().timers.add(int(expiry_timestamp_ms))
+
+    def delete_timer(self, expiry_timestamp_ms: int) -> None:
+        self._check_timers()
+        self._key_state().timers.discard(int(expiry_timestamp_ms))
+
+    def list_timers(self) -> Iterator[int]:
+        return iter(sorted(self._key_state().timers))
+
+    def delete_if_exists(self, state_name: str) -> None:
+        ks = self._key_state()
+        for d in (ks.values, ks.lists, ks.maps):
+            d.pop(state_name, None)  # type: ignore[attr-defined]
+
+    getValueState = get_value_state
+    getListState = get_list_state
+    getMapState = get_map_state
+    registerTimer = register_timer
+    deleteTimer = delete_timer
+    listTimers = list_timers
+    deleteIfExists = delete_if_exists
+
+
+class StatefulProcessor:
+    """Subclass and implement `init` and `handle_input_rows` (or Spark's camelCase names).
+
+    `ballast_query` says how the query starts; set it on the class or wrap with `query(...)`."""
+
+    ballast_query: QuerySpec = QuerySpec()
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        raise NotImplementedError("a processor declares its state variables in init(handle)")
+
+    def handle_input_rows(self, key: tuple, rows: Iterator[Any], timer_values: TimerValues) -> Iterator[Any]:
+        raise NotImplementedError("a processor implements handle_input_rows (or handleInputRows)")
+
+    def handle_expired_timer(self, key: tuple, timer_values: TimerValues,
+                             expired_timer_info: ExpiredTimerInfo) -> Iterator[Any]:
+        return iter(())
+
+    def close(self) -> None:
+        """Called once after the epoch's keys and timers of this task."""
+
+
+def bound_methods(proc: Any) -> tuple[Any, Any]:
+    """(input handler, timer handler) of a processor of either naming style: the one the class
+    overrides wins (Spark's camelCase when a PySpark processor is run as is)."""
+    def pick(camel: str, snake: str) -> Any:
+        own = getattr(proc, camel, None)
+        base = getattr(StatefulProcessor, snake)
+        if own is not None and callable(own):
+            return own
+        meth = getattr(proc, snake, None)
+        if meth is not None and getattr(meth, "__func__", None) is not base:
+            return meth
+        return meth if meth is not None else (lambda *a: iter(()))
+
+    return pick("handleInputRows", "handle_input_rows"), pick("handleExpiredTimer", "handle_expired_timer")
