@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from bench.nexmark.generator import deliveries
+from bench.nexmark.generator import Delivered, deliveries
 from bench.nexmark.model import KINDS, Event, NexmarkConfig, key_of, kind_of, to_json
 
 
@@ -62,6 +62,11 @@ class NexmarkSchedule:
     def sched_us(self, position: int) -> int:
         """Scheduled time (µs since the epoch) of delivery position `position`."""
         return self.t0_us + position * self.nexmark_config.inter_event_delay_us
+
+    def deliveries(self, sent: int | None = None) -> list[Delivered]:
+        """The events of the first `sent` positions (default all planned): what a job read, for the
+        reference answers. A run stopped early sent `stats["sent"]` of them."""
+        return list(deliveries(self.nexmark_config, self.count if sent is None else min(sent, self.count)))
 
     @classmethod
     def load(cls, path: str | Path) -> NexmarkSchedule:

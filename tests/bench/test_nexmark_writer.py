@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from bench.nexmark.generator import deliveries
 from bench.nexmark.model import KINDS, from_json, key_of, kind_of
 from bench.nexmark.writer import NexmarkSchedule, topics
 
@@ -61,7 +60,7 @@ def test_writer_open_loop_rate_and_every_event_back(kafka_bootstrap: str, make_t
     cfg = sched.nexmark_config
     assert cfg.seed == 3 and cfg.max_disorder == 25 and cfg.base_time_ms == sched.t0_us // 1000
     expected: dict[str, list] = defaultdict(list)  # kind -> (position, event) in sending order
-    for d in deliveries(cfg, count):
+    for d in sched.deliveries():
         expected[kind_of(d.event)].append((d.position, d.event))
     assert {k: len(v) for k, v in expected.items()} == stats["per_kind"] == {"person": 40, "auction": 120, "bid": 1840}
 
