@@ -1,7 +1,8 @@
 """Local services of the Ballast stack: Kafka (KRaft), Airflow standalone, PostgreSQL (optional).
 
-`python scripts/stack.py up|down|status|clean [kafka|airflow|postgres ...]` — what
-`make up/down/status/clean` call. Every service listens on 127.0.0.1 only, keeps its data under
+`python scripts/stack.py up|down|status|clean [kafka|airflow|postgres|jobs ...]` — what
+`make up/down/status/clean` call (`down` also stops the Spark jobs launched under the state
+dir). Every service listens on 127.0.0.1 only, keeps its data under
 `.state/` (ignored; PostgreSQL run as root: see PG_DIR), writes a pid file, and is health-checked
 before `up` returns. Re-running `up` on a healthy service is a no-op; `down` stops only what this
 script started; `clean` is `down` plus removing the data kept outside `.state/`. The tests import
@@ -41,6 +42,13 @@ class StackError(RuntimeError):
 
 def log(msg: str) -> None:
     print(f"[ballast-stack] {msg}", flush=True)
+
+
+def free_port() -> int:
+    """A port on 127.0.0.1 that nothing listens on now (for services and tests on their own ports)."""
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return int(s.getsockname()[1])
 
 
 def port_open(port: int, host: str = HOST) -> bool:
@@ -569,12 +577,34 @@ def postgres_clean() -> None:
     default_postgres().clean()
 
 
+# ------------------------------------------------ Spark jobs launched by the supervisor --
+def jobs_down() -> None:
+    """Stop the jobs launched under this state dir (`<state>/jobs/<job>/driver.pid`, written by
+    ballast.supervisor for ballast_supervise, the demo and the tests): by pid, never by pattern."""
+    from ballast.supervisor import stop_all
+
+    for line in stop_all(STATE) or ["jobs: none launched under " + str(STATE / "jobs")]:
+        log(line)
+
+
+def _jobs_running() -> list[str]:
+    from ballast.supervisor import PID_FILE, launched_pid
+
+    pid_files = sorted((STATE / "jobs").glob(f"*/{PID_FILE}"))
+    return [p.parent.name for p in pid_files if launched_pid(p, p.parent.name)]
+
+
 # ---------------------------------------------------------------------------------- CLI --
 SERVICES = {
     "kafka": (kafka_up, kafka_down, lambda: _pid_alive(KAFKA_PID) is not None and _kafka_ready()),
     "airflow": (airflow_up, airflow_down, lambda: _pid_alive(AIRFLOW_PID) is not None and _airflow_ready()),
     "postgres": (postgres_up, postgres_down, lambda: _pid_alive(PG_PID) is not None and port_open(PG_PORT)),
+    "jobs": (lambda: log("jobs: launched by ballast_supervise (or `make demo`), not by `up`"), jobs_down,
+             lambda: bool(_jobs_running())),
 }
+# `down` stops Airflow first (its supervise DAG would relaunch a stopped job), then the jobs
+# (which stop after their current epoch while Kafka and the metrics DB still answer), then the rest
+DOWN_ORDER = ["airflow", "jobs", "postgres", "kafka"]
 DEFAULT_UP = ["kafka", "airflow"]
 
 
@@ -591,7 +621,8 @@ def main(argv: list[str]) -> int:
         print(json.dumps({"bootstrap.servers": broker.bootstrap, **broker.client_config(user)}))
         return 0
     if not argv or argv[0] not in ("up", "down", "status", "clean"):
-        print("usage: stack.py up|down|status|clean [kafka|airflow|postgres ...] | kafka-config [admin|controller|job]",
+        print("usage: stack.py up|down|status|clean [kafka|airflow|postgres|jobs ...] | "
+              "kafka-config [admin|controller|job]",
               file=sys.stderr)
         return 2
     action, names = argv[0], argv[1:]
@@ -604,7 +635,7 @@ def main(argv: list[str]) -> int:
             for n in names or DEFAULT_UP:
                 SERVICES[n][0]()
         elif action in ("down", "clean"):
-            for n in reversed(names or list(SERVICES)):
+            for n in [n for n in DOWN_ORDER if n in (names or DOWN_ORDER)]:
                 SERVICES[n][1]()
                 if action == "clean" and n == "postgres":
                     postgres_clean()

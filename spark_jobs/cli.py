@@ -42,7 +42,9 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--allow-data-loss", action="store_true",
                    help="let the job go on when Kafka retention deleted records it had not read (default: fail)")
     r.add_argument("--bootstrap", default="127.0.0.1:9092")
-    r.add_argument("--db-url", default=None, help="default $BALLAST_DB_URL or the repo's SQLite file")
+    r.add_argument("--db-url", default=None,
+                   help="default $BALLAST_DB_URL (how the supervisor passes it: argv is visible to every user "
+                        "through ps, so keep a URL with a password out of it) or the repo's SQLite file")
     r.add_argument("--trigger-ms", type=int, default=1000)
     r.add_argument("--max-offsets-per-trigger", type=int, default=None)
     r.add_argument("--output-partitions", type=int, default=2)

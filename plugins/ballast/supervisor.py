@@ -4,14 +4,20 @@ docs/operations.md ("Traps"): SparkSubmitOperator in client mode blocks for the 
 token expiry and heartbeat failures. So a short task launches the driver detached (own session,
 nohup semantics, output to a log file), records its pid, and returns; a scheduled health check
 reads the job's heartbeat from the metrics DB and relaunches a job whose heartbeat is stale.
-Only a process this module launched (pid file + matching command line) is ever signalled.
-No Airflow import except `spark_submit_command`, which borrows the provider's command builder.
+Launchers: `cli` runs `python -m spark_jobs.cli run` (local mode); `spark-submit` runs
+`python -m ballast.launch`, which calls the Spark provider's `SparkSubmitHook.submit()`.
+Secrets (metrics DB URL, Kafka SASL config, control keys) travel by environment, never argv, and
+the `launch` event stores a redacted command. Only a process this module launched (pid file +
+`--job <name>` in its command line) is ever signalled; `stop_all` is what `make down` calls.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -19,88 +25,217 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 from ballast import repository as repo
 from ballast.config import REPO, JobConfig
 from ballast.kafka_security import KafkaSecurity
 
 log = logging.getLogger(__name__)
+PID_FILE = "driver.pid"
+_URL_PASSWORD = re.compile(r"(://[^:/@\s]*:)[^@/\s]+@")
+_SECRET_FLAG = re.compile(r"^--?[\w.-]*(password|secret|token|key)[\w.-]*$", re.IGNORECASE)
 
 
-def data_plane_args(cfg: JobConfig, bootstrap: str, db_url: str) -> list[str]:
-    """Arguments of the data-plane entry point (`spark_jobs.cli run` and `spark_jobs/main.py`)."""
+class LaunchError(RuntimeError):
+    """The job cannot be launched as configured; the message says what to change."""
+
+
+def redact(argv: list[str]) -> list[str]:
+    """argv fit for logs and stored events: URL passwords and the values of secret-named flags masked."""
+    out: list[str] = []
+    for i, arg in enumerate(argv):
+        if i and _SECRET_FLAG.match(argv[i - 1]) and "=" not in argv[i - 1]:
+            out.append("***")
+            continue
+        flag, eq, value = arg.partition("=")
+        if eq and _SECRET_FLAG.match(flag):
+            out.append(f"{flag}=***")
+            continue
+        out.append(_URL_PASSWORD.sub(r"\1***@", arg))
+    return out
+
+
+def data_plane_args(cfg: JobConfig, bootstrap: str) -> list[str]:
+    """Arguments of the data-plane entry point (`spark_jobs.cli run` and `spark_jobs/main.py`).
+
+    No `--db-url`: the job reads BALLAST_DB_URL from its environment (see `launch`)."""
     return [
         "--job", cfg.job, "--operator", cfg.operator, "--input-topic", cfg.input_topic,
         "--bins", str(cfg.bins), "--workers", str(cfg.initial_workers),
-        "--checkpoint-dir", cfg.resolved_checkpoint_dir(), "--bootstrap", bootstrap, "--db-url", db_url,
+        "--checkpoint-dir", cfg.resolved_checkpoint_dir(), "--bootstrap", bootstrap,
         *cfg.extra_args,
     ]
 
 
-def cli_command(cfg: JobConfig, bootstrap: str, db_url: str) -> list[str]:
-    return [sys.executable, "-m", "spark_jobs.cli", "run", *data_plane_args(cfg, bootstrap, db_url)]
+def cli_command(cfg: JobConfig, bootstrap: str) -> list[str]:
+    return [sys.executable, "-m", "spark_jobs.cli", "run", *data_plane_args(cfg, bootstrap)]
 
 
-def spark_submit_command(cfg: JobConfig, bootstrap: str, db_url: str) -> list[str]:
-    """spark-submit command line from the provider's hook and the `spark_conn_id` connection (master, binary).
+def spark_submit_kwargs(cfg: JobConfig, bootstrap: str) -> dict[str, Any]:
+    """Keyword arguments of the provider's `SparkSubmitHook` for this job (JSON-serializable).
 
-    `py_files` ships the three packages to the executors (spark_jobs/ship.py's archive)."""
-    from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
-
+    `py_files` ships the three packages to the executors (spark_jobs/ship.py's archive); `jars`
+    gives the driver the Kafka connector when this machine has it (`make setup`), else the Spark
+    installation must carry it (docker/spark.Dockerfile, docker/airflow.Dockerfile)."""
+    from spark_jobs.session import CONNECTOR_JARS
     from spark_jobs.ship import job_archive
 
-    hook = SparkSubmitHook(
-        conn_id=cfg.spark_conn_id, name=f"ballast-{cfg.job}",
-        application_args=data_plane_args(cfg, bootstrap, db_url),
-        conf={"spark.pyspark.python": sys.executable, "spark.pyspark.driver.python": sys.executable},
-        py_files=str(job_archive()),
-    )
-    return hook._build_spark_submit_command(str(REPO / "spark_jobs" / "main.py"))
+    jars = sorted(str(p) for p in CONNECTOR_JARS.glob("*.jar"))
+    return {
+        "conn_id": cfg.spark_conn_id, "name": f"ballast-{cfg.job}",
+        "application_args": ["run", *data_plane_args(cfg, bootstrap)],
+        "conf": {"spark.pyspark.python": sys.executable, "spark.pyspark.driver.python": sys.executable},
+        "py_files": str(job_archive()), "jars": ",".join(jars) or None,
+    }
+
+
+def _spark_connection_env(conn_id: str) -> dict[str, str]:
+    """The Spark connection for the detached launcher, which runs outside the task's context.
+
+    Resolved here (in the task, where Airflow's secrets are reachable) and handed over as
+    AIRFLOW_CONN_<ID>. Cluster deploy mode is refused: the driver would start on the cluster
+    without this environment, and its secrets would have to go on the spark-submit command line."""
+    var = f"AIRFLOW_CONN_{conn_id.upper()}"
+    from airflow.sdk import BaseHook
+    from airflow.sdk.exceptions import AirflowNotFoundException
+
+    try:
+        conn = BaseHook.get_connection(conn_id)
+    except AirflowNotFoundException as exc:
+        raise LaunchError(f"launcher spark-submit needs the Airflow connection {conn_id!r} (the Spark master, "
+                          f"e.g. spark://host:7077 or local[2]): create it, or set {var}") from exc
+    if (conn.extra_dejson.get("deploy-mode") or "client") != "client":
+        raise LaunchError(f"connection {conn_id!r} asks for deploy-mode {conn.extra_dejson['deploy-mode']!r}: Ballast "
+                          "launches in client mode (Spark standalone runs Python apps in client mode only, and the "
+                          "job's secrets reach the driver by environment); remove the deploy-mode extra")
+    return {} if var in os.environ else {var: conn.as_json()}
+
+
+def launcher_command(cfg: JobConfig, bootstrap: str) -> tuple[list[str], dict[str, str]]:
+    """The detached command for `cfg.launcher` and the extra environment it needs."""
+    if cfg.launcher == "cli":
+        return cli_command(cfg, bootstrap), {}
+    spec = {"hook": spark_submit_kwargs(cfg, bootstrap), "application": str(REPO / "spark_jobs" / "main.py")}
+    from ballast.launch import ENV_SUBMIT
+
+    env = {ENV_SUBMIT: json.dumps(spec), **_spark_connection_env(cfg.spark_conn_id)}
+    here = Path(sys.executable).parent  # pyspark's own spark-submit when none is on PATH
+    if not shutil.which("spark-submit") and (here / "spark-submit").exists():
+        env["PATH"] = f"{here}{os.pathsep}{os.environ.get('PATH', '')}"
+    return [sys.executable, "-m", "ballast.launch", "--job", cfg.job], env
 
 
 def _pid_file(cfg: JobConfig) -> Path:
-    return cfg.state_dir() / "driver.pid"
+    return cfg.state_dir() / PID_FILE
+
+
+def _alive(pid: int) -> bool:
+    """Running (not a zombie; an exited child of this very process is reaped here)."""
+    try:
+        if os.waitpid(pid, os.WNOHANG)[0] == pid:
+            return False
+    except ChildProcessError:
+        pass
+    try:
+        os.kill(pid, 0)
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (ProcessLookupError, PermissionError):
+        return False
+    except OSError:
+        return True  # no /proc (macOS): kill(0) said enough
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
+def _runs_job(pid: int, job: str) -> bool:
+    """Does `pid` still run this job (`--job <job>` in its argv)? Guards against a reused pid."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True  # no /proc (macOS): trust the pid file
+    return any(a == "--job" and b == job for a, b in zip(argv, argv[1:]))
+
+
+def launched_pid(pid_file: Path, job: str) -> int | None:
+    """The pid recorded in `pid_file` if it is alive and still runs `job`; else None (never signalled)."""
+    try:
+        pid = int(pid_file.read_text().strip())
+    except (FileNotFoundError, ValueError):
+        return None
+    return pid if _alive(pid) and _runs_job(pid, job) else None
 
 
 def _our_process(cfg: JobConfig) -> int | None:
-    """The pid we launched for this job if it is still alive and still runs this job."""
-    try:
-        pid = int(_pid_file(cfg).read_text().strip())
-        os.kill(pid, 0)
-    except (FileNotFoundError, ValueError, ProcessLookupError, PermissionError):
-        return None
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return pid  # no /proc (macOS): trust the pid file
-    if "--job" in cmdline and cfg.job in cmdline:
-        return pid
-    return None  # pid reused by something else: never touch it
+    return launched_pid(_pid_file(cfg), cfg.job)
 
 
 def launch(cfg: JobConfig, bootstrap: str, db_url: str, reason: str, security: KafkaSecurity | None = None) -> int:
-    """Start the driver detached; record pid file and a `launch` event. Returns the pid.
+    """Start the driver (or the spark-submit launcher) detached; record pid file and a `launch` event.
 
-    `security` (SASL/TLS of the `ballast_kafka` connection) reaches the job as BALLAST_KAFKA_CONFIG;
-    the job's control keys come from BALLAST_CONTROL_KEYS in this environment (or its extra_args)."""
+    The DB URL reaches the job as BALLAST_DB_URL and `security` (SASL/TLS of the `ballast_kafka`
+    connection) as BALLAST_KAFKA_CONFIG; the job's control keys come from BALLAST_CONTROL_KEYS in
+    this environment (or its extra_args). Returns the pid (the process group leader)."""
     from ballast.emitter import ensure_control_topics
 
     ensure_control_topics(bootstrap, cfg.job, security=security)
-    cmd = cli_command(cfg, bootstrap, db_url) if cfg.launcher == "cli" else spark_submit_command(cfg, bootstrap, db_url)
+    cmd, extra_env = launcher_command(cfg, bootstrap)
     state = cfg.state_dir()
     state.mkdir(parents=True, exist_ok=True)
     logfile = state / "driver.log"
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "BALLAST_DB_URL": db_url,
-           "BALLAST_KAFKA_BOOTSTRAP": bootstrap, **(security.env() if security else {})}
+           "BALLAST_KAFKA_BOOTSTRAP": bootstrap, **(security.env() if security else {}), **extra_env}
     with open(logfile, "ab") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                                 cwd=REPO, start_new_session=True)
     _pid_file(cfg).write_text(str(proc.pid))
+    shown = redact(cmd)
+    details: dict[str, Any] = {"pid": proc.pid, "cmd": shown, "log": str(logfile), "launcher": cfg.launcher}
+    if cfg.launcher == "spark-submit":
+        details["application_args"] = redact(["run", *data_plane_args(cfg, bootstrap)])
     repo.add_event(db_url, cfg.job, cfg.operator, "info", "launch",
-                   f"launched {cfg.job} (pid {proc.pid}, {cfg.launcher}): {reason}",
-                   details={"pid": proc.pid, "cmd": cmd, "log": str(logfile)})
-    log.info("launched %s as pid %d (%s); driver log: %s\n  %s", cfg.job, proc.pid, reason, logfile, " ".join(cmd))
+                   f"launched {cfg.job} (pid {proc.pid}, {cfg.launcher}): {reason}", details=details)
+    log.info("launched %s as pid %d (%s); driver log: %s\n  %s", cfg.job, proc.pid, reason, logfile, " ".join(shown))
     return proc.pid
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes of the process group `pgid`, from /proc ([] without /proc)."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            out.append(int(stat.parent.name))
+    return out
+
+
+def _terminate(pid: int, timeout_s: float) -> str:
+    """SIGTERM to the process group led by `pid`, SIGKILL after `timeout_s`; says which it took.
+
+    Waits for the whole group (the JVM of a PySpark driver outlives its Python parent briefly)."""
+    def gone() -> bool:
+        return not _alive(pid) and not group_members(pid)
+
+    try:
+        os.killpg(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return "already gone"
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if gone():
+            return "SIGTERM"
+        time.sleep(0.3)
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return "SIGTERM"
+    while not gone() and time.monotonic() < deadline + 10:
+        time.sleep(0.1)
+    return f"SIGKILL after {timeout_s:.0f}s"
 
 
 def stop(cfg: JobConfig, timeout_s: float = 30.0) -> bool:
@@ -108,18 +243,26 @@ def stop(cfg: JobConfig, timeout_s: float = 30.0) -> bool:
     pid = _our_process(cfg)
     if pid is None:
         return False
-    os.killpg(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            break
-        time.sleep(0.5)
-    else:
-        os.killpg(pid, signal.SIGKILL)
+    _terminate(pid, timeout_s)
     _pid_file(cfg).unlink(missing_ok=True)
     return True
+
+
+def stop_all(state_base: Path, timeout_s: float = 30.0) -> list[str]:
+    """Stop every job launched under `state_base` (<BALLAST_STATE_DIR>/jobs/<job>/driver.pid).
+
+    What `make down` calls: by pid file only, and only a process whose argv still names its job.
+    Returns one line per pid file: what was stopped and how, or why nothing was signalled."""
+    said: list[str] = []
+    for pid_file in sorted((state_base / "jobs").glob(f"*/{PID_FILE}")):
+        job = pid_file.parent.name
+        pid = launched_pid(pid_file, job)
+        if pid is None:
+            said.append(f"job {job}: not running (stale pid file removed)")
+        else:
+            said.append(f"job {job}: stopped pid {pid} and its process group ({_terminate(pid, timeout_s)})")
+        pid_file.unlink(missing_ok=True)
+    return said
 
 
 @dataclass(frozen=True)

@@ -1,16 +1,29 @@
-"""The hooks' defaults and the supervisor's health verdicts (the console: test_console.py)."""
+"""The hooks' defaults, the supervisor's health verdicts, and real launches: a job started through
+each launcher (`cli`, and `spark-submit` through the provider's SparkSubmitHook.submit) with a
+metrics-DB URL that carries a password keeps that password off every command line and out of the
+events, and `stack.py down` stops it (the console: test_console.py)."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import pytest
+from sqlalchemy import select
 
-from ballast.config import get_job
+from ballast.config import JobConfig, get_job
 from migrations_db import models as m
-from migrations_db.db import session_scope
+from migrations_db.db import migrate, session_scope
 
 pytestmark = pytest.mark.controlplane
+REPO = Path(__file__).resolve().parents[2]
+PASSWORD = "s3cret-" + uuid.uuid4().hex[:10]
 
 
 def test_hooks_fall_back_to_environment_without_connections(airflow_db, monkeypatch):
@@ -48,6 +61,84 @@ def test_data_plane_command_line(jobs_file, unique_name):
     from ballast import supervisor
 
     jobs_file(bins=16)
-    cmd = supervisor.cli_command(get_job(unique_name), "127.0.0.1:9092", "sqlite:////x.db")
-    assert cmd[1:4] == ["-m", "spark_jobs.cli", "run"]
+    cmd = supervisor.cli_command(get_job(unique_name), "127.0.0.1:9092")
+    assert cmd[1:4] == ["-m", "spark_jobs.cli", "run"] and "--db-url" not in cmd
     assert cmd[cmd.index("--bins") + 1] == "16" and cmd[cmd.index("--input-topic") + 1] == f"{unique_name}.in"
+
+
+def test_redact_masks_url_passwords_and_secret_flags():
+    from ballast.supervisor import redact
+
+    argv = ["x", "--url", "postgresql://u:pw1@h:5432/d", "--sasl-password", "pw2", "--api-token=pw3", "--bins", "8"]
+    shown = " ".join(redact(argv))
+    assert not any(p in shown for p in ("pw1", "pw2", "pw3"))
+    assert "postgresql://u:***@h:5432/d" in shown and "--bins 8" in shown
+
+
+@pytest.fixture(scope="module")
+def secret_db_url(tmp_path_factory):  # type: ignore[no-untyped-def]
+    """A migrated database on its own PostgreSQL cluster, addressed by a URL with a password
+    (the cluster trusts loopback, so the password is accepted: the job connects with this URL)."""
+    stack = sys.modules["ballast_stack"]  # loaded by tests/conftest.py
+    pg = stack.Postgres(tmp_path_factory.mktemp("pg-sup"), stack.free_port(), name="pg-sup")
+    try:
+        pg.up()
+    except stack.StackError as exc:
+        pytest.fail(f"PostgreSQL could not start: {exc}")
+    url = pg.url.replace("ballast@", f"ballast:{PASSWORD}@")
+    migrate(url)
+    yield url
+    pg.down()
+    pg.clean()
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("launcher", ["cli", "spark-submit"])
+def test_launch_keeps_secrets_off_argv_and_events_and_stack_down_stops_it(
+        launcher, secret_db_url, kafka_bootstrap, make_topics, unique_name, tmp_path, monkeypatch, airflow_db):
+    from ballast import repository as repo
+    from ballast import supervisor
+
+    state = tmp_path / "state"
+    monkeypatch.setenv("BALLAST_STATE_DIR", str(state))
+    monkeypatch.setenv("AIRFLOW_CONN_BALLAST_TEST_LOCAL_SPARK", json.dumps({"conn_type": "spark", "host": "local[2]"}))
+    job = unique_name[-20:].strip("-")
+    make_topics({f"{job}.in": 2})
+    cfg = JobConfig(job=job, operator="keycount", input_topic=f"{job}.in", bins=16, launcher=launcher,
+                    spark_conn_id="ballast_test_local_spark")
+    pid = supervisor.launch(cfg, kafka_bootstrap, secret_db_url, reason="test")
+    try:
+        deadline = time.time() + 240
+        while repo.heartbeat(secret_db_url, job, "keycount") is None:  # only a driver with the URL can write it
+            assert supervisor.group_members(pid), (state / "jobs" / job / "driver.log").read_text()[-3000:]
+            assert time.time() < deadline, "no heartbeat in 240 s"
+            time.sleep(2)
+        members = supervisor.group_members(pid)
+        drivers = [p for p in members if "spark_jobs" in _cmdline(p)]
+        assert drivers, [_cmdline(p) for p in members]
+        if launcher == "spark-submit":  # the hook's spark-submit JVM runs under our launcher
+            assert "ballast.launch" in _cmdline(pid)
+            assert any("org.apache.spark.deploy.SparkSubmit" in _cmdline(p) for p in members)
+        for p in members:
+            assert PASSWORD not in _cmdline(p), f"password on the command line of pid {p}: {_cmdline(p)}"
+        environ = Path(f"/proc/{drivers[-1]}/environ").read_bytes().decode(errors="replace")
+        assert f"BALLAST_DB_URL={secret_db_url}" in environ  # it reached the driver by environment
+        with session_scope(secret_db_url) as s:
+            stored = json.dumps([(e.kind, e.message, e.details) for e in s.scalars(select(m.Event)).all()])
+        assert "launch" in stored and PASSWORD not in stored
+        launch = repo.events(secret_db_url, job, "keycount", kind="launch")[0]
+        assert launch.details["pid"] == pid and "--db-url" not in launch.details["cmd"]
+    finally:
+        env = {**os.environ, "BALLAST_STATE_DIR": str(state)}
+        down = subprocess.run([sys.executable, "scripts/stack.py", "down", "jobs"], cwd=REPO, env=env,
+                              capture_output=True, text=True, timeout=120)
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert f"job {job}: stopped pid {pid}" in down.stdout, down.stdout
+    assert not supervisor.group_members(pid) and not (state / "jobs" / job / "driver.pid").exists()

@@ -138,6 +138,5 @@ def test_spark_submit_launch_ships_the_archive(monkeypatch):
     monkeypatch.setenv("AIRFLOW_CONN_BALLAST_TEST_SPARK", "spark://local")
     cfg = JobConfig(job="j", operator="op", input_topic="t", launcher="spark-submit",
                     spark_conn_id="ballast_test_spark")
-    cmd = supervisor.spark_submit_command(cfg, "127.0.0.1:9092", "sqlite:////x.db")
-    shipped = Path(cmd[cmd.index("--py-files") + 1])
+    shipped = Path(supervisor.spark_submit_kwargs(cfg, "127.0.0.1:9092")["py_files"])
     assert shipped == ship.job_archive() and shipped.is_file()

@@ -86,3 +86,33 @@ def test_missing_java_is_a_clear_error(isolated_env):
     res = subprocess.run([sys.executable, "scripts/stack.py", "up", "kafka"], cwd=REPO, env=env,
                          capture_output=True, text=True, timeout=60)
     assert res.returncode == 1 and "Java is missing" in res.stdout
+
+
+def test_down_signals_only_processes_that_still_run_their_job(tmp_path):
+    """`down`'s job stop goes by pid file and checks the argv: a pid file whose pid now runs something
+    else (pid reuse) is removed without a signal; one that runs its job is stopped with its group."""
+    jobs = tmp_path / "state" / "jobs"
+    (jobs / "gone").mkdir(parents=True)
+    (jobs / "reused").mkdir()
+    (jobs / "alive").mkdir()
+    stranger = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    ours = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)", "--job", "alive"],
+                            start_new_session=True)
+    try:
+        (jobs / "gone" / "driver.pid").write_text("999999999")
+        (jobs / "reused" / "driver.pid").write_text(str(stranger.pid))
+        (jobs / "alive" / "driver.pid").write_text(str(ours.pid))
+        env = {**os.environ, "BALLAST_STATE_DIR": str(tmp_path / "state")}
+        res = subprocess.run([sys.executable, "scripts/stack.py", "down", "jobs"], cwd=REPO, env=env,
+                             capture_output=True, text=True, timeout=60)
+        assert res.returncode == 0, res.stdout + res.stderr
+        assert f"job alive: stopped pid {ours.pid} and its process group (SIGTERM)" in res.stdout
+        assert "job reused: not running" in res.stdout and "job gone: not running" in res.stdout
+        assert ours.wait(timeout=10) == -15
+        assert stranger.poll() is None  # never signalled
+        assert not list(jobs.glob("*/driver.pid"))
+    finally:
+        stranger.kill()
+        ours.kill()
+        stranger.wait()
+        ours.wait()
