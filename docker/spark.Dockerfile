@@ -9,7 +9,7 @@ RUN apt-get update && apt-get install -y --no-install-recommends openjdk-17-jre-
     && rm -rf /var/lib/apt/lists/*
 COPY requirements.txt constraints.txt /tmp/ballast/
 RUN pip install --no-cache-dir "pyspark==4.2.0" pyarrow "pandas<3" lmdb rocksdict kafka-python SQLAlchemy \
-      psycopg2-binary -c /tmp/ballast/constraints.txt
+      psycopg2-binary pydantic pydantic-settings -c /tmp/ballast/constraints.txt
 RUN ln -s "$(python -c 'import pyspark,os;print(os.path.dirname(pyspark.__file__))')" /opt/spark
 COPY --from=jars /jars/ /opt/spark/jars/
 ENV SPARK_HOME=/opt/spark PYSPARK_PYTHON=python3 BALLAST_STATE_DIR=/var/lib/ballast

@@ -1,122 +1,166 @@
-"""The jobs Ballast manages, from one YAML file (default dags/ballast_jobs.yaml).
+"""The jobs Ballast manages, from one YAML file (default dags/ballast_jobs.yaml), validated by pydantic.
 
 One file, read by all three DAGs at parse time and by the tasks at run time, so the supervisor,
 the rebalancer and the manual migration never disagree about a job's topic, bins or bounds.
-Override the path with BALLAST_JOBS_FILE. Format and defaults: docs/airflow.md.
-No Airflow import here.
+Override the path with BALLAST_JOBS_FILE. Unknown keys and bad values are refused with a message
+that names the file, the job and the key, and says what is allowed. docs/airflow.md's key table is
+generated from these models (`python -m ballast.options_doc --write`). No Airflow import here.
 """
 
 from __future__ import annotations
 
-import os
-from dataclasses import asdict, dataclass, field, fields
+import difflib
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-REPO = Path(__file__).resolve().parents[2]
+from ballast.options import DEFAULT_MAX_WORKERS, REPO, ConfigError, EmitMode, Launcher, Order, Strategy, settings
+from ballast.policy.ds2 import Aggregation
+
+__all__ = ["REPO", "ConfigError", "JobConfig", "RebalanceConfig", "get_job", "jobs_file", "load_jobs", "schedules"]
+
 DEFAULT_FILE = REPO / "dags" / "ballast_jobs.yaml"
+_STRICT = ConfigDict(frozen=True, extra="forbid")
 
 
-class ConfigError(ValueError):
-    """The jobs file is wrong; the message names the file, the job and the key."""
-
-
-@dataclass(frozen=True)
-class RebalanceConfig:
+class RebalanceConfig(BaseModel):
     """Knobs of the scheduled rebalance (DS2, guards, placement, planning, emission)."""
 
-    window_epochs: int = 10  # epochs of metrics DS2 looks at
-    model: str = "microbatch"  # or "pipelined" (DS2 as published)
-    batch_budget_s: float = 1.0  # trigger interval, or target batch time for as-fast-as-possible
-    catch_up_s: float = 300.0  # drain the backlog within this time
-    aggregation: str = "sum"  # true rate over instances: sum (DS2) or max (Flink, skew-safe)
-    target_utilization: float = 0.7
-    utilization_band: float = 0.2
-    activation: int = 1
-    warmup_s: float = 60.0
-    warmup_epochs: int = 3
-    scale_down_delay_s: float = 600.0
-    skew_threshold: float = 0.5  # rebalance at equal W when max/mean worker load exceeds 1 + this
-    strategy: str = "batched"  # auto | all-at-once | fluid | batched
-    order: str = "hot-first"
-    step_size: int | None = None
-    byte_budget: int | None = None
-    gap_seconds: float = 0.0
-    pause_budget_ms: float = 200.0  # for strategy auto
-    emit_mode: str = "flow-control"  # or prepared-ahead
-    await_timeout_s: float = 600.0  # per plan; then the plan is failed and nothing more is sent
-    poll_interval_s: float = 2.0
+    model_config = _STRICT
+
+    window_epochs: int = Field(default=10, ge=1, description="epochs of metrics DS2 and the per-bin load look at")
+    model: Literal["microbatch", "pipelined"] = Field(
+        default="microbatch", description="DS2 model; `pipelined` is DS2 as published"
+    )
+    batch_budget_s: float = Field(
+        default=1.0, gt=0, description="trigger interval, or target batch time when as fast as possible"
+    )
+    catch_up_s: float = Field(default=300.0, gt=0, description="drain the backlog within this time")
+    aggregation: Aggregation = Field(
+        default="sum", description="true rate over instances: `sum` (DS2) or `max` (skew-safe)"
+    )
+    target_utilization: float = Field(default=0.7, gt=0, le=1, description="utilization the worker count aims at")
+    utilization_band: float = Field(default=0.2, description="no change while |utilization - target| <= band")
+    activation: int = Field(default=1, ge=1, description="act only after this many consecutive decisions agree")
+    warmup_s: float = Field(default=60.0, ge=0, description="ignore decisions this long after a change…")
+    warmup_epochs: int = Field(default=3, ge=0, description="…and for this many epochs")
+    scale_down_delay_s: float = Field(default=600.0, ge=0, description="a lower target must persist this long")
+    skew_threshold: float = Field(
+        default=0.5, ge=0, description="rebalance at equal W when max/mean worker load > 1 + this"
+    )
+    strategy: Strategy = Field(
+        default="batched", description="plan shape; `auto`: cheapest plan whose predicted pause fits"
+    )
+    order: Order = Field(default="hot-first", description="which bins move first")
+    step_size: int | None = Field(default=None, ge=1, description="bins per step (batched); null: the planner's choice")
+    byte_budget: int | None = Field(default=None, ge=1, description="state bytes per step; null: no limit")
+    gap_seconds: float = Field(default=0.0, ge=0, description="pause between steps")
+    pause_budget_ms: float = Field(
+        default=200.0, gt=0, description="largest predicted pause per step (strategy `auto`)"
+    )
+    emit_mode: EmitMode = Field(
+        default="flow-control",
+        description="`flow-control`: a step after the previous one's checkpoint; `prepared-ahead`: all at once, spaced",
+    )
+    await_timeout_s: float = Field(
+        default=600.0, gt=0, description="per plan; then the plan fails and nothing more is sent"
+    )
+    poll_interval_s: float = Field(default=2.0, gt=0, description="how often the await task polls the metrics DB")
 
 
-@dataclass(frozen=True)
-class JobConfig:
+class JobConfig(BaseModel):
     """One migratable operator of one streaming job and how to launch and supervise it."""
 
-    job: str
-    operator: str
-    input_topic: str
-    bins: int = 256
-    initial_workers: int = 1
-    min_workers: int = 1
-    max_workers: int = 8
-    checkpoint_dir: str = ""  # default: <BALLAST_STATE_DIR>/jobs/<job>/checkpoint
-    launcher: str = "cli"  # cli (python -m spark_jobs.cli run) | spark-submit (spark_default conn)
-    spark_conn_id: str = "spark_default"
-    heartbeat_timeout_s: float = 120.0  # a heartbeat older than this means the job is dead or stuck
-    startup_grace_s: float = 180.0  # after a launch, give the job this long to write a heartbeat
-    extra_args: tuple[str, ...] = ()  # appended to the data-plane command line
-    rebalance: RebalanceConfig = field(default_factory=RebalanceConfig)
+    model_config = _STRICT
+
+    job: str = Field(min_length=1, description="job name; topics `<job>.control`, `<job>.control.acks`")
+    operator: str = Field(min_length=1, description="the streaming operator (spark_jobs.operators) whose state moves")
+    input_topic: str = Field(min_length=1, description="Kafka topic the job reads")
+    bins: int = Field(default=256, description="state bins, a power of two, fixed at the first start")
+    initial_workers: int = Field(default=1, ge=1, description="W at the first start only")
+    min_workers: int = Field(default=1, ge=1, description="the rebalancer never goes below this")
+    max_workers: int = Field(default=DEFAULT_MAX_WORKERS, ge=1, description="…nor above this")
+    checkpoint_dir: str = Field(
+        default="", description="Spark's checkpoint dir; empty: `<state_dir>/jobs/<job>/checkpoint`"
+    )
+    launcher: Launcher = Field(
+        default="cli",
+        description="`cli` (python -m spark_jobs.cli run) or `spark-submit` (the `spark_conn_id` connection)",
+    )
+    spark_conn_id: str = Field(default="spark_default", description="Airflow connection of launcher `spark-submit`")
+    heartbeat_timeout_s: float = Field(
+        default=120.0, gt=0, description="an older heartbeat means the job is dead or stuck"
+    )
+    startup_grace_s: float = Field(
+        default=180.0, ge=0, description="after a launch, give the job this long to write a heartbeat"
+    )
+    extra_args: tuple[str, ...] = Field(default=(), description="appended to the data-plane command line")
+    rebalance: RebalanceConfig = Field(
+        default_factory=RebalanceConfig, description="the scheduled rebalance's knobs (keys `rebalance.*`)"
+    )
+
+    @field_validator("bins")
+    @classmethod
+    def _power_of_two(cls, b: int) -> int:
+        if b < 1 or b & (b - 1):
+            raise ValueError(f"bins must be a power of two (1, 2, 4, … 256, …), got {b}")
+        return b
+
+    @field_validator("extra_args", mode="before")
+    @classmethod
+    def _args_as_strings(cls, v: Any) -> Any:
+        return tuple(str(a) for a in v) if isinstance(v, (list, tuple)) else v
+
+    @model_validator(mode="after")
+    def _worker_bounds(self) -> JobConfig:
+        if not self.min_workers <= self.initial_workers <= self.max_workers:
+            raise ValueError(
+                f"need 1 <= min_workers ({self.min_workers}) <= initial_workers ({self.initial_workers})"
+                f" <= max_workers ({self.max_workers})"
+            )
+        return self
 
     def state_dir(self) -> Path:
-        base = Path(os.environ.get("BALLAST_STATE_DIR", REPO / ".state"))
-        return base / "jobs" / self.job
+        """<BALLAST_STATE_DIR>/jobs/<job>: pid file, logs and the default checkpoint dir."""
+        return settings().jobs_state_dir(self.job)
 
     def resolved_checkpoint_dir(self) -> str:
         return self.checkpoint_dir or str(self.state_dir() / "checkpoint")
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return self.model_dump()
 
 
-def _build(cls: type, raw: dict[str, Any], where: str) -> Any:
-    known = {f.name: f for f in fields(cls)}
-    unknown = sorted(set(raw) - set(known))
-    if unknown:
-        raise ConfigError(f"{where}: unknown key(s) {unknown}; known: {sorted(known)}")
-    return raw
+def _explain(exc: ValidationError, where: str, job: str | None) -> ConfigError:
+    """One line per problem: file, job, dotted key, what is wrong and what is allowed."""
+    lines = []
+    for err in exc.errors():
+        key = ".".join(str(p) for p in err["loc"])
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            model = RebalanceConfig if key.startswith("rebalance.") else JobConfig
+            near = difflib.get_close_matches(key.rsplit(".", 1)[-1], model.model_fields, n=1)
+            hint = f"did you mean {near[0]!r}? " if near else ""
+            msg = f"unknown key; {hint}allowed: {', '.join(model.model_fields)}"
+        elif err["type"] == "missing":
+            msg = "required key is missing"
+        lines.append(f"{where}{f' (job {job!r})' if job else ''}: {f'{key}: ' if key else ''}{msg}")
+    return ConfigError("\n".join(lines))
 
 
 def _job(raw: Any, where: str) -> JobConfig:
     if not isinstance(raw, dict):
-        raise ConfigError(f"{where}: each job must be a mapping")
-    raw = dict(_build(JobConfig, raw, where))
-    for key in ("job", "operator", "input_topic"):
-        if not raw.get(key):
-            raise ConfigError(f"{where}: {key!r} is required")
-    rb = dict(_build(RebalanceConfig, raw.pop("rebalance", None) or {}, f"{where}.rebalance"))
-    raw["extra_args"] = tuple(str(a) for a in raw.get("extra_args", ()))
+        raise ConfigError(f"{where}: each job must be a mapping of keys (job, operator, input_topic, …)")
     try:
-        cfg = JobConfig(**raw, rebalance=RebalanceConfig(**rb))
-    except TypeError as exc:
-        raise ConfigError(f"{where}: {exc}") from exc
-    b = cfg.bins
-    if b < 1 or b & (b - 1):
-        raise ConfigError(f"{where}: bins must be a power of two, got {b}")
-    if not 1 <= cfg.min_workers <= cfg.initial_workers <= cfg.max_workers:
-        raise ConfigError(f"{where}: need 1 <= min_workers <= initial_workers <= max_workers")
-    if cfg.launcher not in ("cli", "spark-submit"):
-        raise ConfigError(f"{where}: launcher must be 'cli' or 'spark-submit'")
-    if cfg.rebalance.strategy not in ("auto", "all-at-once", "fluid", "batched"):
-        raise ConfigError(f"{where}: rebalance.strategy must be auto, all-at-once, fluid or batched")
-    if cfg.rebalance.emit_mode not in ("flow-control", "prepared-ahead"):
-        raise ConfigError(f"{where}: rebalance.emit_mode must be flow-control or prepared-ahead")
-    return cfg
+        return JobConfig.model_validate(raw)
+    except ValidationError as exc:
+        raise _explain(exc, where, raw.get("job") if isinstance(raw.get("job"), str) else None) from None
 
 
 def jobs_file() -> Path:
-    return Path(os.environ.get("BALLAST_JOBS_FILE", DEFAULT_FILE))
+    return settings().jobs_file
 
 
 def load_jobs(path: str | Path | None = None) -> dict[str, JobConfig]:
@@ -132,7 +176,7 @@ def load_jobs(path: str | Path | None = None) -> dict[str, JobConfig]:
     for i, raw in enumerate(items):
         cfg = _job(raw, f"{p}: jobs[{i}]")
         if cfg.job in out:
-            raise ConfigError(f"{p}: job {cfg.job!r} appears twice")
+            raise ConfigError(f"{p}: job {cfg.job!r} appears twice; job names must be unique")
         out[cfg.job] = cfg
     return out
 

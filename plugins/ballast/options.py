@@ -1,0 +1,171 @@
+"""Every environment knob of Ballast, declared once: name, type, default, variable, meaning.
+
+Why one module: the same variable used to be read (with its own default) in up to five places, and
+only a few were documented. Code reads `settings().<field>`; README's configuration table is
+generated from `Settings` (`python -m ballast.options_doc --write`) and a test keeps them equal, and
+another test fails when code reads a `BALLAST_*` variable that is not declared here.
+
+Per-job knobs live in the jobs file (`ballast.config`); the names both share (strategy, order,
+emission mode, launcher) are the `Literal`s here or in the policy. Framework-free: no Airflow, no
+Spark (the data plane imports it too). `settings()` re-reads the environment on every call, so a
+test's or a task's environment change is seen; it is cheap.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, ValidationError
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from ballast.policy.planner import ORDERS, STRATEGIES, Order, Strategy
+
+REPO = Path(__file__).resolve().parents[2]
+ENV_PREFIX = "BALLAST_"
+DEFAULT_MAX_WORKERS = 8
+
+EmitMode = Literal["flow-control", "prepared-ahead"]
+EMIT_MODES: tuple[EmitMode, ...] = ("flow-control", "prepared-ahead")
+Launcher = Literal["cli", "spark-submit"]
+LAUNCHERS: tuple[Launcher, ...] = ("cli", "spark-submit")
+KafkaAuth = Literal["none", "scram"]
+
+__all__ = [
+    "DEFAULT_MAX_WORKERS",
+    "EMIT_MODES",
+    "ENV_PREFIX",
+    "LAUNCHERS",
+    "ORDERS",
+    "REPO",
+    "STRATEGIES",
+    "ConfigError",
+    "EmitMode",
+    "KafkaAuth",
+    "Launcher",
+    "Order",
+    "Settings",
+    "Strategy",
+    "env_var",
+    "settings",
+]
+
+
+class ConfigError(ValueError):
+    """A knob has a bad value; the message names where it came from and what is allowed."""
+
+
+class Settings(BaseSettings):
+    """The environment knobs. Field order is the README table's order."""
+
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, env_ignore_empty=True, extra="ignore", frozen=True)
+
+    # where things live
+    state_dir: Path = Field(default=REPO / ".state", description="services' data, Airflow home, checkpoints, logs")
+    cache_dir: Path = Field(
+        default=REPO / ".cache", description="downloads (Kafka, Spark's Kafka connector jars) and built wheels"
+    )
+    jobs_file: Path = Field(default=REPO / "dags" / "ballast_jobs.yaml", description="the jobs file (docs/airflow.md)")
+    venv: Path = Field(default=REPO / ".venv", description="virtualenv `make setup` creates and installs into")
+    # services the control and data plane talk to
+    db_url: str | None = Field(
+        default=None,
+        description="metrics DB, any SQLAlchemy URL (e.g. `postgresql+psycopg2://…`); "
+        "unset: `sqlite:///<state_dir>/metrics.db`",
+    )
+    kafka_bootstrap: str = Field(
+        default="127.0.0.1:9092",
+        description="Kafka bootstrap servers when no `ballast_kafka` "
+        "connection is defined (and the jobs' `--bootstrap`)",
+    )
+    kafka_config: str | None = Field(
+        default=None, description="JSON of Kafka client security properties (SASL/TLS); unset: PLAINTEXT"
+    )
+    control_keys: str | None = Field(
+        default=None,
+        description="job side: JSON `{kid: secret}` of accepted control keys; unset: unsigned control messages",
+    )
+    control_signing_key: str | None = Field(
+        default=None,
+        description='controller side without Airflow: JSON `{"kid": …, "secret": …}` that signs control steps',
+    )
+    submit: str | None = Field(
+        default=None,
+        description="internal: the spark-submit request the supervisor hands to `ballast.launch` (JSON, no secrets)",
+    )
+    # the local stack (scripts/stack.py, `make up`)
+    kafka_port: int = Field(default=9092, description="local broker's client port (127.0.0.1)")
+    kafka_controller_port: int = Field(default=9093, description="local broker's KRaft controller port")
+    kafka_auth: KafkaAuth | None = Field(
+        default=None,
+        description="local broker's client auth (`none` | `scram`); "
+        "unset: the mode its data was formatted in, else `none`",
+    )
+    airflow_port: int = Field(default=8080, description="Airflow UI/API port")
+    airflow_password: str = Field(default="ballast", description="admin password of the local Airflow")
+    pg_port: int = Field(default=55432, description="port of the PostgreSQL the tests start")
+    jwt_secret: str = Field(
+        default="change-me-in-production", description="docker compose only: Airflow API's JWT secret"
+    )
+    # Spark
+    spark_master: str = Field(
+        default="local[2]", validation_alias="SPARK_MASTER", description="Spark master for jobs and tests"
+    )
+    driver_memory: str = Field(default="2g", description="`spark.driver.memory` of the jobs' sessions")
+    driver_host: str | None = Field(
+        default=None,
+        description="driver address executors connect to; unset: 127.0.0.1 for "
+        "`local[*]` masters, else Spark's default",
+    )
+    shuffle_partitions: int = Field(default=4, ge=1, description="`spark.sql.shuffle.partitions`")
+    spark_log_level: str = Field(default="WARN", description="log level of the SparkContext")
+    spark_daemon_memory: str = Field(
+        default="512m", description="memory of the local standalone cluster's master and workers"
+    )
+    spark_cluster: str | None = Field(
+        default=None,
+        description="internal: tag that marks the processes of one local standalone cluster (scripts/spark_cluster.py)",
+    )
+    cache_map_bytes: int = Field(
+        default=1 << 30, ge=1 << 20, description="initial LMDB map size of a worker's state cache"
+    )
+    cache_max_map_bytes: int = Field(
+        default=1 << 40, ge=1 << 20, description="LMDB map size a worker's cache may grow to"
+    )
+    # logs, tests, demo
+    log_level: str = Field(default="INFO", description="log level of the data-plane CLI")
+    faults_file: Path | None = Field(
+        default=None, description="tests: file of `<point> <n>` lines, the n-th pass of a fault point kills the process"
+    )
+    faults_kill_group: bool = Field(
+        default=False, description="tests: a fault kills the whole process group, not just the process"
+    )
+    ui_shots: Path | None = Field(default=None, description="tests: also copy the console screenshots here")
+    demo_rate: float = Field(default=20000.0, gt=0, description="records/s the demo's load generator sends")
+
+    def metrics_db_url(self) -> str:
+        """`db_url`, else the SQLite file under the state dir (so a laptop needs no DB server)."""
+        return self.db_url or f"sqlite:///{self.state_dir / 'metrics.db'}"
+
+    def jobs_state_dir(self, job: str) -> Path:
+        """<state_dir>/jobs/<job>: the job's pid file, logs and default checkpoint dir."""
+        return self.state_dir / "jobs" / job
+
+
+def env_var(name: str) -> str:
+    """The environment variable of field `name` (its alias, else BALLAST_<NAME>)."""
+    alias = Settings.model_fields[name].validation_alias
+    return alias if isinstance(alias, str) else ENV_PREFIX + name.upper()
+
+
+def settings() -> Settings:
+    """The knobs from the current environment; a bad value raises ConfigError naming the variable."""
+    try:
+        return Settings()
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            field = str(err["loc"][0]) if err["loc"] else "?"
+            var = env_var(field) if field in Settings.model_fields else field
+            problems.append(f"{var}={err.get('input')!r}: {err['msg']}")
+        raise ConfigError("bad environment: " + "; ".join(problems) + " (fix or unset the variable)") from None
