@@ -21,8 +21,8 @@ from ballast.policy.ds2 import Aggregation
 
 __all__ = ["REPO", "ConfigError", "JobConfig", "RebalanceConfig", "get_job", "jobs_file", "load_jobs", "schedules"]
 
-DEFAULT_FILE = REPO / "dags" / "ballast_jobs.yaml"
 _STRICT = ConfigDict(frozen=True, extra="forbid")
+TOP_LEVEL = frozenset({"jobs", "schedules"})
 
 
 class RebalanceConfig(BaseModel):
@@ -172,6 +172,9 @@ def load_jobs(path: str | Path | None = None) -> dict[str, JobConfig]:
     items = (doc.get("jobs") or []) if isinstance(doc, dict) else None
     if not isinstance(items, list):
         raise ConfigError(f"{p}: expected a top-level 'jobs:' list")
+    unknown = sorted(set(doc) - TOP_LEVEL)
+    if unknown:
+        raise ConfigError(f"{p}: unknown top-level key(s) {unknown}; allowed: {sorted(TOP_LEVEL)}")
     out: dict[str, JobConfig] = {}
     for i, raw in enumerate(items):
         cfg = _job(raw, f"{p}: jobs[{i}]")

@@ -141,6 +141,8 @@ def test_bad_value_is_refused_with_what_is_allowed(tmp_path: Path, body: str, ex
 
 
 def test_missing_required_key_and_duplicate_job(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"unknown top-level key\(s\) \['job'\]; allowed: \['jobs', 'schedules'\]"):
+        load_jobs(_write(tmp_path, "job: [{job: a, operator: k, input_topic: t}]\njobs: []\n"))
     with pytest.raises(ConfigError, match=r"jobs\[0\] \(job 'a'\): input_topic: required key is missing"):
         load_jobs(_write(tmp_path, "jobs: [{job: a, operator: k}]\n"))
     with pytest.raises(ConfigError, match=r"job 'a' appears twice"):
