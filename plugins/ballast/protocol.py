@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, Literal
+
+from ballast.errors import BallastError
 
 SCHEMA = "ballast.control/v1"
 ACK_SCHEMA = "ballast.ack/v1"
@@ -34,7 +36,7 @@ StepKind = Literal["moves", "map", "noop"]
 CheckpointStatus = Literal["applied", "rejected", "superseded"]
 
 
-class ProtocolError(ValueError):
+class ProtocolError(BallastError, ValueError):
     """A control message that cannot be understood; `reason` is what gets recorded."""
 
     def __init__(self, reason: str) -> None:
@@ -84,13 +86,13 @@ def message_key(job: str, operator: str) -> bytes:
 
 
 def utcnow() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def _iso(ts: datetime) -> str:
     if ts.tzinfo is None:
         raise ProtocolError("timestamps must be timezone-aware UTC")
-    return ts.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
+    return ts.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
 def _parse_ts(value: Any, name: str) -> datetime:
@@ -102,7 +104,7 @@ def _parse_ts(value: Any, name: str) -> datetime:
         ts = datetime.fromisoformat(value.replace("Z", "+00:00"))
         if ts.tzinfo is None:
             raise ProtocolError(f"{name} must carry a UTC offset: {brief(value)}")
-        return ts.astimezone(timezone.utc)
+        return ts.astimezone(UTC)
     except (ValueError, OverflowError) as exc:  # OverflowError: year 1 / 9999 shifted out of range
         raise ProtocolError(f"{name} is not ISO-8601 UTC: {brief(value)}") from exc
 
@@ -188,7 +190,7 @@ def _text(doc: dict[str, Any], name: str, limit: int, required: bool = True) -> 
     """A string field that the DB and the logs can take as is (bounded, no NUL, valid UTF-8)."""
     if not required and name not in doc:
         return ""
-    value = _req(doc, name, str)
+    value: str = _req(doc, name, str)
     if len(value) > limit:
         raise ProtocolError(f"field {name!r} is longer than {limit} characters ({len(value)})")
     if "\x00" in value:
@@ -287,7 +289,7 @@ def step_from_document(doc: dict[str, Any]) -> ControlStep:
         plan_id=plan_id,
         step=step,
         steps=steps,
-        kind=kind,  # type: ignore[arg-type]
+        kind=kind,
         moves=tuple(moves),
         workers=workers,
         map_version=map_version,
@@ -334,7 +336,7 @@ class Checkpoint:
         return json.dumps(self.to_dict(), sort_keys=True).encode()
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Checkpoint":
+    def from_dict(cls, d: dict[str, Any]) -> Checkpoint:
         d = {k: v for k, v in d.items() if k != "schema"}
         d["applied_at"] = _parse_ts(d["applied_at"], "applied_at") if d.get("applied_at") else None
         d["completed_at"] = _parse_ts(d["completed_at"], "completed_at")

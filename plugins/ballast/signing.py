@@ -30,6 +30,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from ballast.errors import BallastError
 from ballast.protocol import ControlStep, ProtocolError, brief
 
 ALG = "HMAC-SHA256"
@@ -47,7 +48,7 @@ class SignatureError(ProtocolError):
     """A message that fails authentication; `reason` is what the job records and echoes."""
 
 
-class KeyConfigError(ValueError):
+class KeyConfigError(BallastError, ValueError):
     """Keys that cannot be used (bad JSON, short secret, bad key id); the message says what to fix."""
 
 
@@ -85,11 +86,11 @@ class SigningKey:
             raise KeyConfigError(f"secret of key id {self.kid!r} is shorter than {MIN_SECRET_BYTES} bytes")
 
     @classmethod
-    def of(cls, kid: str, secret: str) -> "SigningKey":
+    def of(cls, kid: str, secret: str) -> SigningKey:
         return cls(_check_kid(kid), _secret_bytes(kid, secret))
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> "SigningKey | None":
+    def from_env(cls, env: Mapping[str, str] | None = None) -> SigningKey | None:
         """BALLAST_CONTROL_SIGNING_KEY = '{"kid": "...", "secret": "..."}' (None when unset)."""
         raw = (env if env is not None else os.environ).get(ENV_SIGNING_KEY)
         if not raw:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from ballast.policy.costmodel import CheckpointSample, CostModel, choose_plan, fit_cost_model, render_plan
+from ballast.policy.costmodel import CheckpointSample, CostModel, fit_cost_model, render_plan
 from ballast.policy.placement import uniform_map
-from ballast.policy.planner import plan_migration
+from ballast.policy.planner import choose_plan, plan_migration
 
 pytestmark = pytest.mark.controlplane
 

@@ -1,6 +1,8 @@
 """Ballast policy: the pure-Python brain of the control plane.
 
 collect (DAG) -> `evaluate` (DS2) -> `evaluate_guards` -> `place` -> `plan_migration` -> emit (DAG).
+Module imports run one way: plan (the shapes) <- costmodel <- planner; ds2, guards, placement
+stand alone (tests/policy/test_policy_imports.py imports each one alone).
 No Airflow, Spark, Kafka or SQLAlchemy import here, on purpose: the policy is unit-tested in
 milliseconds and the DAGs stay thin. Formulas and their tests: docs/policy.md.
 """
@@ -8,7 +10,6 @@ milliseconds and the DAGs stay thin. Formulas and their tests: docs/policy.md.
 from ballast.policy.costmodel import (
     CheckpointSample,
     CostModel,
-    choose_plan,
     fit_cost_model,
     render_plan,
 )
@@ -48,12 +49,14 @@ from ballast.policy.placement import (
     uniform_map,
     worker_loads,
 )
-from ballast.policy.planner import ORDERS, STRATEGIES, Plan, PlanStep, apply_moves, plan_migration
+from ballast.policy.plan import ORDERS, STRATEGIES, Plan, PlanStep, apply_moves
+from ballast.policy.planner import choose_plan, plan_migration
 
 __all__ = [
     "CheckpointSample", "CostModel", "choose_plan", "fit_cost_model", "render_plan",
     "Dataflow", "DS2Result", "EpochMetrics", "OperatorNode", "OperatorRates", "OperatorTarget",
-    "SourceLoad", "WorkerEpochMetrics", "backlog_growth", "bottleneck_outside_operators", "ds2_microbatch", "ds2_pipelined", "estimate_overhead_s",
+    "SourceLoad", "WorkerEpochMetrics", "backlog_growth", "bottleneck_outside_operators", "ds2_microbatch",
+    "ds2_pipelined", "estimate_overhead_s",
     "evaluate", "microbatch_duration_s", "microbatch_max_rate", "operator_rates", "source_load",
     "Decision", "GuardConfig", "GuardState", "Observation", "evaluate_guards", "record_change",
     "PlacementStats", "moved_bins", "place", "placement_stats", "uniform_map", "worker_loads",

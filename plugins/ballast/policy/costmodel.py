@@ -1,4 +1,4 @@
-"""Migration cost model fitted on recorded checkpoints, the `auto` strategy, and the dry run.
+"""Migration cost model fitted on recorded checkpoints, and the dry run's table.
 
 A step's pause is modelled as ms = a + b·bytes (+ c·keys): a fixed cost per step (the epoch that
 applies it does extra work) plus a transfer cost. Least squares on the job's own checkpoints; with
@@ -8,11 +8,10 @@ than a conservative guess.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
 
-if TYPE_CHECKING:
-    from ballast.policy.planner import Plan, PlanStep
+from ballast.policy.plan import Plan, PlanStep
 
 #: Defaults before any checkpoint: 50 ms per step + 100 MB/s, one epoch = one 0.5 s batch.
 DEFAULT_A_MS = 50.0
@@ -46,10 +45,10 @@ class CostModel:
             return 0.0
         return self.a_ms + self.b_ms_per_byte * bytes_ + self.c_ms_per_key * keys
 
-    def predict_step(self, step: "PlanStep") -> float:
+    def predict_step(self, step: PlanStep) -> float:
         return self.step_ms(step.bytes, step.keys, step.bins)
 
-    def predict_plan(self, plan: "Plan") -> tuple[float, float]:
+    def predict_plan(self, plan: Plan) -> tuple[float, float]:
         """(max step pause ms, total duration ms) = Σ pauses + (n−1)·gap + n·epoch."""
         pauses = [self.predict_step(s) for s in plan.steps]
         n = len(pauses)
@@ -109,53 +108,7 @@ def fit_cost_model(
     )
 
 
-def choose_plan(
-    current: Sequence[int],
-    map_version: int,
-    target: Sequence[int],
-    current_workers: int,
-    target_workers: int,
-    bin_bytes: Sequence[int],
-    bin_load: Sequence[float],
-    *,
-    model: CostModel,
-    pause_budget_ms: float,
-    order: str = "hot-first",
-    gap_s: float = 0.0,
-    bin_keys: Sequence[int] | None = None,
-) -> "Plan":
-    """`auto`: the fastest predicted plan whose worst step pause fits the budget; else fluid.
-
-    Candidates: all-at-once, batched, and batched with the byte budget the model says fits the
-    pause budget ((budget − a) / b). Ties go to the earlier (coarser) candidate.
-    """
-    from ballast.policy.planner import plan_migration
-
-    def mk(strategy: str, **kw: object) -> "Plan":
-        return plan_migration(
-            current, map_version, target, current_workers, target_workers, bin_bytes, bin_load,
-            strategy=strategy, order=order, gap_s=gap_s, bin_keys=bin_keys, **kw,  # type: ignore[arg-type]
-        )
-
-    candidates = [mk("all-at-once"), mk("batched")]
-    if model.b_ms_per_byte > 0 and pause_budget_ms > model.a_ms:
-        candidates.append(mk("batched", byte_budget=int((pause_budget_ms - model.a_ms) / model.b_ms_per_byte)))
-    best: tuple[float, int] | None = None
-    for i, p in enumerate(candidates):
-        worst, total = model.predict_plan(p)
-        if worst <= pause_budget_ms and (best is None or total < best[0]):
-            best = (total, i)
-    chosen = candidates[best[1]] if best else mk("fluid")
-    return _with_knobs(chosen, pause_budget_ms)
-
-
-def _with_knobs(plan: "Plan", pause_budget_ms: float) -> "Plan":
-    from dataclasses import replace
-
-    return replace(plan, knobs={**plan.knobs, "auto": 1.0, "pause_budget_ms": pause_budget_ms})
-
-
-def render_plan(plan: "Plan", model: CostModel) -> str:
+def render_plan(plan: Plan, model: CostModel) -> str:
     """Dry-run table a person reads before approving: one row per step, then totals."""
     head = (
         f"plan: {plan.strategy} ({plan.order}), workers {plan.from_workers}->{plan.to_workers}, "
@@ -171,7 +124,9 @@ def render_plan(plan: "Plan", model: CostModel) -> str:
         ))
     worst, total = model.predict_plan(plan)
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = [head] + ["  ".join(c.ljust(w) if i == 1 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in rows]
+    lines = [head] + [
+        "  ".join(c.ljust(w) if i == 1 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in rows
+    ]
     lines.append(
         f"total: {len(plan.steps)} steps, {plan.bins} bins, {plan.bytes:,} bytes, "
         f"max pause {worst:.0f} ms, predicted duration {total / 1000:.1f} s"

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Iterable, Literal, Mapping, Sequence
+from typing import Literal
 
 Aggregation = Literal["sum", "max"]
 
@@ -75,7 +76,7 @@ class Dataflow:
     operators: tuple[OperatorNode, ...]
 
     @staticmethod
-    def chain(source: str, operators: Sequence[tuple[str, int]]) -> "Dataflow":
+    def chain(source: str, operators: Sequence[tuple[str, int]]) -> Dataflow:
         """source -> op1 -> op2 ...; `operators` are (name, current parallelism)."""
         nodes, prev = [], source
         for name, p in operators:
@@ -330,8 +331,9 @@ def ds2_pipelined(
             )
             continue
         util = max(util, lam[op.name] / (op.parallelism * r.true_rate_per_instance))
-        p = op.parallelism if not op.adjustable else max(1, _ceil(lam[op.name] / (r.true_rate_per_instance * target_utilization)))
-        targets[op.name] = OperatorTarget(op.name, op.parallelism, p, lam[op.name], out[op.name], r.true_rate_per_instance)
+        rate = r.true_rate_per_instance
+        p = op.parallelism if not op.adjustable else max(1, _ceil(lam[op.name] / (rate * target_utilization)))
+        targets[op.name] = OperatorTarget(op.name, op.parallelism, p, lam[op.name], out[op.name], rate)
     return DS2Result(
         "pipelined", targets, util,
         inputs={"catch_up_s": catch_up_s, "target_utilization": target_utilization},

@@ -59,7 +59,7 @@ class GuardState:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any] | None) -> "GuardState":
+    def from_dict(cls, d: dict[str, Any] | None) -> GuardState:
         if not d:
             return cls()
         known = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}

@@ -9,8 +9,8 @@ the same map.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 _EPS = 1e-12
 
@@ -70,7 +70,7 @@ def _hot_bins(weights: Sequence[float], workers: int, tolerance: float) -> tuple
     moves and buy nothing the tolerance does not already allow.
     """
     order = sorted(range(len(weights)), key=lambda b: (-weights[b], b))
-    rest, hot = sum(weights), set()
+    rest, hot = sum(weights), set[int]()
     for b in order:
         k = len(hot)
         if k >= workers - 1 or weights[b] <= (1 + tolerance) * rest / (workers - k) + _EPS:

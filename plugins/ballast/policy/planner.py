@@ -13,75 +13,24 @@ step that drains the last bin off the retired workers; and step i expects map ve
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal, Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 
+from ballast.policy.costmodel import CostModel
+from ballast.policy.plan import ORDERS, STRATEGIES, Order, Plan, PlanStep, Strategy, apply_moves
 from ballast.protocol import Move
 
-if TYPE_CHECKING:
-    from ballast.policy.costmodel import CostModel
+# Plan, PlanStep and the strategy/order names live in policy.plan (the cost model needs them
+# too, and importing them from here would make the two modules import each other).
+__all__ = [
+    "ORDERS", "STRATEGIES", "Order", "Plan", "PlanStep", "Strategy", "apply_moves", "choose_plan", "plan_migration",
+]
 
-Strategy = Literal["all-at-once", "fluid", "batched", "auto"]
-Order = Literal["hot-first", "largest-first", "smallest-first", "by-id"]
-STRATEGIES = ("all-at-once", "fluid", "batched", "auto")
-ORDERS = ("hot-first", "largest-first", "smallest-first", "by-id")
-
-
-@dataclass(frozen=True)
-class PlanStep:
-    """One control step: moves, worker count after it, map version expected before it."""
-
-    step: int  # 1-based
-    moves: tuple[Move, ...]
-    workers: int
-    map_version: int
-    bytes: int = 0
-    keys: int = 0
-    effective_offset_s: float = 0.0  # "not before" = plan start + this
-
-    @property
-    def bins(self) -> int:
-        return len(self.moves)
-
-    @property
-    def kind(self) -> str:
-        """Protocol kind: a step without moves only changes the worker count."""
-        return "moves" if self.moves else "noop"
+MoveKey = Callable[[Move], tuple[float, ...]]
 
 
-@dataclass(frozen=True)
-class Plan:
-    """An ordered migration; `steps` compose from `current` to `target`."""
-
-    strategy: str
-    order: str
-    base_version: int
-    from_workers: int
-    to_workers: int
-    steps: tuple[PlanStep, ...]
-    gap_s: float = 0.0
-    knobs: dict[str, float] = field(default_factory=dict)
-
-    @property
-    def bins(self) -> int:
-        return sum(s.bins for s in self.steps)
-
-    @property
-    def bytes(self) -> int:
-        return sum(s.bytes for s in self.steps)
-
-
-def apply_moves(assignment: Sequence[int], moves: Sequence[Move]) -> list[int]:
-    """The map after a step; refuses a move whose source is not the bin's owner (as the job does)."""
-    out = list(assignment)
-    for m in moves:
-        if out[m.bin] != m.src:
-            raise ValueError(f"bin {m.bin} is on worker {out[m.bin]}, not {m.src}")
-        out[m.bin] = m.dst
-    return out
-
-
-def _priority(order: str, load: Sequence[float], size: Sequence[int]):  # type: ignore[no-untyped-def]
+def _priority(order: str, load: Sequence[float], size: Sequence[int]) -> MoveKey:
+    """The sort key of a move under `order` (ties broken by bin id, so plans are deterministic)."""
     if order == "hot-first":
         return lambda m: (-load[m.bin], -size[m.bin], m.bin)
     if order == "largest-first":
@@ -89,7 +38,7 @@ def _priority(order: str, load: Sequence[float], size: Sequence[int]):  # type: 
     if order == "smallest-first":
         return lambda m: (size[m.bin], load[m.bin], m.bin)
     if order == "by-id":
-        return lambda m: m.bin
+        return lambda m: (m.bin,)
     raise ValueError(f"unknown order {order!r}; expected one of {ORDERS}")
 
 
@@ -127,8 +76,9 @@ def _max_matching(moves: list[Move]) -> list[Move]:
 
 
 def _group(
-    moves: list[Move], strategy: str, step_size: int | None, byte_budget: int | None, size: Sequence[int], key
-) -> list[list[Move]]:  # type: ignore[no-untyped-def]
+    moves: list[Move], strategy: str, step_size: int | None, byte_budget: int | None, size: Sequence[int],
+    key: MoveKey,
+) -> list[list[Move]]:
     if strategy == "all-at-once":
         return [moves] if moves else []
     if strategy == "fluid":
@@ -173,7 +123,7 @@ def plan_migration(
     byte_budget: int | None = None,
     gap_s: float = 0.0,
     bin_keys: Sequence[int] | None = None,
-    cost_model: "CostModel | None" = None,
+    cost_model: CostModel | None = None,
     pause_budget_ms: float = 200.0,
 ) -> Plan:
     """Ordered steps from `current` (at `map_version`) to `target`.
@@ -181,7 +131,7 @@ def plan_migration(
     Worker-count rule: growing, workers = target_workers from the first step with a move into a
     new worker (new workers start empty); shrinking, from the step draining the last bin of the
     retired workers. A change of W with no bin to move is one move-less step. `auto` delegates to
-    `costmodel.choose_plan`.
+    `choose_plan`.
     """
     B = len(current)
     if len(target) != B or B == 0 or B & (B - 1):
@@ -196,8 +146,6 @@ def plan_migration(
     load = list(bin_load) if bin_load is not None else [0.0] * B
     keys = list(bin_keys) if bin_keys is not None else [0] * B
     if strategy == "auto":
-        from ballast.policy.costmodel import CostModel, choose_plan
-
         return choose_plan(
             current, map_version, target, current_workers, target_workers, size, load,
             model=cost_model or CostModel(), pause_budget_ms=pause_budget_ms, order=order,
@@ -237,3 +185,46 @@ def plan_migration(
     if byte_budget is not None:
         knobs["byte_budget"] = byte_budget
     return Plan(strategy, order, map_version, current_workers, target_workers, steps, gap_s, knobs)
+
+
+def choose_plan(
+    current: Sequence[int],
+    map_version: int,
+    target: Sequence[int],
+    current_workers: int,
+    target_workers: int,
+    bin_bytes: Sequence[int],
+    bin_load: Sequence[float],
+    *,
+    model: CostModel,
+    pause_budget_ms: float,
+    order: Order = "hot-first",
+    gap_s: float = 0.0,
+    bin_keys: Sequence[int] | None = None,
+) -> Plan:
+    """`auto`: the fastest predicted plan whose worst step pause fits the budget; else fluid.
+
+    Candidates: all-at-once, batched, and batched with the byte budget the model says fits the
+    pause budget ((budget − a) / b). Ties go to the earlier (coarser) candidate.
+    """
+
+    def mk(strategy: Strategy, byte_budget: int | None = None) -> Plan:
+        return plan_migration(
+            current, map_version, target, current_workers, target_workers, bin_bytes, bin_load,
+            strategy=strategy, order=order, gap_s=gap_s, bin_keys=bin_keys, byte_budget=byte_budget,
+        )
+
+    candidates = [mk("all-at-once"), mk("batched")]
+    if model.b_ms_per_byte > 0 and pause_budget_ms > model.a_ms:
+        candidates.append(mk("batched", byte_budget=int((pause_budget_ms - model.a_ms) / model.b_ms_per_byte)))
+    best: tuple[float, int] | None = None
+    for i, p in enumerate(candidates):
+        worst, total = model.predict_plan(p)
+        if worst <= pause_budget_ms and (best is None or total < best[0]):
+            best = (total, i)
+    chosen = candidates[best[1]] if best else mk("fluid")
+    return _with_knobs(chosen, pause_budget_ms)
+
+
+def _with_knobs(plan: Plan, pause_budget_ms: float) -> Plan:
+    return replace(plan, knobs={**plan.knobs, "auto": 1.0, "pause_budget_ms": pause_budget_ms})

@@ -1,0 +1,75 @@
+"""A migration plan's shape: ordered steps and the rule by which they compose.
+
+The planner builds these and the cost model prices them. Both import the shapes from here, so
+the imports run one way (planner -> costmodel -> plan): the planner's `auto` strategy asks the
+cost model, and the cost model never needs the planner. Pure data, no framework import.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from ballast.protocol import Move
+
+__all__ = ["ORDERS", "STRATEGIES", "Order", "Plan", "PlanStep", "Strategy", "apply_moves"]
+
+Strategy = Literal["all-at-once", "fluid", "batched", "auto"]
+Order = Literal["hot-first", "largest-first", "smallest-first", "by-id"]
+STRATEGIES = ("all-at-once", "fluid", "batched", "auto")
+ORDERS = ("hot-first", "largest-first", "smallest-first", "by-id")
+
+
+@dataclass(frozen=True)
+class PlanStep:
+    """One control step: moves, worker count after it, map version expected before it."""
+
+    step: int  # 1-based
+    moves: tuple[Move, ...]
+    workers: int
+    map_version: int
+    bytes: int = 0
+    keys: int = 0
+    effective_offset_s: float = 0.0  # "not before" = plan start + this
+
+    @property
+    def bins(self) -> int:
+        return len(self.moves)
+
+    @property
+    def kind(self) -> str:
+        """Protocol kind: a step without moves only changes the worker count."""
+        return "moves" if self.moves else "noop"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """An ordered migration; `steps` compose from `current` to `target`."""
+
+    strategy: str
+    order: str
+    base_version: int
+    from_workers: int
+    to_workers: int
+    steps: tuple[PlanStep, ...]
+    gap_s: float = 0.0
+    knobs: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def bins(self) -> int:
+        return sum(s.bins for s in self.steps)
+
+    @property
+    def bytes(self) -> int:
+        return sum(s.bytes for s in self.steps)
+
+
+def apply_moves(assignment: Sequence[int], moves: Sequence[Move]) -> list[int]:
+    """The map after a step; refuses a move whose source is not the bin's owner (as the job does)."""
+    out = list(assignment)
+    for m in moves:
+        if out[m.bin] != m.src:
+            raise ValueError(f"bin {m.bin} is on worker {out[m.bin]}, not {m.src}")
+        out[m.bin] = m.dst
+    return out
