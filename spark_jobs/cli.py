@@ -25,7 +25,9 @@ def parser() -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="run a job until SIGTERM")
     r.add_argument("--job", required=True, help="job name; topics <job>.control, <job>.control.acks, <job>.output")
-    r.add_argument("--operator", default="keycount", help="keycount | wordcount")
+    r.add_argument("--operator", default="keycount",
+                   help="keycount | wordcount | package.module:Class (an Operator or a stateful processor, "
+                        "docs/operators.md)")
     r.add_argument("--input-topic", required=True)
     r.add_argument("--bins", type=int, default=256, help="B = 2^k, fixed at the first start")
     r.add_argument("--workers", type=int, default=2, help="initial W (first start only)")
@@ -123,6 +125,13 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging()
     a = parser().parse_args(argv)
     if a.cmd == "run":
+        from spark_jobs.operators import get_operator
+
+        try:  # before Spark starts: a wrong import path fails in a second, with what to do
+            get_operator(a.operator)
+        except ValueError as exc:
+            print(f"ballast-job: error: {exc}", file=sys.stderr)
+            return 2
         return run(config_from_args(a), master=a.master)
     if a.cmd == "stop":
         from spark_jobs.storage import Location

@@ -158,6 +158,26 @@ def test_operator_by_import_path_accepts_processors_with_clear_errors():
     assert is_processor(StatefulProcessor) and not is_processor(_Bad) and not is_processor(42)
 
 
+def test_cli_refuses_a_bad_operator_path_before_starting_spark(capsys):
+    from spark_jobs.cli import main
+
+    rc = main(["run", "--job", "j", "--input-topic", "t", "--checkpoint-dir", "/nonexistent/x",
+               "--operator", "test_dp_processor_units:_Bad"])
+    assert rc == 2 and "nor a stateful processor" in capsys.readouterr().err
+
+
+def test_the_guide_shows_the_tested_example():
+    """docs/operators.md's code blocks are verbatim parts of the example the Spark tests run."""
+    import re
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "operators.md").read_text()
+    example = (Path(__file__).resolve().parents[2] / "examples" / "operators" / "window_counts.py").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", doc, flags=re.S)
+    assert len(blocks) >= 2
+    for block in blocks:
+        assert block in example, f"docs/operators.md shows code that is not the tested example:\n{block}"
+
+
 # ------------------------------------------------------------------ one worker's epoch --------
 def _table(rows: list[tuple[bytes, dict]], worker: int = 0):  # type: ignore[no-untyped-def]
     import pyarrow as pa
