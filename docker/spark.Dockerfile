@@ -9,7 +9,11 @@ RUN apt-get update && apt-get install -y --no-install-recommends openjdk-17-jre-
     && rm -rf /var/lib/apt/lists/*
 COPY requirements.txt constraints.txt /tmp/ballast/
 RUN pip install --no-cache-dir "pyspark==4.2.0" pyarrow "pandas<3" lmdb rocksdict kafka-python SQLAlchemy \
-      psycopg2-binary pydantic pydantic-settings -c /tmp/ballast/constraints.txt
+      psycopg2-binary -c /tmp/ballast/constraints.txt
 RUN ln -s "$(python -c 'import pyspark,os;print(os.path.dirname(pyspark.__file__))')" /opt/spark
 COPY --from=jars /jars/ /opt/spark/jars/
-ENV SPARK_HOME=/opt/spark PYSPARK_PYTHON=python3 BALLAST_STATE_DIR=/var/lib/ballast
+# the same uid as Airflow's image: driver (Airflow) and executors (here) share /var/lib/ballast
+RUN useradd --uid 50000 --gid 0 --create-home ballast && mkdir -p /var/lib/ballast /tmp/spark-work \
+    && chown -R 50000:0 /var/lib/ballast /tmp/spark-work
+USER 50000
+ENV SPARK_HOME=/opt/spark PYSPARK_PYTHON=python3 BALLAST_STATE_DIR=/var/lib/ballast SPARK_WORKER_DIR=/tmp/spark-work

@@ -85,7 +85,10 @@ def spark_submit_kwargs(cfg: JobConfig, bootstrap: str) -> dict[str, Any]:
     return {
         "conn_id": cfg.spark_conn_id, "name": f"ballast-{cfg.job}",
         "application_args": ["run", *data_plane_args(cfg, bootstrap)],
-        "conf": {"spark.pyspark.python": sys.executable, "spark.pyspark.driver.python": sys.executable},
+        # executors may run elsewhere (docker/compose.yaml: another image), so their Python is
+        # PYSPARK_PYTHON when set; the driver runs here, on this Python
+        "conf": {"spark.pyspark.python": os.environ.get("PYSPARK_PYTHON") or sys.executable,
+                 "spark.pyspark.driver.python": sys.executable},
         "py_files": str(job_archive()), "jars": ",".join(jars) or None,
     }
 

@@ -43,3 +43,127 @@ def test_validator_rejects_a_broken_file(validator):
     doc = _load("compose.yaml")
     doc["services"]["kafka"]["ports"] = {"not": "a list"}
     assert list(validator.iter_errors(doc)), "the schema check must be able to fail"
+
+
+def _services() -> dict:
+    return _load("compose.yaml")["services"]
+
+
+def test_every_dependency_is_waited_for_by_health_or_completion():
+    """As in Airflow's own compose file: a service starts only once what it needs is healthy (a
+    health check) or has finished (an init service that does not restart)."""
+    services = _services()
+    for name, svc in services.items():
+        deps = svc.get("depends_on", {})
+        assert isinstance(deps, dict), f"{name}: depends_on as a list waits for nothing; give each a condition"
+        for dep, how in deps.items():
+            assert dep in services, f"{name} depends on unknown service {dep}"
+            cond = how.get("condition")
+            if cond == "service_healthy":
+                assert "healthcheck" in services[dep], f"{name} waits for {dep} to be healthy, which has no healthcheck"
+            else:
+                assert cond == "service_completed_successfully", f"{name} -> {dep}: condition {cond!r}"
+                assert services[dep].get("restart") == "no", f"{dep} is an init service: restart must be 'no'"
+    long_running = [n for n, s in services.items() if s.get("restart") != "no"]
+    assert all("healthcheck" in services[n] for n in long_running), \
+        [n for n in long_running if "healthcheck" not in services[n]]
+
+
+def test_init_order_topic_login_and_fernet_key():
+    services = _services()
+    init = services["airflow-init"]
+    assert "airflow db migrate" in init["command"][0] and "python -m migrations_db upgrade" in init["command"][0]
+    for name in ("airflow-api-server", "airflow-scheduler", "airflow-dag-processor", "airflow-triggerer"):
+        deps = services[name]["depends_on"]
+        assert deps["airflow-init"]["condition"] == "service_completed_successfully", name
+        assert deps["kafka-init"]["condition"] == "service_completed_successfully", name
+    jobs = yaml.safe_load((REPO / "docker" / "jobs.yaml").read_text())["jobs"]
+    topic = " ".join(services["kafka-init"]["command"])
+    for job in jobs:
+        assert f"--topic {job['input_topic']}" in topic, f"kafka-init does not create {job['input_topic']}"
+    env = services["airflow-api-server"]["environment"]
+    assert env["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS"] == "admin:admin"
+    assert env["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE"] in init["command"][0]  # airflow-init writes it
+    assert env["AIRFLOW__CORE__FERNET_KEY"].startswith("${AIRFLOW_FERNET_KEY:?")  # required, never a default
+    readme = (REPO / "docker" / "README.md").read_text()
+    assert "admin" in readme and "BALLAST_AIRFLOW_PASSWORD" in readme and "AIRFLOW_FERNET_KEY" in readme
+
+
+def test_driver_reaches_connector_state_and_executors():
+    """The driver runs in airflow-scheduler (client mode): it needs the connector jars, a name the
+    executors can reach, and the state volume at the path the workers mount."""
+    services = _services()
+    sched, worker = services["airflow-scheduler"], services["spark-worker"]
+    env = sched["environment"]
+    assert env["SPARK_LOCAL_HOSTNAME"] == sched["hostname"] == "airflow-scheduler"
+    state = env["BALLAST_STATE_DIR"]
+    assert f"ballast-state:{state}" in sched["volumes"] and f"ballast-state:{state}" in worker["volumes"]
+    assert "ballast-state" in _load("compose.yaml")["volumes"]
+    dockerfile = (REPO / "docker" / "airflow.Dockerfile").read_text()
+    assert "COPY --from=jars /jars/ /opt/ballast-cache/jars/spark-kafka/" in dockerfile
+    assert "BALLAST_CACHE_DIR=/opt/ballast-cache" in dockerfile  # spark_jobs/session.py's CONNECTOR_JARS
+    mounted = {v.split(":")[1]: v.split(":")[0] for v in sched["volumes"]}
+    assert env["BALLAST_JOBS_FILE"] in mounted
+
+
+def test_jobs_file_of_the_deployment_is_valid_and_submits_to_the_cluster():
+    from ballast.config import load_jobs
+
+    jobs = load_jobs(REPO / "docker" / "jobs.yaml")
+    assert jobs and all(j.launcher == "spark-submit" for j in jobs.values())
+    env = _services()["airflow-scheduler"]["environment"]
+    assert all(f"AIRFLOW_CONN_{j.spark_conn_id.upper()}" in env for j in jobs.values())
+
+
+def test_env_the_code_reads_is_set():
+    """Every variable the Airflow side reads without a usable default inside a container is set."""
+    env = _services()["airflow-scheduler"]["environment"]
+    for var in ("BALLAST_DB_URL", "BALLAST_KAFKA_BOOTSTRAP", "BALLAST_STATE_DIR", "BALLAST_JOBS_FILE",
+                "PYSPARK_PYTHON", "AIRFLOW_CONN_BALLAST_KAFKA", "AIRFLOW_CONN_BALLAST_METRICS_DB",
+                "AIRFLOW__CORE__EXECUTION_API_SERVER_URL", "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"):
+        assert env.get(var), var
+    assert env["BALLAST_KAFKA_BOOTSTRAP"] == "kafka:9092" and "metrics-db:5432" in env["BALLAST_DB_URL"]
+
+
+def _copied_sources(dockerfile: str) -> list[str]:
+    out = []
+    for line in dockerfile.splitlines():
+        parts = line.split()
+        if parts[:1] == ["COPY"] and not any(p.startswith("--from") for p in parts):
+            out += parts[1:-1]
+    return out
+
+
+@pytest.mark.parametrize("name", ["airflow.Dockerfile", "spark.Dockerfile"])
+def test_every_file_a_dockerfile_copies_exists(name):
+    sources = _copied_sources((REPO / "docker" / name).read_text())
+    assert sources, "no COPY found: the parser is broken"
+    for src in sources:
+        assert (REPO / src).exists(), f"docker/{name} copies {src}, which the build context (repo root) lacks"
+    for svc in _services().values():  # and every bind mount's source
+        base = REPO / "docker"
+        for vol in svc.get("volumes", []):
+            src = vol.split(":")[0]
+            if src.startswith("."):
+                assert (base / src).resolve().exists(), f"bind mount {vol}: {src} is missing"
+
+
+def test_compose_cli_renders_the_file(tmp_path):
+    """`docker compose config` (no engine needed) when a compose CLI is installed here."""
+    import shutil
+    import subprocess
+
+    cli: list[str] | None = None
+    if shutil.which("docker") and subprocess.run(["docker", "compose", "version"], capture_output=True).returncode == 0:
+        cli = ["docker", "compose"]
+    elif shutil.which("docker-compose"):
+        cli = ["docker-compose"]
+    if cli is None:
+        pytest.skip("no docker compose CLI here (docker has no compose plugin); the schema tests above still ran")
+    env = {"PATH": "/usr/bin:/bin:/usr/local/bin", "AIRFLOW_FERNET_KEY": "x" * 43 + "=", "HOME": str(tmp_path)}
+    res = subprocess.run([*cli, "-f", str(REPO / "docker" / "compose.yaml"), "config"], capture_output=True,
+                         text=True, env=env, timeout=120)
+    assert res.returncode == 0, res.stderr
+    missing = subprocess.run([*cli, "-f", str(REPO / "docker" / "compose.yaml"), "config"], capture_output=True,
+                             text=True, env={k: v for k, v in env.items() if k != "AIRFLOW_FERNET_KEY"}, timeout=120)
+    assert missing.returncode != 0 and "AIRFLOW_FERNET_KEY" in missing.stderr
