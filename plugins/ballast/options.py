@@ -7,12 +7,13 @@ another test fails when code reads a `BALLAST_*` variable that is not declared h
 
 Per-job knobs live in the jobs file (`ballast.config`); the names both share (strategy, order,
 emission mode, launcher) are the `Literal`s here or in the policy. Framework-free: no Airflow, no
-Spark (the data plane imports it too). `settings()` re-reads the environment on every call, so a
+Spark (the data plane imports it too). `settings()` looks at the environment on every call, so a
 test's or a task's environment change is seen; it is cheap.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Literal
 
@@ -158,8 +159,25 @@ def env_var(name: str) -> str:
     return alias if isinstance(alias, str) else ENV_PREFIX + name.upper()
 
 
+_ENV_VARS = tuple(env_var(n) for n in Settings.model_fields)
+_BUILT: dict[tuple[str | None, ...], Settings] = {}
+
+
 def settings() -> Settings:
-    """The knobs from the current environment; a bad value raises ConfigError naming the variable."""
+    """The knobs from the current environment; a bad value raises ConfigError naming the variable.
+
+    Built once per distinct set of values (building costs milliseconds; looking the variables up,
+    microseconds), so hot paths such as the fault points may call it freely."""
+    key = tuple(os.environ.get(v) for v in _ENV_VARS)
+    built = _BUILT.get(key)
+    if built is None:
+        if len(_BUILT) >= 64:  # tests change the environment often; keep the memo small
+            _BUILT.clear()
+        built = _BUILT[key] = _build()
+    return built
+
+
+def _build() -> Settings:
     try:
         return Settings()
     except ValidationError as exc:
