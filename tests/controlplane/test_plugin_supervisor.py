@@ -75,6 +75,28 @@ def test_redact_masks_url_passwords_and_secret_flags():
     assert "postgresql://u:***@h:5432/d" in shown and "--bins 8" in shown
 
 
+
+def test_spark_submit_launcher_refuses_cluster_mode_and_a_missing_connection(airflow_db, monkeypatch):
+    """Cluster deploy mode would start the driver without the secrets' environment; a missing
+    connection would make the provider fall back to YARN: both are a clear error before any launch."""
+    from ballast.supervisor import LaunchError, launcher_command
+
+    cfg = JobConfig(job="j", operator="keycount", input_topic="t", launcher="spark-submit",
+                    spark_conn_id="ballast_test_cluster_spark")
+    monkeypatch.setenv("AIRFLOW_CONN_BALLAST_TEST_CLUSTER_SPARK",
+                       json.dumps({"conn_type": "spark", "host": "yarn", "extra": {"deploy-mode": "cluster"}}))
+    with pytest.raises(LaunchError, match="client mode"):
+        launcher_command(cfg, "127.0.0.1:9092")
+    monkeypatch.delenv("AIRFLOW_CONN_BALLAST_TEST_CLUSTER_SPARK")
+    with pytest.raises(LaunchError, match="needs the Airflow connection 'ballast_test_cluster_spark'"):
+        launcher_command(cfg, "127.0.0.1:9092")
+    monkeypatch.setenv("AIRFLOW_CONN_BALLAST_TEST_CLUSTER_SPARK", json.dumps({"conn_type": "spark", "host": "local[2]"}))
+    cmd, env = launcher_command(cfg, "127.0.0.1:9092")
+    assert cmd[1:] == ["-m", "ballast.launch", "--job", "j"]
+    spec = json.loads(env["BALLAST_SUBMIT"])
+    assert spec["hook"]["application_args"][0] == "run" and spec["application"].endswith("spark_jobs/main.py")
+
+
 @pytest.fixture(scope="module")
 def secret_db_url(tmp_path_factory):  # type: ignore[no-untyped-def]
     """A migrated database on its own PostgreSQL cluster, addressed by a URL with a password
