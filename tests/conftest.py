@@ -12,6 +12,7 @@ import logging
 import os
 import sys
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -32,13 +33,34 @@ stack = _load_stack()
 
 
 @pytest.fixture(scope="session")
-def kafka_bootstrap() -> str:
-    """A running local KRaft broker (started here if needed); fails the test if it cannot start."""
+def kafka_bootstrap() -> Iterator[str]:
+    """A running local KRaft broker; fails the test if it cannot start.
+
+    A broker this session started is stopped at its end (by its pid file); one that was already
+    running (`make up`, another session) is left as it was."""
+    started = not stack.default_broker().alive()
     try:
         stack.kafka_up()
     except stack.StackError as exc:
         pytest.fail(f"Kafka broker could not be started: {exc}")
-    return stack.kafka_bootstrap()
+    yield stack.kafka_bootstrap()
+    if started:
+        stack.kafka_down()
+
+
+@pytest.fixture(scope="session")
+def postgres_base_url() -> Iterator[str]:
+    """The stack's throwaway PostgreSQL cluster (Debian's postgresql installed when absent).
+
+    Stopped at the end of the session when this session started it."""
+    started = not stack.default_postgres().alive()
+    try:
+        stack.postgres_up()
+    except stack.StackError as exc:
+        pytest.fail(f"PostgreSQL could not be installed or started here: {exc}")
+    yield stack.postgres_url()
+    if started:
+        stack.postgres_down()
 
 
 @pytest.fixture
