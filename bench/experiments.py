@@ -639,7 +639,12 @@ def records_per_row(workers: list[Any], epochs: list[Any]) -> float:
 
 
 def exp_ds2(ctx: Ctx) -> dict[str, Any]:
+    from datetime import datetime, timezone
+
     from ballast import policy
+    from ballast.config import JobConfig, RebalanceConfig
+    from ballast.control.evaluate import assess
+    from ballast.control.handoffs import BinLoad, EpochSample, MapState, Snapshot, WorkerSample
 
     P = ctx.profile
     out = ctx.run_dir / "ds2"
@@ -696,9 +701,12 @@ def exp_ds2(ctx: Ctx) -> dict[str, Any]:
         gen, sched_path = _start_gen(ctx, topic, P.ds2_keys, spec_rate, label, words=P.ds2_words)
         sched = Schedule.load(sched_path)
         t0 = sched.t0
-        gcfg = policy.GuardConfig(min_workers=1, max_workers=2, warmup_s=2 * P.ds2_eval_s, warmup_epochs=3,
-                                  activation=2, target_utilization=0.7, utilization_band=0.2,
-                                  scale_down_delay_s=10.0)
+        # the controller's own evaluator (DS2 + guards + skew check) on a job config of this experiment
+        cfg = JobConfig(job=spec.job, operator=spec.operator, input_topic=topic, bins=P.ds2_bins, min_workers=1,
+                        max_workers=2, rebalance=RebalanceConfig(
+                            window_epochs=6, model="microbatch", batch_budget_s=P.ds2_trigger_ms / 1000,
+                            catch_up_s=30.0, target_utilization=0.7, utilization_band=0.2, activation=2,
+                            warmup_s=2 * P.ds2_eval_s, warmup_epochs=3, scale_down_delay_s=10.0))
         gstate = policy.GuardState()
         end = t0 + sum(ph) + 5
         while time.time() < end and job.proc.alive():  # type: ignore[union-attr]
@@ -709,23 +717,21 @@ def exp_ds2(ctx: Ctx) -> dict[str, Any]:
             if len(eps) < 3:
                 continue
             wk = job.worker_rows([e.epoch for e in eps])
-            rows = [policy.WorkerEpochMetrics(spec.operator, w.epoch, w.worker, w.records_in, w.records_out,
-                                              w.useful_ms, w.wall_ms) for w in wk]
-            epochs = [policy.EpochMetrics(e.epoch, e.input_rows, e.batch_ms, e.input_rate or 0.0, e.backlog or 0)
-                      for e in eps]
-            flow = policy.Dataflow.chain(topic, [(spec.operator, cur)])
-            res = policy.evaluate(flow, rows, epochs, model="microbatch", batch_budget_s=P.ds2_trigger_ms / 1000,
-                                  catch_up_s=30.0, target_utilization=gcfg.target_utilization)
-            tgt = res.targets[spec.operator]
-            rates = policy.operator_rates(rows)
-            tr = rates[spec.operator].true_rate if spec.operator in rates else None
+            bin_load, bin_size = job.bin_stats(len(eps))
+            snap = Snapshot(
+                map=MapState(ver, eps[0].epoch, cur, tuple(assignment)),
+                bins=BinLoad(tuple(bin_load), tuple(bin_size), (0,) * len(bin_size), len(eps)),
+                epochs=tuple(EpochSample(e.epoch, e.input_rows, e.batch_ms, e.input_rate or 0.0, e.backlog or 0)
+                             for e in eps),
+                workers=tuple(WorkerSample(w.epoch, w.worker, w.records_in, w.records_out, w.useful_ms, w.wall_ms)
+                              for w in wk),
+                latest_epoch=eps[-1].epoch)
             now = time.time()
-            obs = policy.Observation(now_s=now, epoch=eps[-1].epoch, current_workers=cur,
-                                     proposed_workers=tgt.parallelism, utilization=res.utilization, true_rate=tr)
-            dec, gstate = policy.evaluate_guards(obs, gstate, gcfg)
+            dec = assess(cfg, snap, gstate, datetime.fromtimestamp(now, timezone.utc))
+            gstate, tr = dec.state, dec.true_rate
             d = {"t_s": now - t0, "epoch": eps[-1].epoch, "current": cur, "proposed": dec.proposed_workers,
-                 "target": dec.target_workers, "action": dec.action, "utilization": res.utilization,
-                 "source_rate": res.inputs.get("source_rate"), "backlog": res.inputs.get("backlog"),
+                 "target": dec.target_workers, "action": dec.action, "utilization": dec.utilization,
+                 "source_rate": dec.inputs.get("ds2.source_rate"), "backlog": dec.inputs.get("ds2.backlog"),
                  "reason": dec.reason}
             decisions.append(d)
             if dec.action in ("scale_up", "scale_down") and dec.target_workers != cur:
@@ -771,9 +777,9 @@ def exp_ds2(ctx: Ctx) -> dict[str, Any]:
         acts = [c for c in changes if a <= c["t_emit_s"] < b]
         bl = [(r["t_s"], r["backlog"] or 0) for r in in_ph]
         peak_t = max(bl, key=lambda x: x[1])[0] - a if bl else math.nan
-        need = rates_ph[i] / (gcfg.target_utilization * max(0.05, 1 - o_hat / (P.ds2_trigger_ms / 1000)) * r_hat) \
+        need = rates_ph[i] / (cfg.rebalance.target_utilization * max(0.05, 1 - o_hat / (P.ds2_trigger_ms / 1000)) * r_hat) \
             if r_hat == r_hat else math.nan
-        oracle = max(1, min(gcfg.max_workers, math.ceil(need))) if need == need else None
+        oracle = max(1, min(cfg.max_workers, math.ceil(need))) if need == need else None
         # worker-seconds over/under the oracle
         over = under = 0.0
         for r0, r1_ in zip(in_ph, in_ph[1:]):

@@ -1,4 +1,6 @@
-"""SQLAlchemy 2 models of the Ballast metrics DB (the schema in docs/dataplane.md, "Metrics written per epoch", and docs/protocol.md).
+"""SQLAlchemy 2 models of the Ballast metrics DB.
+
+The schema is described in docs/dataplane.md ("Metrics written per epoch") and docs/protocol.md.
 
 Written by the data plane (per-epoch metrics, routing maps, the step-decision log, checkpoints,
 heartbeats) and by the control plane (DS2 decisions, plans, plan steps, events). Every change
@@ -10,8 +12,16 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, DateTime, Float, Integer, String, Text, UniqueConstraint, Index
+from sqlalchemy import JSON, BigInteger, DateTime, Float, Index, Integer, String, Text, UniqueConstraint, text
+from sqlalchemy.engine.default import DefaultExecutionContext
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+# A plan in one of these statuses holds its (job, operator): at most one such plan exists per
+# operator (the partial unique index on `plans`). `awaiting_approval`: a manual plan shown to a
+# person, not yet approved; `planned`: stored, nothing sent; `emitting`: steps being sent.
+OPEN_PLAN_STATUSES = ("awaiting_approval", "planned", "emitting")
+_OPEN_PLAN_SQL = "status IN (" + ", ".join(f"'{s}'" for s in OPEN_PLAN_STATUSES) + ")"
+NO_EPOCH = -1  # events.dedup_epoch of an event that has no epoch (control-plane events)
 
 
 class Base(DeclarativeBase):
@@ -177,7 +187,7 @@ class Plan(Base):
     operator: Mapped[str] = mapped_column(String(200))
     created_at: Mapped[datetime]
     strategy: Mapped[str] = mapped_column(String(30))
-    status: Mapped[str] = mapped_column(String(20))  # planned | emitting | completed | failed
+    status: Mapped[str] = mapped_column(String(20))  # awaiting_approval | planned | emitting | completed | failed | cancelled
     source_map_version: Mapped[int] = mapped_column(Integer)
     source_workers: Mapped[int] = mapped_column(Integer)
     target_workers: Mapped[int] = mapped_column(Integer)
@@ -187,6 +197,19 @@ class Plan(Base):
     predicted_ms: Mapped[float | None] = mapped_column(Float, nullable=True)
     reason: Mapped[str] = mapped_column(Text, default="")
     finished_at: Mapped[datetime | None] = mapped_column(nullable=True)
+    # the run that drives the plan ("dag_id/run_id" or "cli:<host>:<pid>") and when it last showed
+    # it is alive (emitting or polling checkpoints): a plan may be taken over only once that lapses
+    owner: Mapped[str] = mapped_column(String(250), default="", server_default="")
+    owner_seen_at: Mapped[datetime | None] = mapped_column(nullable=True)
+    # One open plan per (job, operator), enforced by the DB rather than by a read-then-write in
+    # the controller (two runs can both read "no open plan" and both write). A partial unique index
+    # and not a lease table: the plan row *is* the lease, so there is no second row to keep in
+    # step with it, and closing a plan (completed/failed) releases the operator in the same UPDATE.
+    # PostgreSQL and SQLite both support partial indexes.
+    __table_args__ = (
+        Index("uq_plans_one_open", "job", "operator", unique=True,
+              postgresql_where=text(_OPEN_PLAN_SQL), sqlite_where=text(_OPEN_PLAN_SQL)),
+    )
 
 
 class PlanStep(Base):
@@ -201,6 +224,16 @@ class PlanStep(Base):
     kafka_partition: Mapped[int | None] = mapped_column(Integer, nullable=True)
     kafka_offset: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     predicted_ms: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # the emitter that claimed the step for sending and when: another emitter does not send it
+    # while the claim is fresh (ballast.repository.claim_step_emission)
+    claimed_by: Mapped[str | None] = mapped_column(String(300), nullable=True)
+    claimed_at: Mapped[datetime | None] = mapped_column(nullable=True)
+
+
+def _dedup_epoch(context: DefaultExecutionContext) -> int:
+    """`epoch`, or NO_EPOCH for an event without one (a NULL in a unique key never matches)."""
+    epoch = context.get_current_parameters().get("epoch")
+    return NO_EPOCH if epoch is None else int(epoch)
 
 
 class Event(Base):
@@ -216,4 +249,7 @@ class Event(Base):
     message: Mapped[str] = mapped_column(Text)
     epoch: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     details: Mapped[dict[str, Any]] = mapped_column(default=dict)
-    __table_args__ = (UniqueConstraint("job", "operator", "kind", "epoch", "message", name="uq_events_dedup"),)
+    # the dedup key's copy of `epoch`, never NULL: with the nullable `epoch` in the key, two equal
+    # control-plane events (epoch NULL) were both kept, since NULL never equals NULL
+    dedup_epoch: Mapped[int] = mapped_column(BigInteger, default=_dedup_epoch, server_default=str(NO_EPOCH))
+    __table_args__ = (UniqueConstraint("job", "operator", "kind", "dedup_epoch", "message", name="uq_events_dedup"),)

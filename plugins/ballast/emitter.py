@@ -4,11 +4,17 @@ Why kafka-python and not the Airflow Kafka provider: its ProduceToTopicOperator 
 failures (docs/operations.md, "Traps"); a control step must be acknowledged by every in-sync replica (acks=all) and
 we wait on each send's future before recording it as emitted.
 
-Idempotency: a step whose plan_steps row has `emitted_at` is never sent again, whatever the mode;
-a re-run of an interrupted plan therefore starts at the first step that was not emitted, and in
-flow-control mode waits for the checkpoint of the step in flight instead of re-sending it. The
-one window left is a crash between the broker's ack and the DB write: the step is then sent a
-second time, which the data plane treats as a duplicate (protocol v1: duplicates are idempotent).
+Idempotency: a step is sent only by the emitter that claimed it (ballast.plan_store: the claim
+records who and when in one conditional UPDATE), and a step whose plan_steps row has `emitted_at`
+is never sent again, whatever the mode; a re-run of an interrupted plan therefore starts at the
+first step that was not emitted, and in flow-control mode waits for the checkpoint of the step in
+flight instead of re-sending it. Two emitters racing on one plan send each step once. The one
+window left is a crash between the claim and the DB write of the ack: once the claim expires the
+step is sent a second time, which the data plane treats as a duplicate (docs/protocol.md).
+
+Ownership: an emitter drives only plans its run owns (ballast.plan_store, "owner"); a plan owned
+by another run is refused with the owner's name, whether that run is alive or gone (taking a
+plan over is explicit: ballast.plan_store.take_over_plan).
 
 Modes:
 * flow-control (default): step k+1 is sent only once step k's checkpoint is in the metrics DB,
@@ -22,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Literal
 
 from ballast import repository as repo
@@ -89,9 +95,12 @@ class ControlEmitter:
     """
 
     def __init__(self, bootstrap: str, db_url: str, send_timeout_s: float = 30.0,
-                 signing_key: SigningKey | None = None, security: KafkaSecurity | None = None) -> None:
+                 signing_key: SigningKey | None = None, security: KafkaSecurity | None = None,
+                 owner: str | None = None) -> None:
         from kafka import KafkaProducer
 
+        self.owner = owner or repo.current_owner()  # the run this emitter drives plans for
+        self.claimant = repo.new_claimant(self.owner)  # this emitter, in plan_steps.claimed_by
         self.bootstrap = bootstrap
         self.db_url = db_url
         self.send_timeout_s = send_timeout_s
@@ -117,7 +126,7 @@ class ControlEmitter:
             ) from exc
         self._checked_topics: set[str] = set()
 
-    def __enter__(self) -> "ControlEmitter":
+    def __enter__(self) -> ControlEmitter:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -166,11 +175,17 @@ class ControlEmitter:
         except ValueError as exc:
             raise EmitError(f"stored step {rec.step} of plan {rec.plan_id} is malformed: {exc}") from exc
         msg = dataclasses.replace(msg, issued_at=now, effective_at=effective_at)
-        if not repo.claim_step_emission(self.db_url, rec.plan_id, rec.step, msg.to_dict(), effective_at):
-            log.info("step %s of plan %s was emitted by someone else meanwhile; not sending", rec.step, rec.plan_id)
+        if not repo.claim_step_emission(self.db_url, rec.plan_id, rec.step, msg.to_dict(), effective_at,
+                                        claimant=self.claimant):
+            log.info("step %s of plan %s is claimed or emitted by another emitter; not sending", rec.step,
+                     rec.plan_id)
             return None
-        partition, offset = self._send(msg)
-        repo.mark_step_emitted(self.db_url, rec.plan_id, rec.step, datetime.now(timezone.utc), partition, offset)
+        try:
+            partition, offset = self._send(msg)
+        except EmitError:
+            repo.release_step_claim(self.db_url, rec.plan_id, rec.step, self.claimant)
+            raise
+        repo.mark_step_emitted(self.db_url, rec.plan_id, rec.step, datetime.now(UTC), partition, offset)
         log.info("emitted step %d/%d of plan %s: %d move(s), workers after %d, expects map v%d, "
                  "effective at %s -> %s[%d]@%d", msg.step, msg.steps, msg.plan_id, len(msg.moves), msg.workers,
                  msg.map_version, effective_at.isoformat(), control_topic(msg.job), partition, offset)
@@ -186,12 +201,18 @@ class ControlEmitter:
         plan = repo.get_plan(self.db_url, plan_id)
         if plan is None:
             raise EmitError(f"plan {plan_id} is not in the metrics DB at {self.db_url}")
-        if plan.status in ("completed", "failed"):
+        if not plan.is_open:
             raise EmitError(f"plan {plan_id} is already {plan.status}; plan a new migration instead")
+        if plan.status == "awaiting_approval":
+            raise EmitError(f"plan {plan_id} awaits approval; it is emitted once a person approves it")
+        if plan.owner and plan.owner != self.owner:
+            raise EmitError(f"plan {plan_id} is driven by {plan.owner}, not by this run ({self.owner}); "
+                            + repo.what_to_do(plan))
+        repo.touch_owner(self.db_url, plan_id)
         gap = float(plan.params.get("gap_seconds", 0.0) if gap_s is None else gap_s)
         steps = repo.plan_steps(self.db_url, plan_id)
         cps = repo.checkpoints(self.db_url, plan_id)
-        now = now or datetime.now(timezone.utc)
+        now = now or datetime.now(UTC)
         out = EmitOutcome(plan_id)
         if plan.status == "planned":
             repo.set_plan_status(self.db_url, plan_id, "emitting")
@@ -199,7 +220,8 @@ class ControlEmitter:
         # a rejected or superseded step stops the plan, whatever the mode
         for k in sorted(cps):
             if cps[k].status != "applied":
-                out.failed_step, out.failed_reason = k, f"step {k} {cps[k].status}: {cps[k].reason or 'no reason given'}"
+                out.failed_step = k
+                out.failed_reason = f"step {k} {cps[k].status}: {cps[k].reason or 'no reason given'}"
                 out.already_emitted = [s.step for s in steps if s.emitted]
                 return out
 
@@ -225,8 +247,11 @@ class ControlEmitter:
             out.already_emitted = [r.step for r in steps if r.emitted]
             for i, rec in enumerate(pending):
                 sent = self._emit_one(rec, now + timedelta(seconds=gap * i), now)
-                if sent:
-                    out.emitted.append(sent)
+                if not sent:
+                    # another emitter is sending this step: it sends the next ones after it, in
+                    # order; sending them from here could put step k+1 on the topic before step k
+                    break
+                out.emitted.append(sent)
             out.waiting_for = [r.step for r in steps if r.step not in cps]
         self._producer.flush(timeout=self.send_timeout_s)
         emitted_now = {e.step for e in out.emitted} | set(out.already_emitted)

@@ -8,22 +8,88 @@ triggerer, by tests and by the DAG tasks alike.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
-from datetime import datetime, timezone
-from typing import Any, Iterable
+from datetime import UTC, datetime
+from typing import Any
 
 from sqlalchemy import func, select, update
 from sqlalchemy.exc import IntegrityError
 
+from ballast.dbtime import as_utc
+
+# plans, steps, owners and step claims live in ballast.plan_store: re-exported (`X as X`) so callers
+# keep using `repository.get_plan` & co.
+from ballast.plan_store import (
+    CLAIM_TIMEOUT_S as CLAIM_TIMEOUT_S,
+)
+from ballast.plan_store import (
+    OPEN_STATUSES as OPEN_STATUSES,
+)
+from ballast.plan_store import (
+    OWNER_LEASE_S as OWNER_LEASE_S,
+)
+from ballast.plan_store import (
+    PlanConflict as PlanConflict,
+)
+from ballast.plan_store import (
+    PlanRecord as PlanRecord,
+)
+from ballast.plan_store import (
+    StepRecord as StepRecord,
+)
+from ballast.plan_store import (
+    claim_step_emission as claim_step_emission,
+)
+from ballast.plan_store import (
+    conflict_message as conflict_message,
+)
+from ballast.plan_store import (
+    current_owner as current_owner,
+)
+from ballast.plan_store import (
+    get_plan as get_plan,
+)
+from ballast.plan_store import (
+    last_finished_plan as last_finished_plan,
+)
+from ballast.plan_store import (
+    mark_step_emitted as mark_step_emitted,
+)
+from ballast.plan_store import (
+    new_claimant as new_claimant,
+)
+from ballast.plan_store import (
+    open_plans as open_plans,
+)
+from ballast.plan_store import (
+    plan_steps as plan_steps,
+)
+from ballast.plan_store import (
+    recent_plans as recent_plans,
+)
+from ballast.plan_store import (
+    release_step_claim as release_step_claim,
+)
+from ballast.plan_store import (
+    save_plan as save_plan,
+)
+from ballast.plan_store import (
+    set_plan_status as set_plan_status,
+)
+from ballast.plan_store import (
+    take_over_plan as take_over_plan,
+)
+from ballast.plan_store import (
+    touch_owner as touch_owner,
+)
+from ballast.plan_store import (
+    what_to_do as what_to_do,
+)
 from migrations_db import models as m
 from migrations_db.db import session_scope
 
-
-def _utc(ts: datetime | None) -> datetime | None:
-    """SQLite drops tzinfo on the way back; every timestamp the control plane handles is UTC."""
-    if ts is None:
-        return None
-    return ts.replace(tzinfo=timezone.utc) if ts.tzinfo is None else ts.astimezone(timezone.utc)
+_utc = as_utc
 
 
 # ----------------------------------------------------------------------------- routing maps
@@ -239,7 +305,7 @@ def save_decision(
 ) -> int:
     with session_scope(url) as s:
         row = m.Decision(
-            job=job, operator=operator, decided_at=at or datetime.now(timezone.utc),
+            job=job, operator=operator, decided_at=at or datetime.now(UTC),
             current_workers=current_workers, proposed_workers=proposed_workers, target_workers=target_workers,
             action=action, reason=reason, inputs=inputs, plan_id=plan_id,
         )
@@ -266,132 +332,7 @@ def latest_decision(url: str, job: str, operator: str) -> DecisionRecord | None:
 
 
 # ----------------------------------------------------------------------------- plans
-
-
-@dataclass(frozen=True)
-class PlanRecord:
-    plan_id: str
-    job: str
-    operator: str
-    created_at: datetime
-    strategy: str
-    status: str
-    source_map_version: int
-    source_workers: int
-    target_workers: int
-    target_assignment: tuple[int, ...]
-    steps: int
-    params: dict[str, Any]
-    predicted_ms: float | None
-    reason: str
-    finished_at: datetime | None
-
-
-@dataclass(frozen=True)
-class StepRecord:
-    plan_id: str
-    step: int
-    payload: dict[str, Any]
-    effective_at: datetime
-    emitted_at: datetime | None
-    kafka_partition: int | None
-    kafka_offset: int | None
-    predicted_ms: float | None
-
-    @property
-    def emitted(self) -> bool:
-        return self.emitted_at is not None
-
-
-def _plan(r: m.Plan) -> PlanRecord:
-    return PlanRecord(r.plan_id, r.job, r.operator, _utc(r.created_at), r.strategy, r.status,  # type: ignore[arg-type]
-                      r.source_map_version, r.source_workers, r.target_workers,
-                      tuple(int(w) for w in r.target_assignment), r.steps, dict(r.params or {}),
-                      r.predicted_ms, r.reason or "", _utc(r.finished_at))
-
-
-def save_plan(url: str, plan: PlanRecord, steps: list[StepRecord]) -> None:
-    """Store a plan and its steps in one transaction (a half-stored plan must never be emitted)."""
-    with session_scope(url) as s:
-        s.add(m.Plan(
-            plan_id=plan.plan_id, job=plan.job, operator=plan.operator, created_at=plan.created_at,
-            strategy=plan.strategy, status=plan.status, source_map_version=plan.source_map_version,
-            source_workers=plan.source_workers, target_workers=plan.target_workers,
-            target_assignment=list(plan.target_assignment), steps=plan.steps, params=plan.params,
-            predicted_ms=plan.predicted_ms, reason=plan.reason, finished_at=plan.finished_at,
-        ))
-        for st in steps:
-            s.add(m.PlanStep(
-                plan_id=st.plan_id, step=st.step, payload=st.payload, effective_at=st.effective_at,
-                emitted_at=st.emitted_at, kafka_partition=st.kafka_partition, kafka_offset=st.kafka_offset,
-                predicted_ms=st.predicted_ms,
-            ))
-
-
-def get_plan(url: str, plan_id: str) -> PlanRecord | None:
-    with session_scope(url) as s:
-        r = s.get(m.Plan, plan_id)
-        return _plan(r) if r else None
-
-
-def plan_steps(url: str, plan_id: str) -> list[StepRecord]:
-    with session_scope(url) as s:
-        rows = s.scalars(select(m.PlanStep).where(m.PlanStep.plan_id == plan_id).order_by(m.PlanStep.step)).all()
-        return [StepRecord(r.plan_id, r.step, dict(r.payload), _utc(r.effective_at), _utc(r.emitted_at),  # type: ignore[arg-type]
-                           r.kafka_partition, r.kafka_offset, r.predicted_ms) for r in rows]
-
-
-def open_plans(url: str, job: str, operator: str) -> list[PlanRecord]:
-    """Plans not finished (planned or emitting), oldest first: at most one should exist per operator."""
-    with session_scope(url) as s:
-        rows = s.scalars(
-            select(m.Plan).where(m.Plan.job == job, m.Plan.operator == operator,
-                                 m.Plan.status.in_(("planned", "emitting")))
-            .order_by(m.Plan.created_at)
-        ).all()
-        return [_plan(r) for r in rows]
-
-
-def recent_plans(url: str, limit: int = 50, job: str | None = None) -> list[PlanRecord]:
-    with session_scope(url) as s:
-        q = select(m.Plan).order_by(m.Plan.created_at.desc()).limit(limit)
-        if job:
-            q = q.where(m.Plan.job == job)
-        return [_plan(r) for r in s.scalars(q).all()]
-
-
-def claim_step_emission(url: str, plan_id: str, step: int, payload: dict[str, Any], effective_at: datetime) -> bool:
-    """Rewrite the payload of a not-yet-emitted step just before sending (fresh issued/effective times).
-
-    Returns False when the step was emitted meanwhile: the caller must not send it.
-    """
-    with session_scope(url) as s:
-        res = s.execute(
-            update(m.PlanStep)
-            .where(m.PlanStep.plan_id == plan_id, m.PlanStep.step == step, m.PlanStep.emitted_at.is_(None))
-            .values(payload=payload, effective_at=effective_at)
-        )
-        return res.rowcount == 1  # type: ignore[attr-defined]
-
-
-def mark_step_emitted(url: str, plan_id: str, step: int, at: datetime, partition: int, offset: int) -> None:
-    with session_scope(url) as s:
-        s.execute(
-            update(m.PlanStep).where(m.PlanStep.plan_id == plan_id, m.PlanStep.step == step)
-            .values(emitted_at=at, kafka_partition=partition, kafka_offset=offset)
-        )
-
-
-def set_plan_status(url: str, plan_id: str, status: str, reason: str | None = None,
-                    finished: bool = False) -> None:
-    values: dict[str, Any] = {"status": status}
-    if reason is not None:
-        values["reason"] = reason
-    if finished:
-        values["finished_at"] = datetime.now(timezone.utc)
-    with session_scope(url) as s:
-        s.execute(update(m.Plan).where(m.Plan.plan_id == plan_id).values(**values))
-
+# in ballast.plan_store (re-exported above)
 
 # ----------------------------------------------------------------------------- events, heartbeats
 
@@ -401,7 +342,7 @@ def add_event(url: str, job: str, operator: str, level: str, kind: str, message:
     """Record an event; an identical one (same job, operator, kind, epoch, message) is kept once."""
     try:
         with session_scope(url) as s:
-            s.add(m.Event(job=job, operator=operator, at=datetime.now(timezone.utc), level=level, kind=kind,
+            s.add(m.Event(job=job, operator=operator, at=datetime.now(UTC), level=level, kind=kind,
                           message=message, epoch=epoch, details=details or {}))
         return True
     except IntegrityError:
@@ -462,15 +403,6 @@ def map_at(url: str, job: str, operator: str, map_version: int) -> MapSnapshot |
             return None
         return MapSnapshot(job, operator, row.map_version, row.epoch, row.workers,
                            tuple(int(w) for w in row.assignment), row.plan_id, row.step)
-
-
-def last_finished_plan(url: str, job: str, operator: str) -> PlanRecord | None:
-    with session_scope(url) as s:
-        r = s.scalars(
-            select(m.Plan).where(m.Plan.job == job, m.Plan.operator == operator, m.Plan.status == "completed")
-            .order_by(m.Plan.finished_at.desc()).limit(1)
-        ).first()
-        return _plan(r) if r else None
 
 
 # ----------------------------------------------------------------------------- console reads

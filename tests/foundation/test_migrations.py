@@ -52,12 +52,54 @@ def postgres_url():
     return stack.postgres_url()
 
 
-def test_roundtrip_postgres(postgres_url):
+def _fresh_postgres_db(postgres_url: str, name: str) -> str:
+    """An empty database `name` on the test cluster (dropped first if an earlier run left it)."""
     from sqlalchemy import text
 
     admin = create_engine(postgres_url, isolation_level="AUTOCOMMIT")
     with admin.connect() as c:
-        c.execute(text("DROP DATABASE IF EXISTS ballast_migrations_test"))
-        c.execute(text("CREATE DATABASE ballast_migrations_test"))
+        c.execute(text(f"DROP DATABASE IF EXISTS {name}"))
+        c.execute(text(f"CREATE DATABASE {name}"))
     admin.dispose()
-    _roundtrip(postgres_url.rsplit("/", 1)[0] + "/ballast_migrations_test")
+    return postgres_url.rsplit("/", 1)[0] + "/" + name
+
+
+def test_roundtrip_postgres(postgres_url):
+    _roundtrip(_fresh_postgres_db(postgres_url, "ballast_migrations_test"))
+
+
+def _upgrade_0003_with_old_data(url: str) -> None:
+    """0003 on a DB that 0002 let drift: two open plans of one operator, duplicated NULL-epoch events."""
+    from sqlalchemy import text
+
+    migrate(url, "0002")
+    engine = create_engine(url)
+    plan = ("INSERT INTO plans (plan_id, job, operator, created_at, strategy, status, source_map_version, "
+            "source_workers, target_workers, target_assignment, steps, params, reason) VALUES "
+            "(:id, 'j', 'op', :at, 'fluid', :st, 0, 1, 2, '[0, 1]', 1, '{}', '')")
+    event = ("INSERT INTO events (job, operator, at, level, kind, message, epoch, details) VALUES "
+             "('j', 'op', '2026-01-01 00:00:00', 'error', 'plan_timeout', 'same', :epoch, '{}')")
+    with engine.begin() as c:
+        c.execute(text(plan), {"id": "old", "at": "2026-01-01 00:00:00", "st": "emitting"})
+        c.execute(text(plan), {"id": "new", "at": "2026-01-02 00:00:00", "st": "planned"})
+        c.execute(text(plan), {"id": "done", "at": "2026-01-01 00:00:00", "st": "completed"})
+        for epoch in (None, None, 7, 8):
+            c.execute(text(event), {"epoch": epoch})
+    migrate(url)
+    with engine.connect() as c:
+        status = dict(c.execute(text("SELECT plan_id, status FROM plans")).all())
+        events = sorted(c.execute(text("SELECT dedup_epoch FROM events")).scalars())
+    assert status == {"old": "failed", "new": "planned", "done": "completed"}
+    assert events == [-1, 7, 8]  # the two equal control-plane events are one now
+    downgrade(url, "0002")
+    with engine.connect() as c:
+        assert c.execute(text("SELECT count(*) FROM events")).scalar() == 3
+    engine.dispose()
+
+
+def test_0003_closes_extra_open_plans_and_dedups_events_sqlite(tmp_path):
+    _upgrade_0003_with_old_data(f"sqlite:///{tmp_path / 'm.db'}")
+
+
+def test_0003_closes_extra_open_plans_and_dedups_events_postgres(postgres_url):
+    _upgrade_0003_with_old_data(_fresh_postgres_db(postgres_url, "ballast_migrations_0003"))

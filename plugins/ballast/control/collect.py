@@ -1,0 +1,78 @@
+"""Stage 1, collect: the job as it is now (map, metrics window, per-bin load), or the open plan
+this run must resume instead of deciding anew (its steps expect map versions a new plan would race)."""
+
+from __future__ import annotations
+
+from ballast import repository as repo
+from ballast.config import JobConfig
+from ballast.control.handoffs import BinLoad, EpochSample, MapState, Resume, Snapshot, WorkerSample
+
+
+class NotReady(RuntimeError):
+    """Nothing to decide yet (job not running, no metrics, operator held by another run's plan)."""
+
+
+def _same_dag(a: str, b: str) -> bool:
+    """Two owners are runs of one DAG ("dag_id/run_id"); CLI owners never are."""
+    return "/" in a and "/" in b and not a.startswith("cli:") and a.split("/", 1)[0] == b.split("/", 1)[0]
+
+
+def open_plan_for(url: str, cfg: JobConfig, owner: str | None = None) -> Resume | None:
+    """What a scheduled run does about an open plan of its operator: None (there is none), or resume it.
+
+    Resumed: a plan this run owns, or one an earlier run of the same DAG left behind whose owner
+    has not been seen for the lease (ballast.plan_store.OWNER_LEASE_S): that run is gone and the
+    takeover is recorded (owner changes, `plan_taken_over` event). Anything else (a live owner, a
+    manual plan, one awaiting approval) raises NotReady naming the plan, its owner and what to do:
+    a stale manual plan is taken over only by a person (ballast_migrate take_over).
+    """
+    me = owner or repo.current_owner()
+    open_ = repo.open_plans(url, cfg.job, cfg.operator)
+    if not open_:
+        return None
+    p = open_[-1]
+    if p.owner == me:
+        return Resume(p.plan_id, f"plan {p.plan_id} ({p.status}) is this run's; resuming it")
+    if p.status != "awaiting_approval" and _same_dag(p.owner, me) and not p.owner_alive():
+        try:
+            repo.take_over_plan(url, p.plan_id, me)
+        except repo.PlanConflict as exc:
+            raise NotReady(str(exc)) from exc
+        msg = f"plan {p.plan_id} ({p.status}) was left by {p.owner}, not seen for the lease; {me} takes it over"
+        repo.add_event(url, cfg.job, cfg.operator, "warning", "plan_taken_over", msg, details={"plan_id": p.plan_id})
+        return Resume(p.plan_id, msg)
+    raise NotReady(repo.conflict_message(p, f"a new decision of {me}"))
+
+
+def current_state(url: str, cfg: JobConfig) -> tuple[repo.MapSnapshot, BinLoad]:
+    """The map in force and each bin's load/size over the rebalance window (manual plans need no more)."""
+    current = repo.latest_map(url, cfg.job, cfg.operator)
+    if current is None:
+        raise NotReady(f"job {cfg.job}/{cfg.operator} has no routing map in the metrics DB yet: it has not run. "
+                       "Start it with the ballast_supervise DAG.")
+    st = repo.bin_stats(url, cfg.job, cfg.operator, current.bins, cfg.rebalance.window_epochs)
+    return current, BinLoad(st.load, st.bytes, st.keys, st.epochs)
+
+
+def collect(url: str, cfg: JobConfig, owner: str | None = None) -> Snapshot | Resume:
+    """The snapshot DS2 decides on: epochs that ran under the current map only (a window that
+    straddles a change would mix two worker counts)."""
+    resume = open_plan_for(url, cfg, owner)
+    if resume is not None:
+        return resume
+    current, bins = current_state(url, cfg)
+    epochs = [e for e in repo.epoch_window(url, cfg.job, cfg.operator, cfg.rebalance.window_epochs)
+              if e.workers == current.workers and e.map_version == current.map_version]
+    if not epochs:
+        raise NotReady(f"no epoch of {cfg.job}/{cfg.operator} ran under the current map v{current.map_version} "
+                       "yet; waiting for metrics")
+    workers = repo.worker_window(url, cfg.job, cfg.operator, [e.epoch for e in epochs])
+    return Snapshot(
+        map=MapState(current.map_version, current.epoch, current.workers, current.assignment),
+        bins=bins,
+        epochs=tuple(EpochSample(e.epoch, e.input_rows, e.batch_ms, e.input_rate or 0.0, e.backlog or 0)
+                     for e in epochs),
+        workers=tuple(WorkerSample(w.epoch, w.worker, w.records_in, w.records_out, w.useful_ms, w.wall_ms)
+                      for w in workers),
+        latest_epoch=epochs[-1].epoch,
+    )

@@ -1,0 +1,133 @@
+"""Stage 2, evaluate: DS2 + guards (+ a skew check at equal worker count) → a ScalingDecision.
+
+`assess` is the pure evaluator (no DB): the DAG's `evaluate` and the DS2 benchmark
+(bench/experiments.py, exp_ds2) both call it, so the benchmark exercises the code users run.
+`evaluate` adds what lives in the metrics DB: the guards' state, the cluster's capacity, and the
+stored decision ("no change" included).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from ballast import policy
+from ballast import repository as repo
+from ballast.config import JobConfig
+from ballast.control.handoffs import Action, ScalingDecision, Snapshot, json_safe
+
+log = logging.getLogger(__name__)
+
+GUARD_STATE_KEY = "guard_state"
+
+
+def guard_config(cfg: JobConfig, capacity: int | None = None) -> policy.GuardConfig:
+    """The jobs file's bounds; the upper one also capped by what the cluster can run (the job
+    reports its cluster's capacity in its heartbeat), never below the lower one."""
+    rb = cfg.rebalance
+    upper = cfg.max_workers if not capacity else max(cfg.min_workers, min(cfg.max_workers, capacity))
+    return policy.GuardConfig(
+        min_workers=cfg.min_workers, max_workers=upper, warmup_s=rb.warmup_s,
+        warmup_epochs=rb.warmup_epochs, activation=rb.activation, target_utilization=rb.target_utilization,
+        utilization_band=rb.utilization_band, scale_down_delay_s=rb.scale_down_delay_s,
+    )
+
+
+@dataclass(frozen=True)
+class Assessment:
+    """What DS2 and the guards say about one snapshot, before anything is stored."""
+
+    action: Action
+    reason: str
+    current_workers: int
+    proposed_workers: int
+    target_workers: int
+    utilization: float
+    true_rate: float | None
+    state: policy.GuardState  # the guards' state after this observation
+    inputs: dict[str, Any] = field(default_factory=dict)
+
+
+def assess(cfg: JobConfig, snap: Snapshot, state: policy.GuardState, now: datetime,
+           capacity: int | None = None) -> Assessment:
+    """DS2 on the snapshot's window, the guards on DS2's answer, then a skew check when W stays."""
+    rb = cfg.rebalance
+    cur = snap.map.workers
+    flow = policy.Dataflow.chain(cfg.input_topic, [(cfg.operator, cur)])
+    rows = [policy.WorkerEpochMetrics(cfg.operator, w.epoch, w.worker, w.records_in, w.records_out, w.useful_ms,
+                                      w.wall_ms) for w in snap.workers]
+    epochs = [policy.EpochMetrics(e.epoch, e.input_rows, e.batch_ms, e.input_rate, e.backlog) for e in snap.epochs]
+    # DS2 sizes for the same utilization the guards' band is centred on
+    res = policy.evaluate(flow, rows, epochs, model=rb.model, batch_budget_s=rb.batch_budget_s,
+                          catch_up_s=rb.catch_up_s, aggregation=rb.aggregation,
+                          target_utilization=rb.target_utilization)
+    target = res.targets[cfg.operator]
+    rates = policy.operator_rates(rows, rb.aggregation)
+    true_rate = rates[cfg.operator].true_rate if cfg.operator in rates else None
+    obs = policy.Observation(now_s=now.timestamp(), epoch=snap.latest_epoch, current_workers=cur,
+                             proposed_workers=target.parallelism, utilization=res.utilization, true_rate=true_rate)
+    verdict, new_state = policy.evaluate_guards(obs, state, guard_config(cfg, capacity))
+    action: Action = verdict.action
+    reason = verdict.reason
+
+    # "no change" alone would hide a growing backlog: say why and what the operator can do
+    diagnosis = res.note if not res.feasible else None
+    if diagnosis is None and action == "no_change":
+        diagnosis = policy.bottleneck_outside_operators(epochs, res.utilization,
+                                                        below=rb.target_utilization - rb.utilization_band)
+    if diagnosis:
+        reason = f"{reason}; {diagnosis}"
+        log.warning("job %s/%s: %s (set rebalance.batch_budget_s and the job's trigger interval together)",
+                    cfg.job, cfg.operator, diagnosis)
+    inputs: dict[str, Any] = {**verdict.inputs, **{f"ds2.{k}": v for k, v in res.inputs.items()},
+                              "ds2.model": res.model, "ds2.feasible": res.feasible,
+                              "ds2.advised_budget_s": res.advised_budget_s, "diagnosis": diagnosis,
+                              "ds2.note": res.note or target.note, "map_version": snap.map.version,
+                              "window_epochs": [e.epoch for e in snap.epochs]}
+    load = list(snap.bins.load)
+    if action == "no_change" and cur > 1 and sum(load) > 0:
+        old = list(snap.map.assignment)
+        new = policy.place(old, cur, load, list(snap.bins.bytes))
+        before = policy.placement_stats(old, old, cur, load)
+        after = policy.placement_stats(old, new, cur, load, list(snap.bins.bytes))
+        inputs.update({"skew_before": before.max_over_mean, "skew_after": after.max_over_mean})
+        if before.max_over_mean > 1 + rb.skew_threshold and after.max_over_mean < before.max_over_mean - 0.05:
+            action = "rebalance"
+            reason = (f"{reason}; but worker loads are skewed (max/mean {before.max_over_mean:.2f} > "
+                      f"{1 + rb.skew_threshold:.2f}): rebalance bins to {after.max_over_mean:.2f}")
+    return Assessment(action, reason, cur, verdict.proposed_workers, verdict.target_workers, res.utilization,
+                      true_rate, new_state, inputs)
+
+
+def guard_state(url: str, cfg: JobConfig) -> policy.GuardState:
+    """Guard state lives in the latest decision's inputs; warm-up counts from the end of the last plan."""
+    last = repo.latest_decision(url, cfg.job, cfg.operator)
+    state = policy.GuardState.from_dict(last.inputs.get(GUARD_STATE_KEY) if last else None)
+    done = repo.last_finished_plan(url, cfg.job, cfg.operator)
+    if done and done.finished_at:
+        fin = done.finished_at.timestamp()
+        if state.last_change_at is None or fin > state.last_change_at:
+            state.last_change_at = fin
+            cps = repo.checkpoints(url, done.plan_id)
+            epochs = [c.applied_epoch for c in cps.values() if c.applied_epoch is not None]
+            if epochs:
+                state.last_change_epoch = max(epochs)
+    return state
+
+
+def evaluate(url: str, cfg: JobConfig, snap: Snapshot, now: datetime | None = None) -> ScalingDecision:
+    """`assess` with the guards' stored state and the cluster's capacity; stores the decision."""
+    now = now or datetime.now(UTC)
+    hb = repo.heartbeat(url, cfg.job, cfg.operator)
+    a = assess(cfg, snap, guard_state(url, cfg), now, hb.capacity if hb else None)
+    inputs = {**a.inputs, GUARD_STATE_KEY: a.state.to_dict()}
+    decision_id = repo.save_decision(url, cfg.job, cfg.operator, current_workers=a.current_workers,
+                                     proposed_workers=a.proposed_workers, target_workers=a.target_workers,
+                                     action=a.action, reason=a.reason, inputs=json_safe(inputs), at=now)
+    log.info("decision #%d for %s/%s: %s (%d -> %d workers; DS2 proposes %d, utilization %.2f): %s",
+             decision_id, cfg.job, cfg.operator, a.action, a.current_workers, a.target_workers,
+             a.proposed_workers, a.utilization, a.reason)
+    return ScalingDecision(decision_id, a.action, a.current_workers, a.proposed_workers, a.target_workers,
+                           a.reason, json_safe(a.utilization))

@@ -1,0 +1,115 @@
+"""A migration a person asked for (ballast_migrate): validate the request against the live map,
+then plan it like a scheduled one, or take over a plan whose run is gone."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from ballast import policy
+from ballast import repository as repo
+from ballast.config import JobConfig
+from ballast.control.collect import NotReady, current_state
+from ballast.control.handoffs import BinLoad, MapState
+from ballast.control.place import place
+from ballast.control.plan import PlanRequest, build_plan, cost_model, store_plan
+from ballast.control.render import summary_table
+
+log = logging.getLogger(__name__)
+
+
+class InvalidRequest(ValueError):
+    """A manual migration request that cannot be planned (bad bin, worker, combination, operator held)."""
+
+
+def manual_target(current: MapState, bins: BinLoad, target_workers: int | None,
+                  moves: list[dict[str, Any]] | None) -> tuple[list[int], int]:
+    """Target map of a manual request: a worker count (placement decides) or explicit moves.
+
+    Explicit moves keep every other bin where it is; the worker count after is the given one or
+    the smallest that holds every named worker (at least the current one).
+    """
+    cur = list(current.assignment)
+    if bool(target_workers) == bool(moves):
+        raise InvalidRequest("give either target_workers or a non-empty list of moves, not both and not neither")
+    if target_workers:
+        return list(place(current.assignment, bins, int(target_workers)).assignment), int(target_workers)
+    assert moves is not None
+    new = list(cur)
+    seen: set[int] = set()
+    for i, mv in enumerate(moves):
+        b, to = mv.get("bin"), mv.get("to")
+        if not isinstance(b, int) or not isinstance(to, int):
+            raise InvalidRequest(f"moves[{i}] must be {{'bin': int, 'to': int}}, got {mv!r}")
+        if not 0 <= b < len(cur):
+            raise InvalidRequest(f"moves[{i}]: bin {b} is outside 0..{len(cur) - 1}")
+        if to < 0:
+            raise InvalidRequest(f"moves[{i}]: worker {to} is negative")
+        if b in seen:
+            raise InvalidRequest(f"moves[{i}]: bin {b} is named twice")
+        seen.add(b)
+        if cur[b] == to:
+            raise InvalidRequest(f"moves[{i}]: bin {b} is already on worker {to}")
+        new[b] = to
+    return new, max(current.workers, max(new) + 1)
+
+
+def plan_manual(url: str, cfg: JobConfig, params: dict[str, Any]) -> dict[str, Any]:
+    """Validate a manual request against the live map, plan it; store it unless dry_run.
+
+    `take_over` (a plan id) instead takes over that open plan of a gone run (`force`: even if its
+    owner was seen within the lease); this run then emits and verifies it.
+    """
+    if params.get("take_over"):
+        return take_over_manual(url, cfg, str(params["take_over"]), bool(params.get("force")))
+    open_ = repo.open_plans(url, cfg.job, cfg.operator)
+    if open_:
+        raise InvalidRequest(repo.conflict_message(open_[-1], "this manual migration"))
+    try:
+        snap, bins = current_state(url, cfg)
+    except NotReady as exc:
+        raise InvalidRequest(str(exc)) from exc
+    current = MapState(snap.map_version, snap.epoch, snap.workers, snap.assignment)
+    target, target_workers = manual_target(current, bins, params.get("target_workers"), params.get("moves") or None)
+    if not cfg.min_workers <= target_workers <= cfg.max_workers:
+        raise InvalidRequest(f"{target_workers} workers is outside this job's bounds [{cfg.min_workers}, "
+                             f"{cfg.max_workers}] (min_workers/max_workers in the jobs file)")
+    if target == list(current.assignment) and target_workers == current.workers:
+        raise InvalidRequest("the request changes nothing: every bin is already where it would go")
+    rb = cfg.rebalance
+    req = PlanRequest(
+        strategy=params.get("strategy") or "auto", order=params.get("order") or rb.order,
+        step_size=params.get("step_size"), byte_budget=params.get("byte_budget"),
+        gap_seconds=float(params.get("gap_seconds") or 0.0), pause_budget_ms=rb.pause_budget_ms,
+        emit_mode=params.get("emit_mode") or rb.emit_mode, source="manual",
+        reason=params.get("reason") or "manual migration",
+    )
+    model = cost_model(url, cfg)
+    plan = build_plan(current, bins, target, target_workers, req, model)
+    rendered = policy.render_plan(plan, model)
+    worst, total = model.predict_plan(plan)
+    if params.get("dry_run"):
+        log.info("DRY RUN — nothing stored, nothing emitted:\n%s", rendered)
+        return {"dry_run": True, "plan_id": None, "steps": len(plan.steps), "bins": plan.bins,
+                "predicted_ms": total, "predicted_max_pause_ms": worst, "rendered": rendered}
+    try:
+        out = store_plan(url, cfg, current, target, plan, req, model).to_dict()
+    except repo.PlanConflict as exc:  # another run stored one between the check above and now
+        raise InvalidRequest(str(exc)) from exc
+    out["rendered"] = rendered
+    return out
+
+
+def take_over_manual(url: str, cfg: JobConfig, plan_id: str, force: bool = False) -> dict[str, Any]:
+    """A person's explicit takeover of a plan whose run is gone: this run then emits and verifies it."""
+    plan = repo.get_plan(url, plan_id)
+    if plan is None or (plan.job, plan.operator) != (cfg.job, cfg.operator):
+        raise InvalidRequest(f"take_over: plan {plan_id} is not a plan of {cfg.job}/{cfg.operator}")
+    try:
+        taken = repo.take_over_plan(url, plan_id, force=force)
+    except repo.PlanConflict as exc:
+        raise InvalidRequest(str(exc)) from exc
+    msg = f"plan {plan_id} ({plan.status}) taken over from {plan.owner or 'unknown'} by {taken.owner}"
+    repo.add_event(url, cfg.job, cfg.operator, "warning", "plan_taken_over", msg, details={"plan_id": plan_id})
+    return {"plan_id": plan_id, "steps": taken.steps, "taken_over": True,
+            "rendered": f"{msg}\n{summary_table(url, plan_id)}"}

@@ -1,0 +1,110 @@
+"""Stage 4, plan: the planner's steps from the current map to a placement, checked to compose to
+it, then stored with every step's control message in one transaction before anything is sent.
+
+Storing is where the one-open-plan-per-operator rule bites (ballast.plan_store): a run that
+loses gets PlanConflict naming the plan in the way.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from ballast import policy
+from ballast import repository as repo
+from ballast.config import JobConfig
+from ballast.control.handoffs import BinLoad, MapState, StoredPlan
+from ballast.protocol import ControlStep, Move
+
+log = logging.getLogger(__name__)
+
+
+class PlanFailed(RuntimeError):
+    """A plan cannot complete; the message says why and what the operator should do."""
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    """Everything that shapes a plan; the scheduled run fills it from config, the manual one from Params."""
+
+    strategy: str
+    order: str = "hot-first"
+    step_size: int | None = None
+    byte_budget: int | None = None
+    gap_seconds: float = 0.0
+    pause_budget_ms: float = 200.0
+    emit_mode: str = "flow-control"
+    source: str = "rebalance"  # rebalance | manual
+    reason: str = ""
+    decision_id: int | None = None
+
+
+def new_plan_id(job: str, now: datetime | None = None) -> str:
+    ts = (now or datetime.now(UTC)).strftime("%Y%m%dT%H%M%S")
+    return f"{job[:60]}-{ts}-{uuid.uuid4().hex[:6]}"
+
+
+def cost_model(url: str, cfg: JobConfig) -> policy.CostModel:
+    """Migration cost model fitted on this job's own applied checkpoints (defaults until 3 exist)."""
+    samples = [policy.CheckpointSample(c.bytes_moved, c.keys_moved, c.bins_moved, c.migration_ms)
+               for c in repo.recent_checkpoints(url, cfg.job, cfg.operator)]
+    return policy.fit_cost_model(samples, epoch_ms=1000.0 * cfg.rebalance.batch_budget_s)
+
+
+def build_plan(current: MapState, bins: BinLoad, target: Sequence[int], target_workers: int,
+               req: PlanRequest, model: policy.CostModel) -> policy.Plan:
+    """The planner's steps from the current map to `target` (no DB write)."""
+    plan = policy.plan_migration(
+        list(current.assignment), current.version, list(target), current.workers, target_workers,
+        list(bins.bytes), list(bins.load), strategy=req.strategy, order=req.order,  # type: ignore[arg-type]
+        step_size=req.step_size, byte_budget=req.byte_budget, gap_s=req.gap_seconds, bin_keys=list(bins.keys),
+        cost_model=model, pause_budget_ms=req.pause_budget_ms,
+    )
+    # the steps must compose to the target: never store a plan that would not
+    state = list(current.assignment)
+    for s in plan.steps:
+        state = policy.apply_moves(state, s.moves)
+    if state != list(target):
+        raise PlanFailed("internal error: the planner's steps do not compose to the target map; nothing stored")
+    return plan
+
+
+def store_plan(url: str, cfg: JobConfig, current: MapState, target: Sequence[int], plan: policy.Plan,
+               req: PlanRequest, model: policy.CostModel, now: datetime | None = None) -> StoredPlan:
+    """Store plan + steps (payload = the control message) in one transaction, owned by this run."""
+    now = now or datetime.now(UTC)
+    plan_id = new_plan_id(cfg.job, now)
+    worst, total = model.predict_plan(plan)
+    n = len(plan.steps)
+    params = {"strategy": plan.strategy, "requested_strategy": req.strategy, "order": plan.order,
+              "step_size": req.step_size, "byte_budget": req.byte_budget, "gap_seconds": req.gap_seconds,
+              "emit_mode": req.emit_mode, "source": req.source, "decision_id": req.decision_id,
+              "knobs": plan.knobs, "predicted_max_pause_ms": worst, "cost_model_samples": model.samples}
+    steps = []
+    for s in plan.steps:
+        msg = ControlStep(
+            job=cfg.job, operator=cfg.operator, plan_id=plan_id, step=s.step, steps=n,
+            kind=s.kind, moves=tuple(Move(mv.bin, mv.src, mv.dst) for mv in s.moves),  # type: ignore[arg-type]
+            workers=s.workers, map_version=s.map_version, issued_at=now,
+            effective_at=now + timedelta(seconds=s.effective_offset_s), reason=req.reason[:500],
+        )
+        steps.append(repo.StepRecord(plan_id, s.step, msg.to_dict(), msg.effective_at, None, None, None,
+                                     model.predict_step(s)))
+    rec = repo.PlanRecord(
+        plan_id=plan_id, job=cfg.job, operator=cfg.operator, created_at=now, strategy=plan.strategy,
+        status="planned", source_map_version=current.version, source_workers=current.workers,
+        target_workers=plan.to_workers, target_assignment=tuple(target), steps=n, params=params,
+        predicted_ms=total, reason=req.reason, finished_at=None, owner=repo.current_owner(),
+    )
+    repo.save_plan(url, rec, steps)
+    if req.decision_id is not None:
+        repo.link_decision(url, req.decision_id, plan_id)
+    repo.add_event(url, cfg.job, cfg.operator, "info", "plan",
+                   f"plan {plan_id}: {plan.strategy}, {n} step(s), {plan.bins} bin(s), "
+                   f"workers {plan.from_workers}->{plan.to_workers} (owner {rec.owner})",
+                   details={"plan_id": plan_id})
+    log.info("stored plan %s (owner %s)\n%s", plan_id, rec.owner, policy.render_plan(plan, model))
+    return StoredPlan(plan_id, n, plan.bins, plan.bytes, plan.strategy, total, worst, req.emit_mode)

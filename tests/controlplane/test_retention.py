@@ -1,0 +1,76 @@
+"""Retention of per-epoch metrics: old rows go, what the controller and the console read stays."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from sqlalchemy import func, select
+
+from ballast import repository as repo
+from ballast.retention import prune_epoch_metrics
+from migrations_db import models as m
+from migrations_db.db import session_scope
+
+pytestmark = pytest.mark.controlplane
+
+
+def _seed(url: str, job: str, epochs: int, bins: int, now: datetime) -> None:
+    """One epoch a minute ending at `now`; bin 0 is touched only in epoch 1 (a cold bin)."""
+    with session_scope(url) as s:
+        s.add(m.Job(job=job, operator="keycount", bins=bins, created_at=now, config={}))
+        for e in range(1, epochs + 1):
+            end = now - timedelta(minutes=epochs - e)
+            s.add(m.EpochMetrics(job=job, operator="keycount", epoch=e, map_version=0, workers=2, input_rows=100,
+                                 batch_ms=500.0, started_at=end - timedelta(seconds=1), ended_at=end))
+            for w in range(2):
+                s.add(m.WorkerMetrics(job=job, operator="keycount", epoch=e, worker=w, records_in=50, records_out=50,
+                                      useful_ms=10.0, wall_ms=20.0, state_keys=5, state_bytes=500))
+            for b in range(bins):
+                if b == 0 and e > 1:
+                    continue
+                s.add(m.BinMetrics(job=job, operator="keycount", epoch=e, bin=b, worker=b % 2, records=10,
+                                   state_keys=1, state_bytes=1000 + b))
+
+
+def _count(url: str, table: type[m.Base], job: str) -> int:
+    with session_scope(url) as s:
+        return int(s.scalar(select(func.count()).select_from(table).where(table.job == job)) or 0)  # type: ignore[attr-defined]
+
+
+def test_prune_deletes_old_epochs_and_keeps_recent_ones_and_every_bins_last_size(db_url, unique_name):
+    now = datetime.now(UTC)
+    other = unique_name + "-young"
+    _seed(db_url, unique_name, epochs=180, bins=8, now=now)  # three hours of epochs
+    _seed(db_url, other, epochs=30, bins=8, now=now)  # half an hour: nothing of it is old
+    before = repo.bin_range(db_url, unique_name, "keycount", 8, 121, 180)
+
+    hour = timedelta(minutes=59, seconds=30)  # epoch 121 ended 59 min ago, epoch 120 60 min ago
+    out = {p.job: p for p in prune_epoch_metrics(db_url, keep=hour, keep_epochs=20, now=now)}
+
+    # the hour's window (epochs 121..180) is kept, the two hours before it are gone
+    assert out[unique_name].keep_from_epoch == 121
+    assert _count(db_url, m.EpochMetrics, unique_name) == 60 and _count(db_url, m.WorkerMetrics, unique_name) == 120
+    assert _count(db_url, m.BinMetrics, unique_name) == 60 * 7 + 1  # + cold bin 0's only row (epoch 1)
+    assert out[unique_name].epoch_rows == 120 and out[unique_name].bin_rows == 120 * 7
+    # what the console and the controller read over the window is unchanged, cold bin's size included
+    after = repo.bin_range(db_url, unique_name, "keycount", 8, 121, 180)
+    assert after == before and after.bytes[0] == 1000
+    assert len(repo.epoch_window(db_url, unique_name, "keycount", 50)) == 50
+    # a young job keeps everything
+    assert out[other].epoch_rows == 0 and _count(db_url, m.BinMetrics, other) == 30 * 7 + 1
+    # idempotent: a second run deletes nothing
+    again = {p.job: p for p in prune_epoch_metrics(db_url, keep=hour, keep_epochs=20, now=now)}
+    assert again[unique_name].bin_rows == 0 and again[unique_name].epoch_rows == 0
+
+
+def test_keep_epochs_protects_a_job_that_stopped_long_ago(db_url, unique_name):
+    now = datetime.now(UTC)
+    _seed(db_url, unique_name, epochs=50, bins=4, now=now - timedelta(days=10))
+    (p,) = prune_epoch_metrics(db_url, keep=timedelta(hours=1), keep_epochs=20, now=now)
+    assert p.keep_from_epoch == 31 and _count(db_url, m.EpochMetrics, unique_name) == 20
+
+
+def test_a_retention_that_keeps_nothing_is_refused(db_url):
+    with pytest.raises(ValueError, match="must keep something"):
+        prune_epoch_metrics(db_url, keep=timedelta(0))
