@@ -17,10 +17,9 @@ true response time, bounded above by the epoch's last output (a few ms of skew a
 
 from __future__ import annotations
 
-import json
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +57,7 @@ class BallastJob:
         self._producer: Any = None
 
     # ------------------------------------------------------------------------- lifecycle
-    def start(self) -> "BallastJob":
+    def start(self) -> BallastJob:
         s = self.spec
         args = [PY, "-m", "spark_jobs.cli", "run", "--job", s.job, "--operator", s.operator,
                 "--input-topic", s.input_topic, "--bins", str(s.bins), "--workers", str(s.workers),
@@ -194,14 +193,15 @@ class BallastJob:
 
         if self._producer is None:
             self._producer = KafkaProducer(bootstrap_servers=self.spec.bootstrap, acks="all")
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         futs = []
         for st in steps:
             msg = ControlStep(job=self.spec.job, operator=self.spec.operator, plan_id=plan_id, step=st.step,
                               steps=len(steps), kind=st.kind, moves=tuple(st.moves), workers=st.workers,
                               map_version=st.map_version, issued_at=now,
                               effective_at=now + timedelta(seconds=(st.step - 1) * gap_s), reason=reason)
-            futs.append(self._producer.send(control_topic(self.spec.job), key=message_key(self.spec.job, self.spec.operator),
+            futs.append(self._producer.send(control_topic(self.spec.job),
+                                            key=message_key(self.spec.job, self.spec.operator),
                                             value=msg.to_json()))
         self._producer.flush(timeout=30)
         for f in futs:
@@ -293,14 +293,6 @@ def _read_offset_file(path: Path, topic: str) -> dict[int, int] | None:
     if not doc or topic not in doc:
         return None
     return {int(k): int(v) for k, v in doc[topic].items()}
-    for line in lines[1:]:
-        try:
-            doc = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(doc, dict) and topic in doc:
-            return {int(k): int(v) for k, v in doc[topic].items()}
-    return None
 
 
 def offset_ranges(checkpoint_dir: Path, topic: str, known_ends: dict[int, dict[int, int]] | None = None
@@ -357,7 +349,7 @@ class OffsetLogTail:
             self._scan()
             self._stop.wait(self.interval)
 
-    def start(self) -> "OffsetLogTail":
+    def start(self) -> OffsetLogTail:
         self._t.start()
         return self
 

@@ -39,7 +39,7 @@ import time
 import traceback
 import uuid
 from dataclasses import asdict, dataclass, replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -116,7 +116,7 @@ class EnvProc(Proc):
         super().__init__(args, log, name)
         self.env, self.cwd = env, cwd
 
-    def start(self) -> "EnvProc":
+    def start(self) -> EnvProc:
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log, "ab") as fh:
             self.p = subprocess.Popen(self.args, stdout=fh, stderr=subprocess.STDOUT, env=self.env, cwd=str(self.cwd),
@@ -170,7 +170,7 @@ def _ts(v: Any) -> float:
     if v is None:
         return math.nan
     d = datetime.fromisoformat(str(v))
-    return (d if d.tzinfo else d.replace(tzinfo=timezone.utc)).timestamp()
+    return (d if d.tzinfo else d.replace(tzinfo=UTC)).timestamp()
 
 
 def read_epochs(db_url: str, job: str) -> list[dict[str, Any]]:
@@ -294,8 +294,8 @@ def epoch_cost(db_url: str, job: str, t0: float, t1: float, snapshots: set[int] 
             "input_rows_median": _median([r["input_rows"] for r in rows]),
             # per row: the two runs' epochs may differ in size (a busier machine makes longer epochs read more)
             "batch_ms_per_1k_rows": 1000 * sum(b) / max(1, sum(r["input_rows"] for r in rows)) if rows else math.nan,
-            "useful_us_per_row": 1000 * sum(r["useful_ms_sum"] for r in rows) / max(1, sum(r["records_in"] for r in rows))
-            if rows else math.nan,
+            "useful_us_per_row": (1000 * sum(r["useful_ms_sum"] for r in rows)
+                                  / max(1, sum(r["records_in"] for r in rows))) if rows else math.nan,
             "snapshot_epochs": None if snapshots is None else sum(1 for r in rows if r["snapshot"]),
             "batch_ms_median_no_snapshot": _median(plain) if snapshots is not None else math.nan}
 
@@ -371,7 +371,7 @@ def emit_step(job: BallastJob, moves: list[tuple[int, int, int]], precopy: bool,
     from ballast.protocol import ControlStep, Move, control_topic, message_key
 
     ver, w, _ = job.current_map()
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     msg = ControlStep(job=job.spec.job, operator=job.spec.operator, plan_id=plan_id, step=1, steps=1,
                       kind="moves" if moves else "noop",
                       moves=tuple(Move(b, s, d) for b, s, d in moves), workers=w, map_version=ver, issued_at=now,
@@ -531,13 +531,14 @@ class SubmittedJob(BallastJob):
     def ckpt_uri(self) -> str:
         return f"file://{self.spec.checkpoint_dir}"
 
-    def start(self) -> "SubmittedJob":
+    def start(self) -> SubmittedJob:
         from spark_jobs.ship import job_archive
 
         sc = spark_cluster_module()
         s = self.spec
         args = ["run", "--job", s.job, "--operator", s.operator, "--input-topic", s.input_topic, "--bins", str(s.bins),
-                "--workers", str(s.workers), "--checkpoint-dir", self.ckpt_uri, "--state-uri", f"{self.ckpt_uri}/durable",
+                "--workers", str(s.workers), "--checkpoint-dir", self.ckpt_uri, "--state-uri",
+                f"{self.ckpt_uri}/durable",
                 "--bootstrap", s.bootstrap, "--db-url", s.db_url, "--trigger-ms", str(s.trigger_ms),
                 "--max-offsets-per-trigger", str(self.max_offsets), "--master-ui", self.cluster.ui_url]
         cmd = sc.spark_submit_cmd(self.cluster, str(REPO / "spark_jobs" / "main.py"), args,
@@ -756,7 +757,7 @@ def scale_out(ctx: Ctx, C: ClusterProfile, job: SubmittedJob, cluster: Any, topi
     finally:
         gen.stop(timeout=60)
         res["generator"] = _gen_stats(sched)
-    b, a = res.get("before", {}), res.get("after", {})
+    b = res.get("before", {})
     res["saturated_before"] = bool(b.get("input_rows_median", 0) >= 0.9 * C.cluster_max_offsets)
     return res
 
@@ -783,7 +784,7 @@ class ClusterStarter:
         except BaseException as exc:  # noqa: BLE001 - re-raised by get()
             self.error = exc
 
-    def start(self) -> "ClusterStarter":
+    def start(self) -> ClusterStarter:
         self._t.start()
         return self
 
@@ -926,7 +927,8 @@ def summarize(C: ClusterProfile, local: dict[str, Any], clus: dict[str, Any]) ->
     pre = {"keys": C.keys, "bins": C.bins, "bins_moved": pcs[0]["bins"] if pcs else 0, "reps": C.precopy_reps,
            "mode": "local[2]",
            "cutover_ms_with": med(on, "cutover_ms"), "cutover_ms_without": med(off, "cutover_ms"),
-           "cutover_batch_ms_with": med(on, "cutover_batch_ms"), "cutover_batch_ms_without": med(off, "cutover_batch_ms"),
+           "cutover_batch_ms_with": med(on, "cutover_batch_ms"),
+           "cutover_batch_ms_without": med(off, "cutover_batch_ms"),
            "warm_batch_ms_with": med(on, "warm_batch_ms"), "steady_batch_ms": med(pcs, "steady_batch_ms"),
            "keys_moved_with": med(on, "keys_moved"), "keys_moved_without": med(off, "keys_moved"),
            "cutover_snapshots": sum(1 for r in pcs if r.get("cutover_snapshot")),
@@ -934,7 +936,8 @@ def summarize(C: ClusterProfile, local: dict[str, Any], clus: dict[str, Any]) ->
            "cutover_apply_ms_without": med(off, "cutover_apply_ms") if off and "cutover_apply_ms" in off[0] else nan}
     pre["cutover_ms_ratio"] = _ratio(pre["cutover_ms_with"], pre["cutover_ms_without"])
     pre["cutover_batch_ms_ratio"] = _ratio(pre["cutover_batch_ms_with"], pre["cutover_batch_ms_without"])
-    pre["goal_met"] = bool(pre["cutover_ms_ratio"] <= 0.5) if pre["cutover_ms_ratio"] == pre["cutover_ms_ratio"] else None
+    ratio = pre["cutover_ms_ratio"]
+    pre["goal_met"] = bool(ratio <= 0.5) if ratio == ratio else None  # NaN: not measured
     nat, bal = clus.get("native", {}), clus.get("ballast", {})
     rec = {"mode": "standalone, 2 workers x 1 core", "keys": C.cluster_keys, "bins": C.cluster_bins,
            "rate": C.recovery_rate, "trigger_ms": C.cluster_trigger_ms,
@@ -1033,7 +1036,8 @@ def readme(C: ClusterProfile, s: dict[str, Any]) -> str:
         f"the local-only data plane of `{OLD_COMMIT}` (git worktree), then this checkout. Epochs that started "
         f"{C.skip_s:.0f} s into each window (at least {C.steady_s:.0f} s and {C.min_epochs} epochs) and read input.",
         "",
-        f([{"data plane": f"local-only ({OLD_COMMIT})", "epochs": d["old_epochs"], "rows/epoch": d["old_input_rows_median"],
+        f([{"data plane": f"local-only ({OLD_COMMIT})", "epochs": d["old_epochs"],
+            "rows/epoch": d["old_input_rows_median"],
             "batch ms median": d["old_batch_ms"], "mean": d["old_batch_ms_mean"], "p90": d["old_batch_ms_p90"],
             "useful ms median": d["old_useful_ms"]},
            {"data plane": "durable (HEAD)", "epochs": d["new_epochs"], "rows/epoch": d["new_input_rows_median"],
@@ -1042,15 +1046,19 @@ def readme(C: ClusterProfile, s: dict[str, Any]) -> str:
           ["data plane", "epochs", "rows/epoch", "batch ms median", "mean", "p90", "useful ms median"]), "",
         f"The durable run's window had {d['new_snapshot_epochs']} snapshot epoch(s) (every worker writes its whole "
         f"state; `--snapshot-every` 10); its median without them: {d['new_batch_ms_no_snapshot']:.0f} ms.", "",
-        f"Per input row (the runs' epochs can differ in size): batch ms per 1k rows {d['old_batch_ms_per_1k_rows']:.0f} "
+        "Per input row (the runs' epochs can differ in size): batch ms per 1k rows "
+        f"{d['old_batch_ms_per_1k_rows']:.0f} "
         f"-> {d['new_batch_ms_per_1k_rows']:.0f} (ratio {d['batch_ms_per_1k_rows_ratio']:.2f}), useful µs per row "
-        f"{d['old_useful_us_per_row']:.1f} -> {d['new_useful_us_per_row']:.1f} (ratio {d['useful_us_per_row_ratio']:.2f}).",
+        f"{d['old_useful_us_per_row']:.1f} -> {d['new_useful_us_per_row']:.1f} "
+        f"(ratio {d['useful_us_per_row_ratio']:.2f}).",
         "",
         f"Ratios durable / local-only: batch_ms **{d['batch_ms_ratio']:.2f}** (mean {d['batch_ms_mean_ratio']:.2f}), "
         f"useful_ms **{d['useful_ms_ratio']:.2f}** (useful = the tasks' fold time summed over workers; the durable "
         "object write comes after it and shows in batch_ms only).", "",
-        f"## Cut-over pause with and without pre-copy (local[2], {C.keys} keys, {p['bins_moved']} of {C.bins} bins)", "",
-        f([{"step": "without pre-copy", "move ms": p["cutover_ms_without"], "cut-over epoch ms": p["cutover_batch_ms_without"],
+        f"## Cut-over pause with and without pre-copy (local[2], {C.keys} keys, {p['bins_moved']} of {C.bins} bins)",
+        "",
+        f([{"step": "without pre-copy", "move ms": p["cutover_ms_without"],
+            "cut-over epoch ms": p["cutover_batch_ms_without"],
             "of which apply phase ms": p["cutover_apply_ms_without"], "keys at cut-over": p["keys_moved_without"],
             "warming epoch ms": math.nan},
            {"step": "with pre-copy", "move ms": p["cutover_ms_with"], "cut-over epoch ms": p["cutover_batch_ms_with"],
@@ -1064,7 +1072,8 @@ def readme(C: ClusterProfile, s: dict[str, Any]) -> str:
         f"Medians over {C.precopy_reps} pair(s) (every plan in precopy.csv; `cutover_snapshot` marks a cut-over "
         f"epoch that also wrote a state snapshot: {p['cutover_snapshots']} of them); steady epoch "
         f"{p['steady_batch_ms']:.0f} ms. Ratio with / without: move "
-        f"**{p['cutover_ms_ratio']:.2f}** (goal <= 0.5), cut-over epoch **{p['cutover_batch_ms_ratio']:.2f}**. The pre-copy "
+        f"**{p['cutover_ms_ratio']:.2f}** (goal <= 0.5), cut-over epoch **{p['cutover_batch_ms_ratio']:.2f}**. "
+        "The pre-copy "
         "step loads the bins in the epoch that receives it (warming epoch), inside that epoch's tasks.", "",
         "## Recovery after an executor loss (standalone, 2 workers x 1 core)", "",
         f([{"system": label, "kill -> first commit s": r[f"{who}_s"], "that batch s": r[f"{who}_first_batch_s"],
@@ -1083,7 +1092,8 @@ def readme(C: ClusterProfile, s: dict[str, Any]) -> str:
         f"commit) reported 2 executors again {r['ballast_executors_back_s']:.0f} s after the kill.", "",
         f"## Scale-out 2 -> 4 executors (standalone, 4 workers x 1 core on {so['machine_cores']} cores)", "",
         f([{"phase": "before (W=2)", "epochs": so["epochs_before"], "rows/s": so["throughput_before"],
-            "median batch ms": so["batch_ms_before"], "median epoch rows / batch s": so["rows_per_batch_s_median_before"],
+            "median batch ms": so["batch_ms_before"],
+            "median epoch rows / batch s": so["rows_per_batch_s_median_before"],
             "executors": so["executors_before"]},
            {"phase": "after (W=4)", "epochs": so["epochs_after"], "rows/s": so["throughput_after"],
             "median batch ms": so["batch_ms_after"], "median epoch rows / batch s": so["rows_per_batch_s_median_after"],
@@ -1112,13 +1122,15 @@ def report_section(s: dict[str, Any]) -> str:
          "baseline_value": d["old_useful_ms"], "value": d["new_useful_ms"], "ratio": d["useful_ms_ratio"]},
         {"figure": f"cut-over move ms ({p['bins_moved']} bins, {p['keys']} keys)", "baseline": "no pre-copy",
          "baseline_value": p["cutover_ms_without"], "value": p["cutover_ms_with"], "ratio": p["cutover_ms_ratio"]},
-        {"figure": "cut-over epoch batch ms", "baseline": "no pre-copy", "baseline_value": p["cutover_batch_ms_without"],
+        {"figure": "cut-over epoch batch ms", "baseline": "no pre-copy",
+         "baseline_value": p["cutover_batch_ms_without"],
          "value": p["cutover_batch_ms_with"], "ratio": p["cutover_batch_ms_ratio"]},
         {"figure": "executor SIGKILL -> first commit s", "baseline": "Spark RocksDB groupBy.count",
          "baseline_value": r["native_s"], "value": r["ballast_s"], "ratio": r["ballast_over_native"]},
         {"figure": f"throughput rows/s, 2 -> 4 executors ({so['machine_cores']} cores)", "baseline": "before (W=2)",
          "baseline_value": so["throughput_before"], "value": so["throughput_after"], "ratio": so["throughput_ratio"]},
-        {"figure": "longest epoch gap during 2 -> 4 s", "baseline": "steady gap", "baseline_value": so["steady_epoch_gap_s"],
+        {"figure": "longest epoch gap during 2 -> 4 s", "baseline": "steady gap",
+         "baseline_value": so["steady_epoch_gap_s"],
          "value": so["max_epoch_gap_s"], "ratio": _ratio(so["max_epoch_gap_s"], so["steady_epoch_gap_s"])},
     ]
     return rp.md_table(rows, ["figure", "baseline", "baseline_value", "value", "ratio"]) + \

@@ -45,7 +45,7 @@ class LogHistogram:
         self.max = max(self.max, float(v.max()))
         self.sum += float(v.sum())
 
-    def merge(self, other: "LogHistogram") -> "LogHistogram":
+    def merge(self, other: LogHistogram) -> LogHistogram:
         self.counts += other.counts
         self.total += other.total
         self.min, self.max = min(self.min, other.min), max(self.max, other.max)

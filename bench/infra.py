@@ -9,7 +9,7 @@ import signal
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +53,7 @@ class Proc:
         self.args, self.log, self.name = args, log, name
         self.p: subprocess.Popen[bytes] | None = None
 
-    def start(self) -> "Proc":
+    def start(self) -> Proc:
         self.log.parent.mkdir(parents=True, exist_ok=True)
         fh = open(self.log, "ab")
         self.p = subprocess.Popen(self.args, stdout=fh, stderr=subprocess.STDOUT, env=env(), cwd=str(REPO),
@@ -112,7 +112,7 @@ def wait_until(pred, timeout: float, what: str, poll: float = 0.25, proc: Proc |
 def utc(ts: datetime | None) -> datetime | None:
     if ts is None:
         return None
-    return ts.replace(tzinfo=timezone.utc) if ts.tzinfo is None else ts.astimezone(timezone.utc)
+    return ts.replace(tzinfo=UTC) if ts.tzinfo is None else ts.astimezone(UTC)
 
 
 def unix(ts: datetime | None) -> float:

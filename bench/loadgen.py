@@ -99,13 +99,13 @@ class Schedule:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Schedule":
+    def from_dict(cls, d: dict) -> Schedule:
         d = dict(d)
         d["segments"] = [Segment(**s) for s in d["segments"]]
         return cls(**d)
 
     @classmethod
-    def load(cls, path: str | Path) -> "Schedule":
+    def load(cls, path: str | Path) -> Schedule:
         return cls.from_dict(json.loads(Path(path).read_text())["schedule"])
 
 

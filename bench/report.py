@@ -5,8 +5,9 @@ from __future__ import annotations
 import csv
 import json
 import math
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import matplotlib
 
@@ -149,7 +150,8 @@ def plot_scatter(path: Path, points: dict[str, list[tuple[float, float, str]]], 
 
 
 def plot_series(path: Path, series: dict[str, tuple[list[float], list[float]]], title: str, ylabel: str,
-                marks: list[tuple[float, str]] | None = None, twin: dict[str, tuple[list[float], list[float]]] | None = None,
+                marks: list[tuple[float, str]] | None = None,
+                twin: dict[str, tuple[list[float], list[float]]] | None = None,
                 twin_label: str = "") -> Path:
     fig, ax = plt.subplots(figsize=(10, 3.6))
     for label, (x, y) in series.items():

@@ -53,7 +53,7 @@ class RssSampler:
                 self.root_samples.append((t, root / 2**20))
             self._stop.wait(self.interval)
 
-    def start(self) -> "RssSampler":
+    def start(self) -> RssSampler:
         self._thread.start()
         return self
 
@@ -61,7 +61,7 @@ class RssSampler:
         self._stop.set()
         self._thread.join(timeout=5)
 
-    def __enter__(self) -> "RssSampler":
+    def __enter__(self) -> RssSampler:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

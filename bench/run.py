@@ -16,7 +16,7 @@ import shutil
 import sys
 import time
 import traceback
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -60,10 +60,11 @@ def _get(doc: dict[str, Any], dotted: str) -> Any:
 def build_summary(ctx: ex.Ctx, results: dict[str, Any], errors: dict[str, str], t_start: float,
                   machine: dict[str, Any]) -> dict[str, Any]:
     nan = math.nan
-    s: dict[str, Any] = {"run_id": ctx.run_id, "profile": ctx.profile.name, "commit": machine.get("commit_at_start") or git_commit(), "machine": machine,
+    s: dict[str, Any] = {"run_id": ctx.run_id, "profile": ctx.profile.name,
+                         "commit": machine.get("commit_at_start") or git_commit(), "machine": machine,
                          "profile_settings": ctx.profile.__dict__,
                          "migration_reused_from": results.get("migration", {}).get("reused_from"),
-                         "started_at": datetime.fromtimestamp(t_start, timezone.utc).isoformat(),
+                         "started_at": datetime.fromtimestamp(t_start, UTC).isoformat(),
                          "elapsed_s": time.time() - t_start, "errors": errors,
                          "quiet_machine": machine["loadavg_at_start"][0] < 1.5}
     mig = results.get("migration", {}).get("by_bins", {})
@@ -84,7 +85,8 @@ def build_summary(ctx: ex.Ctx, results: dict[str, Any], errors: dict[str, str], 
         migration.update({"bins": head, "keys": hb["keys"], "max_latency_ms": hb["max_latency_ms"],
                           "duration_s": hb["duration_s"], "peak_rss_mb": hb["peak_rss_mb"],
                           "rss_delta_mb": hb["rss_delta_mb"], "p99_latency_ms": hb["p99_latency_ms"],
-                          "driver_peak_rss_mb": hb["driver_peak_rss_mb"], "driver_rss_delta_mb": hb["driver_rss_delta_mb"],
+                          "driver_peak_rss_mb": hb["driver_peak_rss_mb"],
+                          "driver_rss_delta_mb": hb["driver_rss_delta_mb"],
                           "steps": hb["steps"], "keys_moved": hb["keys_moved"],
                           "steady_p99_ms": hb["steady_p99_ms"]})
         ml = hb["max_latency_ms"]
@@ -101,12 +103,14 @@ def build_summary(ctx: ex.Ctx, results: dict[str, Any], errors: dict[str, str], 
     s["reconfig"] = {
         "spark_restart_downtime_s": nr.get("downtime_s", nan), "spark_recovery_s": nr.get("recovery_s", nan),
         "spark_offline_repartition_s": nr.get("offline_repartition_s", nan),
-        "spark_stop_s": nr.get("stop_s", nan), "spark_restart_to_first_batch_s": nr.get("restart_to_first_batch_s", nan),
+        "spark_stop_s": nr.get("stop_s", nan),
+        "spark_restart_to_first_batch_s": nr.get("restart_to_first_batch_s", nan),
         "spark_repartition_inner_s": nr.get("repartition_inner_s", nan),
         "spark_state_kept": nr.get("repartition_ok"),
         "spark_state_partitions": [nr.get("state_partitions_before"), nr.get("state_partitions_after")],
         "ballast_downtime_s": br.get("downtime_s", nan), "ballast_migration_duration_s": br.get("duration_s", nan),
-        "ballast_max_latency_ms": br.get("max_latency_ms", nan), "ballast_steady_batch_gap_s": br.get("steady_batch_gap_s", nan),
+        "ballast_max_latency_ms": br.get("max_latency_ms", nan),
+        "ballast_steady_batch_gap_s": br.get("steady_batch_gap_s", nan),
         "spark_steady_batch_gap_s": nr.get("steady_batch_gap_s", nan),
         "to_workers": ctx.profile.reconfig_to_workers,
     }
@@ -143,19 +147,22 @@ def write_report(run_dir: Path, s: dict[str, Any]) -> Path:
         f"Throughput on the same input: Ballast {t['ballast_rows_per_s']:,.0f} rows/s, Spark native groupBy.count "
         f"(RocksDB) {t['spark_native_rows_per_s']:,.0f} rows/s (ratio {t['ballast_over_native']:.2f}).", "",
         f"Changing parallelism 2→{r['to_workers']}: Spark stop + offline state repartition + restart: downtime "
-        f"{r['spark_restart_downtime_s']:.1f} s (repartition alone {r['spark_offline_repartition_s']:.1f} s), back to "
-        f"steady backlog after {r['spark_recovery_s']:.1f} s; state kept: {r['spark_state_kept']}. Ballast live: longest "
+        f"{r['spark_restart_downtime_s']:.1f} s (repartition alone {r['spark_offline_repartition_s']:.1f} s), "
+        f"back to steady backlog after {r['spark_recovery_s']:.1f} s; state kept: {r['spark_state_kept']}. "
+        "Ballast live: longest "
         f"gap between epochs {r['ballast_downtime_s']:.1f} s (steady {r['ballast_steady_batch_gap_s']:.1f} s), plan "
         f"duration {r['ballast_migration_duration_s']:.1f} s, max latency {r['ballast_max_latency_ms']:.0f} ms.", "",
         "## 4. DS2 closed loop", "",
         f"Rate {d.get('rate')} → ×2 → ÷2; scaling actions to converge per phase: {d.get('decisions_to_converge')}; "
         f"executed changes: {[(c['from'], c['to'], round(c['t_emit_s'], 1)) for c in d.get('changes', [])]}.", "",
         rp.md_table(d.get("phases", []), ["phase", "rate", "scaling_actions", "workers_end", "oracle_workers",
-                                          "backlog_peak_after_s", "over_provisioned_worker_s", "under_provisioned_worker_s"]),
+                                          "backlog_peak_after_s", "over_provisioned_worker_s",
+                                          "under_provisioned_worker_s"]),
         "", "## 2. Bin count", "",
         rp.md_table(s.get("bins", []), ["bins", "catchup_rows_per_s", "catchup_batch_ms_per_1k_rows",
                                         "steady_useful_us_per_row", "steady_useful_us_per_row_vs_B1",
-                                        "all-at-once_max_latency_ms", "batched_max_latency_ms", "fluid_max_latency_ms"]),
+                                        "all-at-once_max_latency_ms", "batched_max_latency_ms",
+                                        "fluid_max_latency_ms"]),
         "", "## 5. Cluster data plane", "", cl.report_section(s["cluster"]),
         "", "Per-experiment details (tables, timelines, CDFs): the README.md of each directory of the run.",
     ]

@@ -196,7 +196,7 @@ def bench(cls: type, keys: list[bytes], batch: int, batches: int, root: str) -> 
     upd = []
     for _ in range(batches):
         b = zipf_batch(keys, batch, rng)
-        ms, _ = timed(lambda: store.update(b))
+        ms, _ = timed(lambda b=b: store.update(b))
         upd.append(ms)
     res["update_100k_ms_median"] = sorted(upd)[len(upd) // 2]
     res["update_rows_per_s"] = batch / (res["update_100k_ms_median"] / 1000)
@@ -237,7 +237,8 @@ def main() -> None:
     try:
         for cls in (LmdbStore, RocksStore):
             r = bench(cls, keys, args.batch, args.batches, root)
-            print(cls.name, " ".join(f"{k}={v:.1f}" if isinstance(v, float) else f"{k}={v}" for k, v in r.items()), flush=True)
+            print(cls.name, " ".join(f"{k}={v:.1f}" if isinstance(v, float) else f"{k}={v}" for k, v in r.items()),
+                  flush=True)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

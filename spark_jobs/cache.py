@@ -86,7 +86,7 @@ class WorkerCache:
     def close(self) -> None:
         self.env.close()
 
-    def __enter__(self) -> "WorkerCache":
+    def __enter__(self) -> WorkerCache:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -70,7 +70,7 @@ class ControlState:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "ControlState":
+    def from_dict(cls, d: dict[str, Any]) -> ControlState:
         return cls(**d)
 
 
@@ -113,7 +113,7 @@ class Decision:
         }
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Decision":
+    def from_dict(cls, d: dict[str, Any]) -> Decision:
         return cls(
             epoch=d["epoch"], decided_at=d["decided_at"], entries=[Entry(**e) for e in d["entries"]],
             state_after=ControlState.from_dict(d["state_after"]), map_version_before=d["map_version_before"],
@@ -276,7 +276,8 @@ def decide(
                 waiting[sk] = f"waits for step {s.step - 1} of plan {s.plan_id}"
                 continue
             if prev["status"] != "applied":
-                finish(s, "rejected", f"step {s.step - 1} of plan {s.plan_id} was {prev['status']}", q["offset"], "reject")
+                finish(s, "rejected", f"step {s.step - 1} of plan {s.plan_id} was {prev['status']}", q["offset"],
+                       "reject")
                 continue
         err = validate(s, st, bins)
         if err:
@@ -298,7 +299,8 @@ def decide(
     for q in remaining:
         sk = step_key(q["msg"]["plan_id"], q["msg"]["step"])
         if sk in received:
-            add("queue", q["msg"]["plan_id"], q["msg"]["step"], waiting.get(sk, "queued"), q["offset"], checkpoint=False)
+            add("queue", q["msg"]["plan_id"], q["msg"]["step"], waiting.get(sk, "queued"), q["offset"],
+                checkpoint=False)
     if len(st.final) > KEEP_FINAL:
         st.final = dict(list(st.final.items())[-KEEP_FINAL:])
     return Decision(

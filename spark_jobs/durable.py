@@ -201,7 +201,7 @@ class ManifestEntry:
         return d if self.event_max_ms is None else {**d, "event_max_ms": self.event_max_ms}
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "ManifestEntry":
+    def from_dict(cls, d: dict[str, Any]) -> ManifestEntry:
         return cls(int(d["epoch"]), int(d["map_version"]), {int(w): n for w, n in d["changelog"].items()},
                    {int(w): n for w, n in d.get("snapshot", {}).items()}, d.get("event_max_ms"))
 

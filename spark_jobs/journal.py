@@ -6,8 +6,8 @@
     <checkpoint-dir>/state/                 durable bin state (default --state-uri; spark_jobs.durable)
 
 The checkpoint dir is any URI (`hdfs://`, `s3://`, … or a local path; spark_jobs.storage). Every
-file is written atomically, so a crash leaves either the old or the new version. Decisions are keyed by epoch: a replay of epoch E finds
-E.json and reuses it rather than deciding again.
+file is written atomically, so a crash leaves either the old or the new version. Decisions are
+keyed by epoch: a replay of epoch E finds E.json and reuses it rather than deciding again.
 """
 
 from __future__ import annotations

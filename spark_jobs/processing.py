@@ -27,11 +27,17 @@ from datetime import datetime
 from typing import Any
 
 from spark_jobs import timers
-from spark_jobs.bins import encode_value, decode_value, store_key
+from spark_jobs.bins import decode_value, encode_value, store_key
 from spark_jobs.durable import DEAD_LETTER, OUTPUT
 from spark_jobs.operators import Operator
-from spark_jobs.processor import (ExpiredTimerInfo, KeyState, QuerySpec, StatefulProcessorHandle, TimerValues,
-                                  bound_methods)
+from spark_jobs.processor import (
+    ExpiredTimerInfo,
+    KeyState,
+    QuerySpec,
+    StatefulProcessorHandle,
+    TimerValues,
+    bound_methods,
+)
 
 
 class ProcessorOperator(Operator):

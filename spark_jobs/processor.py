@@ -124,7 +124,7 @@ class KeyState:
                [v[1] for mp in self.maps.values() for v in mp.values()]
         return min((e for e in exps if e is not None), default=None)
 
-    def same(self, other: "KeyState") -> bool:
+    def same(self, other: KeyState) -> bool:
         """Equal content (pickled bytes of equal state may differ in their memo, so compare this)."""
         return (self.values, self.lists, self.maps, self.timers) == (other.values, other.lists, other.maps,
                                                                       other.timers)
@@ -145,7 +145,7 @@ class KeyState:
 class _Var:
     """Base of the state variables: bound to the handle, which points at the current key."""
 
-    def __init__(self, handle: "StatefulProcessorHandle", name: str, ttl_ms: int | None) -> None:
+    def __init__(self, handle: StatefulProcessorHandle, name: str, ttl_ms: int | None) -> None:
         self._h, self._name, self._ttl = handle, name, ttl_ms
 
     @property

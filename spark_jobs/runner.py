@@ -19,12 +19,12 @@ import logging
 import threading
 import time
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
-from ballast.protocol import Checkpoint as CheckpointMsg
-from ballast.protocol import MAX_MESSAGE_BYTES, acks_topic, control_topic, message_key, utcnow
 from ballast.kafka_security import KafkaSecurity
+from ballast.protocol import MAX_MESSAGE_BYTES, acks_topic, control_topic, message_key, utcnow
+from ballast.protocol import Checkpoint as CheckpointMsg
 from ballast.signing import Keyring
 from ballast.topics import create_missing_topics
 from migrations_db import models as m
@@ -113,7 +113,7 @@ def ensure_job_topics(bootstrap: str, job: str, output_partitions: int, security
 
 
 def _iso(ts: datetime) -> str:
-    return ts.astimezone(timezone.utc).isoformat()
+    return ts.astimezone(UTC).isoformat()
 
 
 def _parse_iso(s: str) -> datetime:
@@ -124,7 +124,7 @@ def _utc(ts: datetime | None) -> datetime | None:
     """SQLite hands back naive datetimes; everything we store is UTC."""
     if ts is None:
         return None
-    return ts.replace(tzinfo=timezone.utc) if ts.tzinfo is None else ts
+    return ts.replace(tzinfo=UTC) if ts.tzinfo is None else ts
 
 
 class StopRequested(RuntimeError):
@@ -453,7 +453,8 @@ class JobRunner:
         offsets: a read). While the broker is away the epoch waits up to `kafka_outage_s`."""
         from kafka.errors import KafkaError
 
-        return self._retry("Kafka broker", what, self.cfg.kafka_outage_s, lambda e: isinstance(e, KafkaError), fn, *args)
+        return self._retry("Kafka broker", what, self.cfg.kafka_outage_s, lambda e: isinstance(e, KafkaError), fn,
+                           *args)
 
     def _retry(self, service: str, what: str, budget_s: float, transient: Any, fn: Any, *args: Any) -> Any:
         deadline, delay, since = time.time() + budget_s, 1.0, time.time()
@@ -477,7 +478,8 @@ class JobRunner:
         ms = str(int(self.cfg.kafka_outage_s * 1000))
         opts = {**self.cfg.security.spark_options(), "kafka.default.api.timeout.ms": ms}
         if not source:
-            opts.update({"kafka.max.block.ms": ms, "kafka.delivery.timeout.ms": ms, "kafka.request.timeout.ms": "30000"})
+            opts.update({"kafka.max.block.ms": ms, "kafka.delivery.timeout.ms": ms,
+                         "kafka.request.timeout.ms": "30000"})
         return opts
 
     def _worker_metrics(self, workers: int, docs: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
@@ -525,7 +527,8 @@ class JobRunner:
             # routing map in force from this epoch (version 0 at the first epoch)
             applied = d.applied
             mx.ensure_routing_map(s, cfg.job, cfg.operator, st.map_version, epoch, st.workers, st.assignment,
-                                  ended_at, applied["plan_id"] if applied else None, applied["step"] if applied else None)
+                                  ended_at, applied["plan_id"] if applied else None,
+                                  applied["step"] if applied else None)
             for e in d.entries:
                 if e.checkpoint:
                     is_applied = e.action == "apply"

@@ -33,7 +33,7 @@ class Location:
     uri: str  # as the user wrote it, plus the joined suffix (for logs and error messages)
 
     @classmethod
-    def of(cls, uri: str | os.PathLike[str]) -> "Location":
+    def of(cls, uri: str | os.PathLike[str]) -> Location:
         """`uri` is a local path or any URI `pyarrow.fs.FileSystem.from_uri` understands."""
         uri = os.fspath(uri)
         if "://" not in uri:
@@ -44,7 +44,7 @@ class Location:
             raise ValueError(f"cannot open storage location {uri!r}: {exc}") from exc
         return cls(fs, path.rstrip("/") or "/", uri.rstrip("/"))
 
-    def __truediv__(self, name: str) -> "Location":
+    def __truediv__(self, name: str) -> Location:
         return Location(self.fs, f"{self.path}/{name}", f"{self.uri}/{name}")
 
     @property

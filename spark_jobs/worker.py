@@ -112,8 +112,8 @@ def _to_arrow(cfg: ApplyConfig, worker: int, outputs: list[tuple[int, bytes, byt
             info = json.loads(note or "{}")
             hdr += [{"key": "ballast-error", "value": str(info.get("error", "")).encode()},
                     {"key": "ballast-epoch", "value": b"%d" % cfg.epoch},
-                    {"key": "ballast-source", "value": ("%s:%s:%s" % (info.get("topic"), info.get("partition"),
-                                                                       info.get("offset"))).encode()}]
+                    {"key": "ballast-source",
+                     "value": f"{info.get('topic')}:{info.get('partition')}:{info.get('offset')}".encode()}]
         topics.append(cfg.dlq_topic if kind == DEAD_LETTER else cfg.output_topic)
         keys.append(key)
         values.append(value)

@@ -24,8 +24,17 @@ from sqlalchemy import select
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "dataplane"))
 
-from dp_helpers import (killpg, check_migration_property, check_state, checkpoints, outputs_as_set,  # noqa: E402
-                        plan_maps, produce, reference_by_epoch, send_control, steps_from_maps, zipf_keys)
+from dp_helpers import (  # noqa: E402
+    check_migration_property,
+    check_state,
+    checkpoints,
+    outputs_as_set,
+    plan_maps,
+    produce,
+    reference_by_epoch,
+    steps_from_maps,
+    zipf_keys,
+)
 from migrations_db import models as m  # noqa: E402
 from migrations_db.db import session_scope  # noqa: E402
 from scripts.spark_cluster import spark_submit_cmd, start_cluster, submit_env  # noqa: E402
@@ -33,6 +42,8 @@ from spark_jobs.offsets import committed_epochs, read_end_offsets  # noqa: E402
 from spark_jobs.output import read_output  # noqa: E402
 from spark_jobs.runner import ensure_job_topics  # noqa: E402
 from spark_jobs.ship import job_archive  # noqa: E402
+from tests.helpers.control import send_control  # noqa: E402
+from tests.helpers.procs import killpg  # noqa: E402
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 

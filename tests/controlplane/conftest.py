@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.jobs import write_jobs_file
+
 REPO = Path(__file__).resolve().parents[2]
 _HOME = Path(tempfile.mkdtemp(prefix="ballast-airflow-home-"))
 os.environ["AIRFLOW_HOME"] = str(_HOME)
@@ -35,33 +37,13 @@ def airflow_db() -> Path:
     return _HOME
 
 
-JOBS_YAML = """
-jobs:
-  - job: {job}
-    operator: keycount
-    input_topic: {job}.in
-    bins: {bins}
-    initial_workers: 1
-    min_workers: 1
-    max_workers: 4
-    rebalance:
-      window_epochs: 5
-      warmup_s: 0
-      warmup_epochs: 0
-      strategy: batched
-      emit_mode: flow-control
-      await_timeout_s: {timeout}
-      poll_interval_s: 0.2
-"""
-
-
 @pytest.fixture
 def jobs_file(tmp_path: Path, unique_name: str, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
     """A jobs file with one job named after the test; returns a writer to change bins/timeout."""
 
     def write(bins: int = 16, timeout: float = 60.0) -> Path:
-        p = tmp_path / "ballast_jobs.yaml"
-        p.write_text(JOBS_YAML.format(job=unique_name, bins=bins, timeout=timeout))
+        p = write_jobs_file(tmp_path / "ballast_jobs.yaml", unique_name, bins, max_workers=4,
+                            rebalance={"await_timeout_s": timeout, "poll_interval_s": 0.2})
         monkeypatch.setenv("BALLAST_JOBS_FILE", str(p))
         return p
 

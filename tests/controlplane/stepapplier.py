@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from kafka import KafkaConsumer, TopicPartition
 
@@ -20,6 +20,10 @@ from ballast import repository as repo
 from ballast.protocol import ProtocolError, control_topic, parse_control
 from migrations_db import models as m
 from migrations_db.db import session_scope
+from tests.helpers.jobs import seed_job
+
+# seed_job lives in tests.helpers.jobs; the control-plane tests import it from here too
+__all__ = ["StepApplier", "seed_job"]
 
 
 class StepApplier(threading.Thread):
@@ -61,11 +65,11 @@ class StepApplier(threading.Thread):
             return
         if msg.step in repo.checkpoints(self.db_url, msg.plan_id):
             return  # duplicate: idempotent
-        while datetime.now(timezone.utc) < msg.effective_at and not self._halt.is_set():
+        while datetime.now(UTC) < msg.effective_at and not self._halt.is_set():
             time.sleep(0.02)
         cur = repo.latest_map(self.db_url, self.job, self.operator)
         assert cur is not None
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         reason = self.reject.get(msg.step, "")
         if not reason and msg.map_version != cur.map_version:
             reason = f"expected map v{msg.map_version}, job is at v{cur.map_version}"
@@ -86,35 +90,7 @@ class StepApplier(threading.Thread):
                                step=msg.step))
             s.add(m.Checkpoint(job=self.job, operator=self.operator, plan_id=msg.plan_id, step=msg.step,
                                status="applied", applied_epoch=epoch, applied_at=now,
-                               completed_at=datetime.now(timezone.utc), bins_moved=len(msg.moves),
+                               completed_at=datetime.now(UTC), bins_moved=len(msg.moves),
                                keys_moved=10 * len(msg.moves), bytes_moved=1000 * len(msg.moves),
                                migration_ms=5.0 * len(msg.moves), map_version_after=cur.map_version + 1))
         self.applied_at[(msg.plan_id, msg.step)] = now
-
-
-def seed_job(db_url: str, job: str, bins: int = 16, workers: int = 1, input_rate: float = 15000.0,
-             per_worker_rate: float = 10000.0, epochs: int = 5, operator: str = "keycount") -> None:
-    """Metrics of a job that ran `epochs` epochs under map v0: what the data plane writes each epoch.
-
-    Defaults describe one worker that processes 10k rows per useful second fed 15k rows/s: DS2
-    (micro-batch model, 0.1 s overhead per 1 s batch) asks for 2 workers.
-    """
-    now = datetime.now(timezone.utc)
-    assignment = [b * workers // bins for b in range(bins)]
-    with session_scope(db_url) as s:
-        s.add(m.Job(job=job, operator=operator, bins=bins, created_at=now, config={}))
-        s.add(m.RoutingMap(job=job, operator=operator, map_version=0, epoch=0, workers=workers,
-                           assignment=assignment, created_at=now))
-        for e in range(1, epochs + 1):
-            rows = int(input_rate)  # one second of input per epoch
-            s.add(m.EpochMetrics(job=job, operator=operator, epoch=e, map_version=0, workers=workers,
-                                 input_rows=rows, batch_ms=1000.0 * rows / (per_worker_rate * workers) + 100.0,
-                                 input_rate=input_rate, backlog=0, started_at=now, ended_at=now))
-            for w in range(workers):
-                rin = rows // workers
-                useful = 1000.0 * rin / per_worker_rate
-                s.add(m.WorkerMetrics(job=job, operator=operator, epoch=e, worker=w, records_in=rin, records_out=rin,
-                                      useful_ms=useful, wall_ms=useful, state_keys=1000, state_bytes=100000))
-            for b in range(bins):
-                s.add(m.BinMetrics(job=job, operator=operator, epoch=e, bin=b, worker=assignment[b],
-                                   records=rows // bins + (b % 4) * 10, state_keys=100 + b, state_bytes=10000 + 100 * b))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from datetime import timedelta
 
 import pytest
@@ -14,6 +13,7 @@ from ballast.config import get_job
 from ballast.emitter import ControlEmitter, EmitError, ensure_control_topics
 from ballast.protocol import control_topic, parse_control
 from stepapplier import StepApplier, seed_job
+from tests.helpers.wait import wait_until
 
 pytestmark = pytest.mark.controlplane
 
@@ -34,13 +34,6 @@ def _plan(db_url: str, job: str, strategy: str = "fluid", emit_mode: str = "flow
                                               "emit_mode": emit_mode, "dry_run": False})
     assert out["steps"] >= 3, out
     return out["plan_id"]
-
-
-def _wait(cond, timeout: float = 20.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.05)
 
 
 @pytest.fixture
@@ -71,10 +64,11 @@ def test_flow_control_sends_next_step_only_after_checkpoint_and_never_twice(kafk
         applier.start()
         try:
             for k in range(2, n + 1):
-                _wait(lambda: k - 1 in repo.checkpoints(db_url, plan_id))
+                wait_until(lambda: k - 1 in repo.checkpoints(db_url, plan_id), 20, "the applier's checkpoints",
+                           poll=0.05)
                 out = em.emit(plan_id)
                 assert [e.step for e in out.emitted] == [k]
-            _wait(lambda: len(repo.checkpoints(db_url, plan_id)) == n)
+            wait_until(lambda: len(repo.checkpoints(db_url, plan_id)) == n, 20, "the applier's checkpoints", poll=0.05)
             final = em.emit(plan_id)
             assert final.emitted == [] and final.waiting_for == [] and final.all_emitted
         finally:
@@ -101,7 +95,7 @@ def test_interrupted_plan_resumes_at_first_step_without_checkpoint(kafka_bootstr
         with ControlEmitter(kafka_bootstrap, db_url) as em:  # the first run, killed after step k
             for i in range(1, k + 1):
                 assert [e.step for e in em.emit(plan_id).emitted] == [i]
-                _wait(lambda: i in repo.checkpoints(db_url, plan_id))
+                wait_until(lambda: i in repo.checkpoints(db_url, plan_id), 20, "the applier's checkpoints", poll=0.05)
         # a new process (e.g. a retried task) picks the plan up from the DB alone
         with ControlEmitter(kafka_bootstrap, db_url) as em2:
             sent = []
@@ -110,7 +104,8 @@ def test_interrupted_plan_resumes_at_first_step_without_checkpoint(kafka_bootstr
                 sent += [e.step for e in out.emitted]
                 if not out.waiting_for:
                     break
-                _wait(lambda: out.waiting_for[0] in repo.checkpoints(db_url, plan_id))
+                wait_until(lambda: out.waiting_for[0] in repo.checkpoints(db_url, plan_id), 20,
+                           "the applier's checkpoints", poll=0.05)
         assert sent == list(range(k + 1, n + 1))
     finally:
         applier.stop()
@@ -131,7 +126,7 @@ def test_prepared_ahead_sends_all_steps_with_spaced_effective_times(kafka_bootst
     applier = StepApplier(kafka_bootstrap, db_url, job)
     applier.start()
     try:
-        _wait(lambda: len(repo.checkpoints(db_url, plan_id)) == n)
+        wait_until(lambda: len(repo.checkpoints(db_url, plan_id)) == n, 20, "the applier's checkpoints", poll=0.05)
     finally:
         applier.stop()
     assert len(_topic_messages(kafka_bootstrap, job)) == n
@@ -148,9 +143,9 @@ def test_rejected_step_fails_the_plan_with_its_reason(kafka_bootstrap, db_url, j
     try:
         with ControlEmitter(kafka_bootstrap, db_url) as em:
             em.emit(plan_id)
-            _wait(lambda: 1 in repo.checkpoints(db_url, plan_id))
+            wait_until(lambda: 1 in repo.checkpoints(db_url, plan_id), 20, "the applier's checkpoints", poll=0.05)
             em.emit(plan_id)
-            _wait(lambda: 2 in repo.checkpoints(db_url, plan_id))
+            wait_until(lambda: 2 in repo.checkpoints(db_url, plan_id), 20, "the applier's checkpoints", poll=0.05)
             out = em.emit(plan_id)
             assert out.failed_step == 2 and "bin 3 is on worker 1" in out.failed_reason and out.emitted == []
     finally:

@@ -23,37 +23,12 @@ from ballast import supervisor
 from ballast.config import load_jobs
 from ballast.emitter import ControlEmitter
 from ballast.protocol import control_topic
+from tests.helpers.jobs import write_jobs_file
+from tests.helpers.wait import wait_until
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.dataplane, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[2]
 BINS = 16
-
-JOBS_YAML = """
-jobs:
-  - job: {job}
-    operator: keycount
-    input_topic: {job}.in
-    bins: {bins}
-    initial_workers: 1
-    min_workers: 1
-    max_workers: 2
-    checkpoint_dir: {ckpt}
-    extra_args: ["--trigger-ms", "500", "--max-offsets-per-trigger", "4000"]
-    heartbeat_timeout_s: 120
-    rebalance:
-      window_epochs: 4
-      model: pipelined
-      catch_up_s: 5
-      target_utilization: 0.15
-      utilization_band: 0.05
-      warmup_s: 0
-      warmup_epochs: 0
-      strategy: batched
-      emit_mode: flow-control
-      await_timeout_s: 240
-      poll_interval_s: 0.5
-"""
-
 
 def _load(name: str):  # type: ignore[no-untyped-def]
     spec = importlib.util.spec_from_file_location(f"real_{name}", REPO / "dags" / f"{name}.py")
@@ -72,16 +47,6 @@ def _produce(bootstrap: str, topic: str, n: int, start: int = 0) -> None:
         p.send(topic, key=b"user-%05d" % (i * 7919 % 20000), value=b"1", partition=i % 2)
     p.flush()
     p.close()
-
-
-def _wait(pred, timeout: float, what: str):  # type: ignore[no-untyped-def]
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        r = pred()
-        if r:
-            return r
-        time.sleep(1)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
 
 
 def _control_steps(bootstrap: str, job: str) -> list[tuple[str, int]]:
@@ -108,7 +73,12 @@ def real_job(tmp_path_factory, kafka_bootstrap, airflow_db):  # type: ignore[no-
     db_url = f"sqlite:///{base / 'metrics.db'}"
     migrate(db_url)
     jobs_file = base / "jobs.yaml"
-    jobs_file.write_text(JOBS_YAML.format(job=job, bins=BINS, ckpt=base / "ckpt"))
+    write_jobs_file(
+        jobs_file, job, BINS, checkpoint_dir=base / "ckpt", heartbeat_timeout_s=120,
+        extra_args=["--trigger-ms", "500", "--max-offsets-per-trigger", "4000"],
+        rebalance={"window_epochs": 4, "model": "pipelined", "catch_up_s": 5, "target_utilization": 0.15,
+                   "utilization_band": 0.05, "await_timeout_s": 240, "poll_interval_s": 0.5},
+    )
     mp = pytest.MonkeyPatch()
     mp.setenv("BALLAST_JOBS_FILE", str(jobs_file))
     mp.setenv("BALLAST_DB_URL", db_url)
@@ -118,7 +88,7 @@ def real_job(tmp_path_factory, kafka_bootstrap, airflow_db):  # type: ignore[no-
     cfg = load_jobs()[job]
     pid = supervisor.launch(cfg, kafka_bootstrap, db_url, reason="test")
     try:
-        _wait(lambda: repo.latest_map(db_url, job, "keycount") is not None, 240, "the job's first routing map")
+        wait_until(lambda: repo.latest_map(db_url, job, "keycount") is not None, 240, "the job's first routing map")
         yield {"job": job, "db_url": db_url, "cfg": cfg, "bootstrap": kafka_bootstrap, "pid": pid}
     finally:
         supervisor.stop(cfg, timeout_s=60)
@@ -131,7 +101,7 @@ def test_scheduled_rebalance_scales_real_job_1_to_2(real_job):
     # utilization: DS2's target rate = source rate + backlog / catch_up_s asks for more workers
     # (clamped to max_workers=2); the job takes at most 4000 rows per epoch, so the backlog lasts
     _produce(bootstrap, f"{job}.in", 400_000)
-    _wait(lambda: len([e for e in repo.epoch_window(url, job, "keycount", 10)
+    wait_until(lambda: len([e for e in repo.epoch_window(url, job, "keycount", 10)
                        if e.input_rows and (e.backlog or 0) > 100_000]) >= 4,
           300, "four epochs with a large backlog")
     dag = _load("ballast_rebalance").make_dag(load_jobs(), None)
@@ -143,7 +113,7 @@ def test_scheduled_rebalance_scales_real_job_1_to_2(real_job):
         es = [e for e in repo.epoch_window(url, job, "keycount", 50) if e.epoch > plan_done_epoch and e.input_rows]
         return es[:4] if len(es) >= 4 else None
 
-    after = _wait(epochs_after, 240, "four loaded epochs after the migration")
+    after = wait_until(epochs_after, 240, "four loaded epochs after the migration")
 
     d = repo.latest_decision(url, job, "keycount")
     assert d.action == "scale_up" and d.current_workers == 1 and d.target_workers == 2, d.reason
@@ -200,7 +170,7 @@ def test_interrupted_plan_resumes_without_re_emitting_on_real_job(real_job):
     with ControlEmitter(bootstrap, url) as em:  # the first attempt dies after step k
         for i in range(1, k + 1):
             assert [e.step for e in em.emit(plan_id).emitted] == [i]
-            _wait(lambda: i in repo.checkpoints(url, plan_id), 120, f"checkpoint of step {i}")
+            wait_until(lambda: i in repo.checkpoints(url, plan_id), 120, f"checkpoint of step {i}")
     # a new process picks the plan up from the DB alone (as a retried Airflow task would)
     code = (
         "import sys,time\n"
@@ -217,7 +187,7 @@ def test_interrupted_plan_resumes_without_re_emitting_on_real_job(real_job):
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-2000:]
     assert res.stdout.strip().splitlines()[-1] == str(list(range(k + 1, n + 1)))
-    _wait(lambda: len(repo.checkpoints(url, plan_id)) == n, 120, "all checkpoints")
+    wait_until(lambda: len(repo.checkpoints(url, plan_id)) == n, 120, "all checkpoints")
     controller.verify(url, plan_id)
     emitted = Counter(_control_steps(bootstrap, job))
     assert all(emitted[(plan_id, s)] == 1 for s in range(1, n + 1)), emitted

@@ -1,4 +1,6 @@
-"""Shared helpers of the data-plane tests: deterministic input, a test controller, oracles."""
+"""Shared helpers of the data-plane tests: deterministic input, plans as control steps, oracles.
+
+Waiting, control writes and process kills are shared by every test area: tests/helpers."""
 
 from __future__ import annotations
 
@@ -6,21 +8,26 @@ import json
 import random
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from sqlalchemy import select
 
-from ballast.protocol import ControlStep, Move, acks_topic, control_topic, message_key
+from ballast.protocol import ControlStep, Move
 from migrations_db import models as m
 from migrations_db.db import session_scope
 from spark_jobs.bins import bin_of_store_key, decode_entry, uniform_assignment
+from spark_jobs.durable import read_state
 from spark_jobs.offsets import epoch_ranges
 from spark_jobs.operators import decode_count
-from spark_jobs.durable import read_state
+
+# the shared wait, control write and kill live in tests/helpers; named here too because data-plane
+# tests (some being written now) import them from this module
+from tests.helpers.control import send_control as send_control
+from tests.helpers.procs import killpg as killpg
+from tests.helpers.wait import wait_until as wait_until
 
 
 def zipf_keys(n_records: int, n_keys: int, seed: int = 1, s: float = 1.1) -> list[bytes]:
@@ -64,18 +71,6 @@ def read_json_topic(bootstrap: str, topic: str) -> list[dict[str, Any]]:
     return [json.loads(v) for _, (_, v) in sorted(recs.items())]
 
 
-def wait_until(pred: Callable[[], Any], timeout: float, what: str, poll: float = 0.5, check: Callable[[], None] | None = None) -> Any:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if check:
-            check()
-        r = pred()
-        if r:
-            return r
-        time.sleep(poll)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-
-
 def plan_maps(bins: int) -> list[tuple[int, list[int]]]:
     """A ≥8-step plan as (workers, assignment) after each step: W 2→3→2, more than half the bins moved."""
     a = uniform_assignment(bins, 2)
@@ -114,7 +109,7 @@ def plan_maps(bins: int) -> list[tuple[int, list[int]]]:
 def steps_from_maps(job: str, operator: str, plan_id: str, bins: int, maps: list[tuple[int, list[int]]],
                     start_version: int = 0, effective_at: datetime | None = None) -> list[ControlStep]:
     prev = uniform_assignment(bins, 2)
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     out = []
     for i, (w, a) in enumerate(maps):
         moves = tuple(Move(b, prev[b], a[b]) for b in range(bins) if prev[b] != a[b])
@@ -124,13 +119,6 @@ def steps_from_maps(job: str, operator: str, plan_id: str, bins: int, maps: list
                                reason=f"test step {i + 1}"))
         prev = a
     return out
-
-
-def send_control(bootstrap: str, job: str, payloads: list[bytes], operator: str = "keycount") -> None:
-    p = KafkaProducer(bootstrap_servers=bootstrap, acks="all", max_block_ms=20000)
-    for v in payloads:
-        p.send(control_topic(job), key=message_key(job, operator), value=v).get(timeout=30)
-    p.close()
 
 
 def checkpoints(db_url: str, job: str) -> dict[tuple[str, int], m.Checkpoint]:
@@ -210,17 +198,5 @@ def by_epoch(outs: list[Any]) -> dict[int, int]:
     return d
 
 
-def killpg(proc: Any) -> None:
-    """SIGKILL a process started with start_new_session=True and everything in its group; reap it."""
-    import os
-    import signal
-
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait(timeout=60)
-
-
 def future(seconds: float) -> datetime:
-    return datetime.now(timezone.utc) + timedelta(seconds=seconds)
+    return datetime.now(UTC) + timedelta(seconds=seconds)

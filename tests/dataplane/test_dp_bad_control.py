@@ -2,20 +2,20 @@
 
 from __future__ import annotations
 
-import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 from sqlalchemy import select
 
 from ballast.protocol import ControlStep, Move, acks_topic
-from dp_helpers import (check_state, checkpoints, future, read_json_topic, send_control, wait_until, zipf_keys,
-                        reference_by_epoch)
+from dp_helpers import check_state, checkpoints, future, read_json_topic, reference_by_epoch, zipf_keys
 from migrations_db import models as m
 from migrations_db.db import session_scope
 from spark_jobs.bins import uniform_assignment
 from spark_jobs.offsets import committed_epochs, read_end_offsets
 from spark_jobs.runner import JobConfig, start_job
+from tests.helpers.control import send_control
+from tests.helpers.wait import wait_until
 
 pytestmark = [pytest.mark.dataplane, pytest.mark.slow]
 
@@ -24,8 +24,9 @@ BINS = 16
 
 def _step(job: str, plan: str, moves: list[tuple[int, int, int]], version: int, workers: int = 2,
           effective_at: datetime | None = None, step: int = 1, steps: int = 1, operator: str = "keycount") -> bytes:
-    now = datetime.now(timezone.utc)
-    return ControlStep(job=job, operator=operator, plan_id=plan, step=step, steps=steps, kind="moves" if moves else "noop",
+    now = datetime.now(UTC)
+    return ControlStep(job=job, operator=operator, plan_id=plan, step=step, steps=steps,
+                       kind="moves" if moves else "noop",
                        moves=tuple(Move(*mv) for mv in moves), workers=workers, map_version=version,
                        issued_at=now, effective_at=effective_at or now).to_json()
 
@@ -97,7 +98,8 @@ def test_bad_control_input_is_rejected_and_job_keeps_running(spark, kafka_bootst
 
         # a step due in a few seconds is queued, then applied without any input flowing (ticker)
         produce_with_spark(topic, keys[10_000:])
-        send_control(kafka_bootstrap, job, [_step(job, "good", [(1, 0, 1)], 1, step=2, steps=2, effective_at=future(4))])
+        send_control(kafka_bootstrap, job,
+                     [_step(job, "good", [(1, 0, 1)], 1, step=2, steps=2, effective_at=future(4))])
         wait_until(lambda: any(d.action == "queue" and d.plan_id == "good" and d.step == 2
                                for d in _decisions(db_url, job)), 90, "queue decision", check=alive)
         c2 = cp("good", 2)

@@ -7,9 +7,10 @@ import pytest
 from kafka import TopicPartition
 from kafka.admin import KafkaAdminClient
 
-from dp_helpers import produce, wait_until
+from dp_helpers import produce
 from spark_jobs.offsets import committed_epochs
 from spark_jobs.runner import JobConfig, start_job
+from tests.helpers.wait import wait_until
 
 pytestmark = [pytest.mark.dataplane, pytest.mark.slow]
 

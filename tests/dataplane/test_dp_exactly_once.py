@@ -16,13 +16,23 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from dp_helpers import (killpg, check_migration_property, check_state, checkpoints, outputs_as_set, plan_maps,
-                        reference_by_epoch, send_control, steps_from_maps, zipf_keys)
+from dp_helpers import (
+    check_migration_property,
+    check_state,
+    checkpoints,
+    outputs_as_set,
+    plan_maps,
+    reference_by_epoch,
+    steps_from_maps,
+    zipf_keys,
+)
 from migrations_db import models as m
 from migrations_db.db import session_scope
 from spark_jobs.offsets import committed_epochs, read_end_offsets
 from spark_jobs.output import read_output
 from spark_jobs.runner import ensure_job_topics
+from tests.helpers.control import send_control
+from tests.helpers.procs import killpg
 
 pytestmark = [pytest.mark.dataplane, pytest.mark.slow]
 
@@ -83,7 +93,8 @@ def test_sigkill_anywhere_then_restart_is_exactly_once(kafka_bootstrap, make_top
     for i, (fault, limit) in enumerate(runs):
         faults_file.write_text(f"{fault}\n" if fault else "")
         with open(logs / f"run{i}.log", "wb") as log:
-            proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
             deadline = time.time() + limit
             if fault is None:  # random kill: a random moment after the job has started
                 while time.time() < deadline and proc.poll() is None and b"effective configuration" not in \
@@ -101,7 +112,8 @@ def test_sigkill_anywhere_then_restart_is_exactly_once(kafka_bootstrap, make_top
             kills += 1
         text = (logs / f"run{i}.log").read_text(errors="replace")
         if fault:
-            assert f"killing pid" in text and fault.split()[0] in text, f"run {i}: fault {fault} not hit:\n{text[-3000:]}"
+            assert "killing pid" in text and fault.split()[0] in text, (
+                f"run {i}: fault {fault} not hit:\n{text[-3000:]}")
     assert kills >= 3
 
     # the last run goes to the end, then stops gracefully on SIGTERM

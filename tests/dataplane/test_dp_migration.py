@@ -3,18 +3,27 @@
 from __future__ import annotations
 
 import logging
-import time
 
 import pytest
 from sqlalchemy import func, select
 
-from dp_helpers import (check_migration_property, check_state, checkpoints, outputs_as_set, plan_maps,
-                        reference_by_epoch, send_control, steps_from_maps, wait_until, zipf_keys)
+from dp_helpers import (
+    check_migration_property,
+    check_state,
+    checkpoints,
+    outputs_as_set,
+    plan_maps,
+    reference_by_epoch,
+    steps_from_maps,
+    zipf_keys,
+)
 from migrations_db import models as m
 from migrations_db.db import session_scope
 from spark_jobs.offsets import committed_epochs, read_end_offsets
 from spark_jobs.output import read_output
 from spark_jobs.runner import JobConfig, start_job
+from tests.helpers.control import send_control
+from tests.helpers.wait import wait_until
 
 pytestmark = [pytest.mark.dataplane, pytest.mark.slow]
 

@@ -17,14 +17,15 @@ from pathlib import Path
 
 import pytest
 
-from dp_helpers import (check_migration_property, checkpoints, killpg, plan_maps, produce, send_control,
-                        steps_from_maps)
+from dp_helpers import check_migration_property, checkpoints, plan_maps, produce, steps_from_maps
 from spark_jobs import timers
 from spark_jobs.bins import decode_entry
 from spark_jobs.durable import read_state
 from spark_jobs.offsets import committed_epochs, read_end_offsets
 from spark_jobs.output import read_output
 from spark_jobs.runner import ensure_job_topics
+from tests.helpers.control import send_control
+from tests.helpers.procs import killpg
 from window_helpers import EXAMPLES, FLUSH_USER, as_tuple, events, flush_record, records, reference
 
 pytestmark = [pytest.mark.dataplane, pytest.mark.slow]

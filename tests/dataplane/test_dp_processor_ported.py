@@ -8,10 +8,11 @@ import time
 
 import pytest
 
-from dp_helpers import produce, wait_until
+from dp_helpers import produce
 from spark_jobs.offsets import committed_epochs, read_end_offsets
 from spark_jobs.output import read_output
 from spark_jobs.runner import JobConfig, start_job
+from tests.helpers.wait import wait_until
 from window_helpers import EXAMPLES, as_tuple, events, flush_record, records, reference
 
 pytestmark = [pytest.mark.dataplane, pytest.mark.slow]

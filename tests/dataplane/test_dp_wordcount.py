@@ -5,19 +5,21 @@ from __future__ import annotations
 import random
 import re
 from collections import Counter
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
 from ballast.protocol import ControlStep, Move
-from dp_helpers import checkpoints, send_control, wait_until
+from dp_helpers import checkpoints
 from spark_jobs.bins import bin_of_store_key, decode_entry, uniform_assignment
+from spark_jobs.durable import read_state
 from spark_jobs.offsets import committed_epochs, read_end_offsets
 from spark_jobs.operators import decode_count
 from spark_jobs.output import read_deduplicated_output
 from spark_jobs.runner import JobConfig, start_job
-from spark_jobs.durable import read_state
+from tests.helpers.control import send_control
+from tests.helpers.wait import wait_until
 
 pytestmark = [pytest.mark.dataplane, pytest.mark.slow]
 VOCAB = ["alpha", "Beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa", "lambda", "mu",
@@ -40,7 +42,7 @@ def test_wordcount_counts_words_across_a_move(spark, kafka_bootstrap, make_topic
     ckpt = cfg.checkpoint_dir + "/spark"
     try:
         wait_until(lambda: len(committed_epochs(ckpt)) >= 1, 240, "first epoch")
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         step = ControlStep(job=job, operator="wordcount", plan_id="wc", step=1, steps=1, kind="moves",
                            moves=(Move(0, 0, 1), Move(7, 1, 0)), workers=2, map_version=0, issued_at=now,
                            effective_at=now)

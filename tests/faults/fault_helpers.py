@@ -1,35 +1,34 @@
-"""What the fault tests share: free ports, a stored batched plan driven by the real controller in
+"""What the fault tests share: a stored batched plan driven by the real controller in
 a thread, the end-of-run oracle (state and outputs exactly once, steps applied once each)."""
 
 from __future__ import annotations
 
-import socket
 import threading
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import select
 
 from ballast import repository as repo
-from dp_helpers import (check_migration_property, check_state, checkpoints, outputs_as_set, reference_by_epoch,
-                        steps_from_maps)
+from dp_helpers import (
+    check_migration_property,
+    check_state,
+    checkpoints,
+    outputs_as_set,
+    reference_by_epoch,
+    steps_from_maps,
+)
 from migrations_db import models as m
 from migrations_db.db import session_scope
 from spark_jobs.offsets import committed_epochs
 from spark_jobs.output import read_output
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def store_plan(db_url: str, job: str, bins: int, maps: list[tuple[int, list[int]]], plan_id: str) -> None:
     """A batched plan (one step per map of `maps`) as the controller would store it."""
     steps = steps_from_maps(job, "keycount", plan_id, bins, maps)
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     w, target = maps[-1]
     repo.save_plan(db_url, repo.PlanRecord(
         plan_id=plan_id, job=job, operator="keycount", created_at=now, strategy="batched", status="planned",
@@ -106,8 +105,8 @@ def migrate_through_outage(runner: Any, cfg: Any, db_url: str, bootstrap: str, p
     seconds from the restart until all was done."""
     import time
 
-    from dp_helpers import wait_until
     from spark_jobs.offsets import committed_epochs, read_end_offsets
+    from tests.helpers.wait import wait_until
 
     ckpt = cfg.checkpoint_dir + "/spark"
     ctl = ControllerThread(db_url, bootstrap, plan_id, timeout_s=plan_timeout_s)

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import logging
 
-import ballast_stack as stack  # loaded by tests/conftest.py (scripts/stack.py)
 import pytest
 
-from fault_helpers import check_exactly_once, free_port, migrate_through_outage, planned_job
+from fault_helpers import check_exactly_once, migrate_through_outage, planned_job
 from spark_jobs.runner import start_job
+from tests.helpers.brokers import own_broker
 
 pytestmark = [pytest.mark.faults, pytest.mark.dataplane, pytest.mark.slow]
 
@@ -20,18 +20,13 @@ OUTAGE_S = 30
 
 
 @pytest.fixture
-def own_broker(tmp_path):  # type: ignore[no-untyped-def]
-    broker = stack.KafkaBroker(tmp_path / "kafka-root", free_port(), free_port(), name="kafka-fault")
-    try:
-        broker.up()
-    except stack.StackError as exc:
-        pytest.fail(f"Kafka broker could not start: {exc}")
-    yield broker
-    broker.down()
+def fault_broker(tmp_path):  # type: ignore[no-untyped-def]
+    with own_broker(tmp_path / "kafka-root", "kafka-fault") as broker:
+        yield broker
 
 
-def test_broker_down_30s_during_a_batched_migration(spark, own_broker, unique_name, tmp_path, db_url, caplog):
-    broker = own_broker
+def test_broker_down_30s_during_a_batched_migration(spark, fault_broker, unique_name, tmp_path, db_url, caplog):
+    broker = fault_broker
     bootstrap = broker.bootstrap
     job = unique_name
     cfg, maps = planned_job(bootstrap, db_url, job, str(tmp_path / "ckpt"), BINS, N, 12, "plan-broker")

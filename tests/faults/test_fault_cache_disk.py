@@ -11,12 +11,13 @@ import subprocess
 
 import pytest
 
-from dp_helpers import check_state, produce, read_topic, reference_by_epoch, wait_until, zipf_keys
+from dp_helpers import check_state, produce, read_topic, reference_by_epoch, zipf_keys
 from fault_helpers import alive_check
 from spark_jobs.bins import uniform_assignment
 from spark_jobs.offsets import committed_epochs, read_end_offsets
 from spark_jobs.output import read_output
 from spark_jobs.runner import JobConfig, start_job
+from tests.helpers.wait import wait_until
 
 pytestmark = [pytest.mark.faults, pytest.mark.dataplane, pytest.mark.slow]
 
@@ -51,8 +52,9 @@ def _fill(mnt) -> int:  # type: ignore[no-untyped-def]
 
 
 def _consumed(cfg: JobConfig, n: int) -> bool:
-    eps = committed_epochs(cfg.checkpoint_dir + "/spark")
-    return bool(eps) and sum(read_end_offsets(cfg.checkpoint_dir + "/spark", eps[-1]).get(cfg.input_topic, {}).values()) == n
+    spark_ckpt = cfg.checkpoint_dir + "/spark"
+    eps = committed_epochs(spark_ckpt)
+    return bool(eps) and sum(read_end_offsets(spark_ckpt, eps[-1]).get(cfg.input_topic, {}).values()) == n
 
 
 def test_full_cache_disk_is_a_clear_error_and_no_corrupt_state(spark, kafka_bootstrap, make_topics, unique_name,

@@ -11,11 +11,12 @@ import ballast_stack as stack  # loaded by tests/conftest.py (scripts/stack.py)
 import pytest
 from sqlalchemy import select
 
-from fault_helpers import check_exactly_once, free_port, migrate_through_outage, planned_job
+from fault_helpers import check_exactly_once, migrate_through_outage, planned_job
 from migrations_db import models as m
 from migrations_db.db import migrate, session_scope
 from spark_jobs.offsets import committed_epochs
 from spark_jobs.runner import start_job
+from tests.helpers.procs import free_port
 
 pytestmark = [pytest.mark.faults, pytest.mark.dataplane, pytest.mark.slow]
 

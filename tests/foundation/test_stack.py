@@ -11,14 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.procs import free_port
+
 pytestmark = pytest.mark.foundation
 REPO = Path(__file__).resolve().parents[2]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _port_open(port: int) -> bool:
@@ -32,9 +28,9 @@ def isolated_env(tmp_path):
     env = os.environ.copy()
     env.update({
         "BALLAST_STATE_DIR": str(tmp_path / "state"),
-        "BALLAST_KAFKA_PORT": str(_free_port()),
-        "BALLAST_KAFKA_CONTROLLER_PORT": str(_free_port()),
-        "BALLAST_AIRFLOW_PORT": str(_free_port()),
+        "BALLAST_KAFKA_PORT": str(free_port()),
+        "BALLAST_KAFKA_CONTROLLER_PORT": str(free_port()),
+        "BALLAST_AIRFLOW_PORT": str(free_port()),
     })
     env.pop("BALLAST_DB_URL", None)
     yield env

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import json
 import math
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from hypothesis import strategies as st
 
 from ballast.protocol import MAX_INT, MAX_MESSAGE_BYTES, SCHEMA
 
-NOW = datetime(2030, 1, 1, tzinfo=timezone.utc)
+NOW = datetime(2030, 1, 1, tzinfo=UTC)
 FIELDS = ("schema", "job", "operator", "plan_id", "step", "steps", "kind", "moves", "workers", "map_version",
           "issued_at", "effective_at", "reason", "precopy")
 
@@ -36,7 +36,8 @@ def valid_docs(job: str, operator: str, bins: int, now: datetime = NOW) -> st.Se
             "kind": "moves" if moves else draw(st.sampled_from(["noop", "map", "moves"])),
             "moves": [{"bin": b, "from": s, "to": d} for b, s, d in moves],
             "workers": draw(st.integers(1, 4)), "map_version": draw(st.integers(0, 3)),
-            "issued_at": iso(now), "effective_at": iso(now + timedelta(seconds=draw(st.sampled_from([0, 0, 5, 10**6])))),
+            "issued_at": iso(now),
+            "effective_at": iso(now + timedelta(seconds=draw(st.sampled_from([0, 0, 5, 10**6])))),
             "reason": draw(st.text(max_size=30)), **({"precopy": True} if draw(st.booleans()) else {}),
         }
 
@@ -45,7 +46,9 @@ def valid_docs(job: str, operator: str, bins: int, now: datetime = NOW) -> st.Se
 
 JSON_LEAF = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=True, allow_infinity=True),
                       st.text(max_size=40))
-JSON_ANY = st.recursive(JSON_LEAF, lambda c: st.one_of(st.lists(c, max_size=4), st.dictionaries(st.text(max_size=8), c, max_size=4)),
+JSON_ANY = st.recursive(JSON_LEAF,
+                        lambda c: st.one_of(st.lists(c, max_size=4),
+                                            st.dictionaries(st.text(max_size=8), c, max_size=4)),
                         max_leaves=20)
 WEIRD_VALUE = st.one_of(
     JSON_ANY,
@@ -91,7 +94,8 @@ def _huge(kind: str, n: int) -> bytes:
 
 
 def hostile_bytes() -> st.SearchStrategy[bytes]:
-    sized = st.tuples(st.sampled_from(["deep-list", "deep-object", "huge-array", "huge-value", "huge-number", "binary"]),
+    sized = st.tuples(st.sampled_from(["deep-list", "deep-object", "huge-array", "huge-value", "huge-number",
+                                       "binary"]),
                       st.sampled_from([10, 1000, 5000, 100_000, 60_000, MAX_MESSAGE_BYTES // 20 + 1]))
     ten_mb = st.just(b'{"schema": "ballast.control/v1", "plan_id": "' + b"x" * 10_000_000 + b'"}')
     return st.one_of(

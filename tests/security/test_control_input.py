@@ -7,7 +7,7 @@ Tried as a new user would: 100 000 nested brackets made `json.loads` raise Recur
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
@@ -16,7 +16,7 @@ from spark_jobs.control import ControlRecord, decide, initial_state
 
 pytestmark = pytest.mark.security
 
-NOW = datetime(2030, 1, 1, tzinfo=timezone.utc)
+NOW = datetime(2030, 1, 1, tzinfo=UTC)
 
 
 def _good(**kw) -> dict:

@@ -29,7 +29,8 @@ MESSAGES = st.one_of(
     hostile_bytes(),
 )
 SETTINGS = settings(max_examples=1100, deadline=None, derandomize=False, database=None,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example])
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                           HealthCheck.large_base_example])
 
 
 def db_safe(e) -> None:  # type: ignore[no-untyped-def]

@@ -5,39 +5,28 @@ at the door; the job itself runs on that broker as its own principal."""
 
 from __future__ import annotations
 
-import socket
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
+import ballast_stack as stack  # loaded by tests/conftest.py (scripts/stack.py)
 import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka.errors import KafkaError, TopicAuthorizationFailedError
 
 from ballast.kafka_security import KafkaSecurity
 from ballast.protocol import ControlStep, Move, acks_topic, control_topic, message_key
-import ballast_stack as stack  # loaded by tests/conftest.py (scripts/stack.py)
-from dp_helpers import checkpoints, wait_until
+from dp_helpers import checkpoints
 from spark_jobs.output import output_topic
 from spark_jobs.runner import JobConfig, ensure_job_topics, start_job
+from tests.helpers.brokers import own_broker
+from tests.helpers.wait import wait_until
 
 pytestmark = pytest.mark.security
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def sasl_broker(tmp_path_factory):  # type: ignore[no-untyped-def]
-    root = tmp_path_factory.mktemp("sasl-broker")
-    broker = stack.KafkaBroker(root, _free_port(), _free_port(), auth="scram", name="kafka-sasl")
-    try:
-        broker.up()
-    except stack.StackError as exc:
-        pytest.fail(f"SASL broker could not start: {exc}")
-    yield broker
-    broker.down()
+    with own_broker(tmp_path_factory.mktemp("sasl-broker"), "kafka-sasl", auth="scram") as broker:
+        yield broker
 
 
 def _producer(broker, user: str | None, password: str | None = None) -> KafkaProducer:  # type: ignore[no-untyped-def]
@@ -104,14 +93,15 @@ def test_job_runs_as_its_own_principal_on_the_sasl_broker(spark, sasl_broker, un
                     kafka_security=KafkaSecurity.from_config(sasl_broker.client_config("job")))
     runner = start_job(spark, cfg)
     try:
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         step = ControlStep(job=job, operator="keycount", plan_id="sasl", step=1, steps=1, kind="moves",
                            moves=(Move(0, 0, 1),), workers=2, map_version=0, issued_at=now, effective_at=now)
         ctl = _producer(sasl_broker, "controller")
         ctl.send(control_topic(job), key=message_key(job, "keycount"), value=step.to_json()).get(timeout=20)
         ctl.close()
         c = wait_until(lambda: checkpoints(db_url, job).get(("sasl", 1)), 180, "the step's checkpoint", poll=0.5,
-                       check=lambda: None if runner.query.exception() is None else pytest.fail(str(runner.query.exception())))
+                       check=lambda: None if runner.query.exception() is None
+                       else pytest.fail(str(runner.query.exception())))
         assert c.status == "applied"
     finally:
         runner.stop()

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -17,13 +17,14 @@ from sqlalchemy import select
 
 from ballast.protocol import ControlStep, Move, acks_topic, control_topic, message_key
 from ballast.signing import Keyring, SigningKey, signed_step
-from dp_helpers import check_state, checkpoints, produce, read_json_topic, reference_by_epoch, wait_until, zipf_keys
+from dp_helpers import check_state, checkpoints, produce, read_json_topic, reference_by_epoch, zipf_keys
 from fuzz_messages import encode, hostile_bytes, near_valid, valid_docs
 from migrations_db import models as m
 from migrations_db.db import session_scope
 from spark_jobs.bins import uniform_assignment
 from spark_jobs.offsets import committed_epochs, read_end_offsets
 from spark_jobs.runner import JobConfig, ensure_job_topics, start_job
+from tests.helpers.wait import wait_until
 
 pytestmark = [pytest.mark.security, pytest.mark.dataplane, pytest.mark.slow]
 
@@ -33,7 +34,7 @@ N_FUZZ = 300
 
 
 def _step(job: str, plan: str, version: int = 0, moves=((0, 0, 1),), issued: datetime | None = None) -> ControlStep:
-    now = issued or datetime.now(timezone.utc)
+    now = issued or datetime.now(UTC)
     return ControlStep(job=job, operator="keycount", plan_id=plan, step=1, steps=1, kind="moves",
                        moves=tuple(Move(*mv) for mv in moves), workers=2, map_version=version, issued_at=now,
                        effective_at=now)
@@ -124,7 +125,8 @@ def test_hostile_and_fuzzed_control_records_are_rejected_and_the_job_runs_on(
     assert any(r.levelno == logging.WARNING and "NOT authenticated" in r.getMessage() for r in caplog.records)
     try:
         _send(kafka_bootstrap, job, [nested, ten_mb])
-        wait_until(lambda: len(_decisions(db_url, job)) >= 2, 180, "the two hostile records judged", check=lambda: _alive(runner))
+        wait_until(lambda: len(_decisions(db_url, job)) >= 2, 180, "the two hostile records judged",
+                   check=lambda: _alive(runner))
         reasons = sorted(d.reason for d in _decisions(db_url, job))
         assert any("nested too deeply" in r for r in reasons) and any("larger than the 1048576-byte limit" in r
                                                                      for r in reasons), reasons
@@ -134,7 +136,8 @@ def test_hostile_and_fuzzed_control_records_are_rejected_and_the_job_runs_on(
                    f"all {n} records judged", check=lambda: _alive(runner))
         assert _map_versions(db_url, job) == [0], "a rejected record changed the map"
         _send(kafka_bootstrap, job, [_step(job, "genuine").to_json()])
-        c = wait_until(lambda: checkpoints(db_url, job).get(("genuine", 1)), 120, "genuine step", check=lambda: _alive(runner))
+        c = wait_until(lambda: checkpoints(db_url, job).get(("genuine", 1)), 120, "genuine step",
+                       check=lambda: _alive(runner))
         assert c.status == "applied" and c.map_version_after == 1
     finally:
         final = uniform_assignment(BINS, 2)
@@ -150,7 +153,8 @@ def test_hostile_and_fuzzed_control_records_are_rejected_and_the_job_runs_on(
     assert [(d.plan_id, d.action) for d in decisions if d.action == "apply"] == [("genuine", "apply")]
     assert _map_versions(db_url, job) == [0, 1]
     acks = read_json_topic(kafka_bootstrap, acks_topic(job))
-    assert sum(1 for a in acks if a["status"] == "rejected" and a["reason"]) >= len([d for d in decisions if d.action == "reject"])
+    rejected_acks = sum(1 for a in acks if a["status"] == "rejected" and a["reason"])
+    assert rejected_acks >= len([d for d in decisions if d.action == "reject"])
     print(f"live fuzz: {n} records, {len(rejected)} rejected/superseded, "
           f"{sum(1 for d in decisions if d.action in ('queue', 'duplicate'))} queued/duplicate")
 
@@ -171,7 +175,7 @@ def test_signed_job_rejects_unsigned_forged_replayed_and_expired(spark, kafka_bo
             _step(job, "unsigned").to_json(),
             signed_step(_step(job, "forged"), forger),
             signed_step(_step("other-job", "replayed"), k_old),
-            signed_step(_step(job, "expired", issued=datetime.now(timezone.utc) - timedelta(hours=1)), k_old),
+            signed_step(_step(job, "expired", issued=datetime.now(UTC) - timedelta(hours=1)), k_old),
         ])
         wait_until(lambda: len(_decisions(db_url, job)) >= 4, 180, "four rejections", check=lambda: _alive(runner))
         assert _map_versions(db_url, job) == [0]

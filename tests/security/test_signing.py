@@ -4,18 +4,17 @@ from __future__ import annotations
 
 import base64
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from ballast.protocol import ControlStep, Move
-from ballast.signing import (ALG, KeyConfigError, Keyring, SigningKey, canonical, load_keyring, sign,
-                             signed_step)
+from ballast.signing import ALG, KeyConfigError, Keyring, SigningKey, canonical, load_keyring, sign, signed_step
 from spark_jobs.control import ControlRecord, decide, initial_state
 
 pytestmark = pytest.mark.security
 
-NOW = datetime(2030, 1, 1, tzinfo=timezone.utc)
+NOW = datetime(2030, 1, 1, tzinfo=UTC)
 K1 = SigningKey.of("k1", "first-secret-0123456789")
 K2 = SigningKey.of("k2", "second-secret-0123456789")
 RING = Keyring({"k1": K1.secret, "k2": K2.secret}, max_age_s=300)
@@ -118,7 +117,8 @@ def test_keys_from_file_and_env_and_their_errors(tmp_path):
                      ('{"bad kid!": "0123456789abcdef"}', "key id"), ("nope", "not JSON")]:
         with pytest.raises(KeyConfigError, match=why):
             load_keyring(None, env={"BALLAST_CONTROL_KEYS": bad})
-    env_key = SigningKey.from_env({"BALLAST_CONTROL_SIGNING_KEY": json.dumps({"kid": "k1", "secret": "first-secret-0123456789"})})
+    env_key = SigningKey.from_env({"BALLAST_CONTROL_SIGNING_KEY": json.dumps({"kid": "k1",
+                                                                              "secret": "first-secret-0123456789"})})
     assert env_key == K1
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -22,40 +21,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tests.helpers.jobs import write_jobs_file
+from tests.helpers.procs import free_port
+
 REPO = Path(__file__).resolve().parents[2]
 STACK = REPO / "scripts" / "stack.py"
 ADMIN = ("admin", os.environ.get("BALLAST_AIRFLOW_PASSWORD", "ballast"))
-
-JOBS_YAML = """
-schedules: {{supervise: null, rebalance: null}}
-jobs:
-  - job: {job}
-    operator: keycount
-    input_topic: {job}.in
-    bins: {bins}
-    initial_workers: 1
-    min_workers: 1
-    max_workers: 2
-    checkpoint_dir: {ckpt}
-    extra_args: ["--trigger-ms", "700", "--max-offsets-per-trigger", "6000"]
-    heartbeat_timeout_s: 60
-    rebalance:
-      window_epochs: 5
-      warmup_s: 0
-      warmup_epochs: 0
-      target_utilization: 0.5
-      strategy: batched
-      emit_mode: flow-control
-      await_timeout_s: 300
-      poll_interval_s: 0.5
-"""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
 
 @dataclass
 class ConsoleStack:
@@ -107,7 +78,11 @@ def start(base: Path, job: str, bins: int, kafka_bootstrap: str, timeout_s: floa
     migrate(f"sqlite:///{db_path}")
     migrate(f"sqlite:///{decoy}")
     jobs_file = base / "jobs.yaml"
-    jobs_file.write_text(JOBS_YAML.format(job=job, bins=bins, ckpt=base / "ckpt"))
+    write_jobs_file(
+        jobs_file, job, bins, schedules={"supervise": None, "rebalance": None}, checkpoint_dir=base / "ckpt",
+        extra_args=["--trigger-ms", "700", "--max-offsets-per-trigger", "6000"], heartbeat_timeout_s=60,
+        rebalance={"target_utilization": 0.5, "await_timeout_s": 300, "poll_interval_s": 0.5},
+    )
     port = free_port()
     # nothing of the caller's Airflow settings (a test session's throwaway home, unit-test mode) leaks in
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW__", "AIRFLOW_CONN_", "AIRFLOW_HOME"))}
@@ -128,7 +103,8 @@ def start(base: Path, job: str, bins: int, kafka_bootstrap: str, timeout_s: floa
                          timeout=timeout_s, cwd=REPO)
     if res.returncode != 0:
         stop(st)
-        raise RuntimeError(f"stack.py up airflow failed ({res.returncode}):\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}\n"
+        raise RuntimeError(f"stack.py up airflow failed ({res.returncode}):\n{res.stdout[-3000:]}\n"
+                           f"{res.stderr[-3000:]}\n"
                            f"{st.log_tail()}")
     print(f"[timing] Airflow up on {st.root} in {time.monotonic() - t0:.0f}s", flush=True)
     return st
@@ -154,7 +130,8 @@ def ensure_chromium() -> tuple[str, str]:
                          capture_output=True, text=True, timeout=1800)
     chrome, driver = shutil.which("chromium"), shutil.which("chromedriver")
     if res.returncode != 0 or not chrome or not driver:
-        raise RuntimeError(f"apt-get install chromium chromium-driver failed:\n{res.stdout[-2000:]}\n{res.stderr[-2000:]}")
+        raise RuntimeError(f"apt-get install chromium chromium-driver failed:\n{res.stdout[-2000:]}\n"
+                           f"{res.stderr[-2000:]}")
     print(f"[timing] installed chromium in {time.monotonic() - t0:.0f}s", flush=True)
     return chrome, driver
 
@@ -179,10 +156,12 @@ def screenshot(drv: Any, path: Path, full_page: bool = True) -> Path:
 
     path.parent.mkdir(parents=True, exist_ok=True)
     if full_page:
-        h = int(drv.execute_script("return Math.max(document.body.scrollHeight, document.documentElement.scrollHeight)"))
+        h = int(drv.execute_script(
+            "return Math.max(document.body.scrollHeight, document.documentElement.scrollHeight)"))
         w = int(drv.execute_script("return document.documentElement.clientWidth"))
         shot = drv.execute_cdp_cmd("Page.captureScreenshot", {
-            "format": "png", "captureBeyondViewport": True, "clip": {"x": 0, "y": 0, "width": w, "height": h, "scale": 1}})
+            "format": "png", "captureBeyondViewport": True,
+            "clip": {"x": 0, "y": 0, "width": w, "height": h, "scale": 1}})
         path.write_bytes(base64.b64decode(shot["data"]))
     else:
         drv.save_screenshot(str(path))

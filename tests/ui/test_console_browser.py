@@ -25,22 +25,13 @@ from kafka import KafkaProducer
 from ballast import controller, supervisor
 from ballast import repository as repo
 from ballast.config import load_jobs
+from tests.helpers.wait import wait_until
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import console_stack as cs  # noqa: E402
 
 pytestmark = [pytest.mark.ui, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[2]
-
-
-def _wait(pred, timeout: float, what: str, poll: float = 0.5):  # type: ignore[no-untyped-def]
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        r = pred()
-        if r:
-            return r
-        time.sleep(poll)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
 
 
 def _load(stop: threading.Event, bootstrap: str, topic: str, rate: float) -> None:
@@ -76,7 +67,7 @@ def live_job(console_stack, kafka_bootstrap):  # type: ignore[no-untyped-def]
     gen = threading.Thread(target=_load, args=(stop, kafka_bootstrap, f"{st.job}.in", 1500.0), daemon=True)
     gen.start()
     try:
-        _wait(lambda: len(repo.epoch_window(st.db_url, st.job, "keycount", 12)) >= 12, 300, "12 epochs of the job")
+        wait_until(lambda: len(repo.epoch_window(st.db_url, st.job, "keycount", 12)) >= 12, 300, "12 epochs of the job")
         print(f"[timing] job up with 12 epochs in {time.monotonic() - t0:.0f}s", flush=True)
         yield cfg
     finally:
@@ -138,7 +129,8 @@ def test_console_shows_a_live_migration(console_stack, live_job, browser, tmp_pa
     drv.get_log("browser")  # what Airflow's own pages logged is not the console's business
     drv.get(f"{st.root}/ballast/?job={job}")
     # the job row: running, with its heartbeat's facts
-    wait.until(lambda d: d.find_element(By.CSS_SELECTOR, f"#jobs tr[data-job='{job}'] [data-field=status]").text == "running")
+    wait.until(lambda d: d.find_element(By.CSS_SELECTOR,
+                                        f"#jobs tr[data-job='{job}'] [data-field=status]").text == "running")
     row = drv.find_element(By.CSS_SELECTOR, f"#jobs tr[data-job='{job}']").text
     assert job in row and "keycount" in row
     # the bin map: B cells, each bin on exactly one of the W rows
@@ -156,7 +148,7 @@ def test_console_shows_a_live_migration(console_stack, live_job, browser, tmp_pa
     n = len(repo.plan_steps(url, plan_id))
     assert n >= 2, "the placement moved a single bin: nothing to watch"
     # stored, nothing sent yet: the console shows the plan with every step pending
-    _wait(lambda: _plan_state(drv)["plan"] == plan_id and _plan_state(drv)["steps"] == ["pending"] * n, 60,
+    wait_until(lambda: _plan_state(drv)["plan"] == plan_id and _plan_state(drv)["steps"] == ["pending"] * n, 60,
           f"plan {plan_id} shown with {n} pending steps")
     result: dict = {}
     runner = threading.Thread(target=lambda: result.update(
@@ -201,7 +193,8 @@ def test_console_shows_a_live_migration(console_stack, live_job, browser, tmp_pa
     cs.screenshot(drv, shots / "console-after.png")
     # the trigger form, opened from the console: job prefilled, dry run on, one worker fewer at the
     # job's upper bound (2); Airflow's API accepts the run as the logged-in user
-    _wait(lambda: st.get("/api/v2/dags/ballast_migrate", token=token)[0] == 200, 120, "Airflow to parse ballast_migrate")
+    wait_until(lambda: st.get("/api/v2/dags/ballast_migrate", token=token)[0] == 200, 120,
+               "Airflow to parse ballast_migrate")
     drv.find_element(By.ID, "plan-btn").click()
     wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#trigger-form .field[data-param=dry_run]"))
     assert drv.find_element(By.CSS_SELECTOR, "#trigger-form [name=job]").get_attribute("value") == job
@@ -209,7 +202,8 @@ def test_console_shows_a_live_migration(console_stack, live_job, browser, tmp_pa
     assert drv.find_element(By.CSS_SELECTOR, "#trigger-form [name=target_workers]").get_attribute("value") == "1"
     cs.screenshot(drv, shots / "console-trigger-form.png", full_page=False)
     drv.find_element(By.ID, "trigger-go").click()
-    link = wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#trigger-result a[href*='/dags/ballast_migrate/runs/']"))
+    link = wait.until(lambda d: d.find_elements(By.CSS_SELECTOR,
+                                                "#trigger-result a[href*='/dags/ballast_migrate/runs/']"))
     assert "dry run" in drv.find_element(By.ID, "trigger-result").text
     assert link[0].get_attribute("target") == "_top"
     run_id = link[0].text.strip(" ↗")
@@ -224,5 +218,6 @@ def test_console_shows_a_live_migration(console_stack, live_job, browser, tmp_pa
     out = os.environ.get("BALLAST_UI_SHOTS")
     if out:
         Path(out).mkdir(parents=True, exist_ok=True)
-        for name in ("console-in-airflow.png", "console-migration.png", "console-after.png", "console-trigger-form.png"):
+        for name in ("console-in-airflow.png", "console-migration.png", "console-after.png",
+                     "console-trigger-form.png"):
             shutil.copy(shots / name, Path(out) / name)
