@@ -9,52 +9,28 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from kafka import KafkaConsumer, TopicPartition
-from sqlalchemy import create_engine, text, update
-from stepapplier import StepApplier, seed_job
+from sqlalchemy import update
 
+import dialects
 from ballast import controller
 from ballast import repository as repo
 from ballast.config import get_job
 from ballast.emitter import ControlEmitter, EmitError, ensure_control_topics
 from ballast.protocol import control_topic, parse_control
 from migrations_db import models as m
-from migrations_db.db import get_engine, migrate, session_scope
+from migrations_db.db import session_scope
+from stepapplier import StepApplier, seed_job
 
 pytestmark = pytest.mark.controlplane
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def any_db(request: pytest.FixtureRequest, tmp_path) -> Any:  # type: ignore[no-untyped-def]
-    """A fresh migrated metrics DB on SQLite, then on the stack's real PostgreSQL."""
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path / 'metrics.db'}"
-        migrate(url)
-        yield url
-        return
-    stack = __import__("sys").modules["ballast_stack"]
-    try:
-        stack.postgres_up()
-    except stack.StackError as exc:
-        pytest.skip(f"PostgreSQL could not be installed or started here: {exc}")
-    base = stack.postgres_url()
-    name = f"ballast_own_{uuid.uuid4().hex[:10]}"
-    admin = create_engine(base, isolation_level="AUTOCOMMIT")
-    with admin.connect() as c:
-        c.execute(text(f"CREATE DATABASE {name}"))
-    url = base.rsplit("/", 1)[0] + "/" + name
-    migrate(url)
-    yield url
-    get_engine(url).dispose()
-    with admin.connect() as c:
-        c.execute(text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-    admin.dispose()
+any_db = dialects.any_db  # a fresh migrated metrics DB, on SQLite then on PostgreSQL
 
 
 def _record(job: str, plan_id: str, owner: str, status: str = "planned") -> repo.PlanRecord:

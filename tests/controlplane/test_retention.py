@@ -1,4 +1,5 @@
-"""Retention of per-epoch metrics: old rows go, what the controller and the console read stays."""
+"""Retention of per-epoch metrics: old rows go, what the controller and the console read stays
+(on SQLite and PostgreSQL)."""
 
 from __future__ import annotations
 
@@ -7,12 +8,14 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import func, select
 
+import dialects
 from ballast import repository as repo
 from ballast.retention import prune_epoch_metrics
 from migrations_db import models as m
 from migrations_db.db import session_scope
 
 pytestmark = pytest.mark.controlplane
+any_db = dialects.any_db  # a fresh migrated metrics DB, on SQLite then on PostgreSQL
 
 
 def _seed(url: str, job: str, epochs: int, bins: int, now: datetime) -> None:
@@ -38,37 +41,37 @@ def _count(url: str, table: type[m.Base], job: str) -> int:
         return int(s.scalar(select(func.count()).select_from(table).where(table.job == job)) or 0)  # type: ignore[attr-defined]
 
 
-def test_prune_deletes_old_epochs_and_keeps_recent_ones_and_every_bins_last_size(db_url, unique_name):
+def test_prune_deletes_old_epochs_and_keeps_recent_ones_and_every_bins_last_size(any_db, unique_name):
     now = datetime.now(UTC)
     other = unique_name + "-young"
-    _seed(db_url, unique_name, epochs=180, bins=8, now=now)  # three hours of epochs
-    _seed(db_url, other, epochs=30, bins=8, now=now)  # half an hour: nothing of it is old
-    before = repo.bin_range(db_url, unique_name, "keycount", 8, 121, 180)
+    _seed(any_db, unique_name, epochs=180, bins=8, now=now)  # three hours of epochs
+    _seed(any_db, other, epochs=30, bins=8, now=now)  # half an hour: nothing of it is old
+    before = repo.bin_range(any_db, unique_name, "keycount", 8, 121, 180)
 
     hour = timedelta(minutes=59, seconds=30)  # epoch 121 ended 59 min ago, epoch 120 60 min ago
-    out = {p.job: p for p in prune_epoch_metrics(db_url, keep=hour, keep_epochs=20, now=now)}
+    out = {p.job: p for p in prune_epoch_metrics(any_db, keep=hour, keep_epochs=20, now=now)}
 
     # the hour's window (epochs 121..180) is kept, the two hours before it are gone
     assert out[unique_name].keep_from_epoch == 121
-    assert _count(db_url, m.EpochMetrics, unique_name) == 60 and _count(db_url, m.WorkerMetrics, unique_name) == 120
-    assert _count(db_url, m.BinMetrics, unique_name) == 60 * 7 + 1  # + cold bin 0's only row (epoch 1)
+    assert _count(any_db, m.EpochMetrics, unique_name) == 60 and _count(any_db, m.WorkerMetrics, unique_name) == 120
+    assert _count(any_db, m.BinMetrics, unique_name) == 60 * 7 + 1  # + cold bin 0's only row (epoch 1)
     assert out[unique_name].epoch_rows == 120 and out[unique_name].bin_rows == 120 * 7
     # what the console and the controller read over the window is unchanged, cold bin's size included
-    after = repo.bin_range(db_url, unique_name, "keycount", 8, 121, 180)
+    after = repo.bin_range(any_db, unique_name, "keycount", 8, 121, 180)
     assert after == before and after.bytes[0] == 1000
-    assert len(repo.epoch_window(db_url, unique_name, "keycount", 50)) == 50
+    assert len(repo.epoch_window(any_db, unique_name, "keycount", 50)) == 50
     # a young job keeps everything
-    assert out[other].epoch_rows == 0 and _count(db_url, m.BinMetrics, other) == 30 * 7 + 1
+    assert out[other].epoch_rows == 0 and _count(any_db, m.BinMetrics, other) == 30 * 7 + 1
     # idempotent: a second run deletes nothing
-    again = {p.job: p for p in prune_epoch_metrics(db_url, keep=hour, keep_epochs=20, now=now)}
+    again = {p.job: p for p in prune_epoch_metrics(any_db, keep=hour, keep_epochs=20, now=now)}
     assert again[unique_name].bin_rows == 0 and again[unique_name].epoch_rows == 0
 
 
-def test_keep_epochs_protects_a_job_that_stopped_long_ago(db_url, unique_name):
+def test_keep_epochs_protects_a_job_that_stopped_long_ago(any_db, unique_name):
     now = datetime.now(UTC)
-    _seed(db_url, unique_name, epochs=50, bins=4, now=now - timedelta(days=10))
-    (p,) = prune_epoch_metrics(db_url, keep=timedelta(hours=1), keep_epochs=20, now=now)
-    assert p.keep_from_epoch == 31 and _count(db_url, m.EpochMetrics, unique_name) == 20
+    _seed(any_db, unique_name, epochs=50, bins=4, now=now - timedelta(days=10))
+    (p,) = prune_epoch_metrics(any_db, keep=timedelta(hours=1), keep_epochs=20, now=now)
+    assert p.keep_from_epoch == 31 and _count(any_db, m.EpochMetrics, unique_name) == 20
 
 
 def test_a_retention_that_keeps_nothing_is_refused(db_url):
