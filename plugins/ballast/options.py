@@ -20,7 +20,8 @@ from typing import Literal
 from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from ballast.policy.planner import ORDERS, STRATEGIES, Order, Strategy
+from ballast.errors import BallastError
+from ballast.policy.plan import ORDERS, STRATEGIES, Order, Strategy
 
 REPO = Path(__file__).resolve().parents[2]
 ENV_PREFIX = "BALLAST_"
@@ -52,7 +53,7 @@ __all__ = [
 ]
 
 
-class ConfigError(ValueError):
+class ConfigError(BallastError, ValueError):
     """A knob has a bad value; the message names where it came from and what is allowed."""
 
 
