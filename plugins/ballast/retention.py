@@ -19,7 +19,7 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import ColumnElement, delete, func, select
 
-from ballast.repository import epoch_at_or_after, latest_epoch, list_jobs
+from ballast.console_reads import epoch_at_or_after, latest_epoch, list_jobs
 from migrations_db import models as m
 from migrations_db.db import session_scope
 
