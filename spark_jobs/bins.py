@@ -94,7 +94,7 @@ def uniform_assignment(bins: int, workers: int) -> list[int]:
     return [b * workers // bins for b in range(bins)]
 
 
-def spark_columns(key_col: str, k: int, assignment: Sequence[int]):  # type: ignore[no-untyped-def]
+def spark_columns(key_col: str, k: int, assignment: Sequence[int]):
     """(hash, bin, worker) Spark columns for a DataFrame with a binary/string key column.
 
     The worker lookup is an array literal indexed by bin: one vectorised expression, no join, no

@@ -215,8 +215,8 @@ def decide(
         if any(step_key(q["msg"]["plan_id"], q["msg"]["step"]) == sk for q in st.queue):
             add("duplicate", s.plan_id, s.step, "duplicate: already queued", rec.offset, checkpoint=False)
             return
-        if keyring is not None and (why := keyring.expired_reason(s.issued_at, now)):
-            finish(s, "rejected", f"signed message (key id {kid}) {why}", rec.offset, "reject")
+        if keyring is not None and (expired := keyring.expired_reason(s.issued_at, now)):
+            finish(s, "rejected", f"signed message (key id {kid}) {expired}", rec.offset, "reject")
             return
         if s.plan_id in st.plans and s.plan_id != st.plans[-1]:
             finish(s, "superseded", f"plan {s.plan_id} was superseded by plan {st.plans[-1]}", rec.offset, "supersede")

@@ -35,7 +35,7 @@ class Operator(ABC):
 
     name: ClassVar[str]
 
-    def keyed(self, df):  # type: ignore[no-untyped-def]
+    def keyed(self, df):
         """Default: the Kafka message key (the value when the key is null) is the key."""
         from pyspark.sql import functions as F
 
@@ -64,7 +64,7 @@ class WordCount(KeyCount):
 
     name = "wordcount"
 
-    def keyed(self, df):  # type: ignore[no-untyped-def]
+    def keyed(self, df):
         from pyspark.sql import functions as F
 
         words = F.explode(F.split(F.lower(F.col("value").cast("string")), r"[^\p{L}\p{N}']+"))

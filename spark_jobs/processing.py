@@ -51,7 +51,7 @@ class ProcessorOperator(Operator):
         self.spec: QuerySpec = spec if isinstance(spec, QuerySpec) else QuerySpec()
         self.ts_columns: tuple[str, ...] = ()
 
-    def keyed(self, df):  # type: ignore[no-untyped-def]
+    def keyed(self, df):
         from pyspark.sql import functions as F
         from pyspark.sql.types import TimestampNTZType, TimestampType
 

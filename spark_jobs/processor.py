@@ -116,8 +116,8 @@ class KeyState:
 
         self.values = {n: v for n, v in self.values.items() if live(v[1])}
         self.lists = {n: kept for n, lst in self.lists.items() if (kept := [x for x in lst if live(x[1])])}
-        self.maps = {n: kept for n, mp in self.maps.items()
-                     if (kept := {k: v for k, v in mp.items() if live(v[1])})}
+        self.maps = {n: kept_map for n, mp in self.maps.items()
+                     if (kept_map := {k: v for k, v in mp.items() if live(v[1])})}
 
     def next_expiry(self) -> int | None:
         exps = [v[1] for v in self.values.values()] + [x[1] for lst in self.lists.values() for x in lst] + \
@@ -301,7 +301,7 @@ class StatefulProcessorHandle:
     def delete_if_exists(self, state_name: str) -> None:
         ks = self._key_state()
         for d in (ks.values, ks.lists, ks.maps):
-            d.pop(state_name, None)  # type: ignore[attr-defined]
+            d.pop(state_name, None)
 
     getValueState = get_value_state
     getListState = get_list_state

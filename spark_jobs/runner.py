@@ -560,9 +560,9 @@ class JobRunner:
                         applied_epoch=None, applied_at=None, completed_at=decided_at, reason=e.reason,
                         message_offset=e.offset).to_json())
                 elif e.reecho:
-                    row = s.get(m.Checkpoint, (cfg.job, cfg.operator, e.plan_id, e.step))
-                    if row is not None:
-                        acks.append(self._ack(row, e.offset, duplicate=True))
+                    done = s.get(m.Checkpoint, (cfg.job, cfg.operator, e.plan_id, e.step))
+                    if done is not None:
+                        acks.append(self._ack(done, e.offset, duplicate=True))
             wrows = []
             brows = []
             for doc in worker_docs:

@@ -22,7 +22,7 @@ def connector_jars() -> list[str]:
     return jars
 
 
-def build_spark(app_name: str = "ballast", master: str | None = None, conf: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
+def build_spark(app_name: str = "ballast", master: str | None = None, conf: dict[str, str] | None = None):
     """A SparkSession on `SPARK_MASTER` (default local[2]) with the connector and this venv's Python."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)

@@ -79,7 +79,7 @@ def make_apply_fn(cfg: ApplyConfig) -> Callable[[Iterator[Any]], Iterator[Any]]:
         table = pa.Table.from_batches(rbs) if rbs else None
         t_useful = time.perf_counter()
         n = table.num_rows if table is not None else 0
-        if n and not pc.all(pc.equal(table.column("worker"), worker)).as_py():
+        if table is not None and n and not pc.all(pc.equal(table.column("worker"), worker)).as_py():
             raise RuntimeError(f"routing bug: a row for another worker reached worker {worker} at epoch {cfg.epoch}")
         done = find_object(cfg.state_uri, "changelog", cfg.epoch, worker)
         if done is not None:  # an earlier attempt finished this epoch: its outputs, nothing else
@@ -101,7 +101,7 @@ def make_apply_fn(cfg: ApplyConfig) -> Callable[[Iterator[Any]], Iterator[Any]]:
     return apply_partition
 
 
-def _to_arrow(cfg: ApplyConfig, worker: int, outputs: list[tuple[int, bytes, bytes, str | None]]):  # type: ignore[no-untyped-def]
+def _to_arrow(cfg: ApplyConfig, worker: int, outputs: list[tuple[int, bytes, bytes, str | None]]):
     """Kafka-writer rows: outputs to `<job>.output`, dead letters to `<job>.dlq` with their reason."""
     import pyarrow as pa
 
@@ -164,7 +164,7 @@ def _run(cfg: ApplyConfig, cache: Any, txn: Any, worker: int, table: Any, n: int
             for b in sorted(owned):
                 keys, vals = cache.export_bin(txn, b, k)
                 if keys:
-                    snap.add_bin(b, keys, vals)  # type: ignore[arg-type]
+                    snap.add_bin(b, keys, vals)
             (root / "snapshot" / epoch_name(e) / object_name(worker, attempt)).write_bytes(snap.to_bytes())
         (root / "changelog" / epoch_name(e) / object_name(worker, attempt)).write_bytes(writer.to_bytes())
         faults.hit("worker_before_commit")

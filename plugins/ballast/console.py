@@ -6,7 +6,7 @@ draws what these return. Times are ISO 8601 UTC strings; sizes are bytes; loads 
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ballast import repository as repo
@@ -22,7 +22,7 @@ def _iso(ts: datetime | None) -> str | None:
 
 
 def _now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def window_start(window: str, now: datetime | None = None) -> datetime:
@@ -73,7 +73,8 @@ def attention(url: str, job: str, operator: str, status: str, hb: repo.Heartbeat
                     f"{len(backlogs)} epochs (now {backlogs[-1]:,})"})
     since = now - timedelta(minutes=15)
     for p in repo.recent_plans(url, 5, job):
-        if p.operator == operator and p.status == "failed" and p.finished_at and p.finished_at >= now - timedelta(hours=1):
+        recent_failure = p.status == "failed" and p.finished_at and p.finished_at >= now - timedelta(hours=1)
+        if p.operator == operator and recent_failure:
             out.append({"level": "error", "text": f"plan {p.plan_id} failed: {p.reason[:300]}"})
     rejected = repo.events_since(url, job, since, kinds=["control_rejected"], limit=1000)
     if rejected:
@@ -185,7 +186,8 @@ def binmap(url: str, job: str, operator: str, version: int | None = None) -> dic
     workers = max(snap.workers, max(snap.assignment, default=-1) + 1)
     total = sum(br.load)
     mean = total / bins if bins else 0.0
-    per_worker = [{"worker": w, "bins": 0, "load": 0.0, "bytes": 0, "keys": 0} for w in range(workers)]
+    per_worker: list[dict[str, Any]] = [
+        {"worker": w, "bins": 0, "load": 0.0, "bytes": 0, "keys": 0} for w in range(workers)]
     for b, w in enumerate(snap.assignment):
         pw = per_worker[w]
         pw["bins"] += 1
