@@ -44,9 +44,12 @@ import time
 import urllib.request
 import uuid
 import weakref
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
+
+from ballast.errors import BallastError
 
 HOST = "127.0.0.1"
 TAG_VAR = "BALLAST_SPARK_CLUSTER"
@@ -54,7 +57,7 @@ EXECUTOR_CLASS = "CoarseGrainedExecutorBackend"
 STATE_FILE = "cluster.json"
 
 
-class ClusterError(RuntimeError):
+class ClusterError(BallastError, RuntimeError):
     """The cluster (or one of its processes) did not come up; the message has the log tail."""
 
 
@@ -297,7 +300,7 @@ class SparkCluster:
                 w.pid, Path(w.log), lambda w=w: self._registered(w), f"Spark worker {w.index}"
             )
 
-    def start(self, workers: int = 2) -> "SparkCluster":
+    def start(self, workers: int = 2) -> SparkCluster:
         for attempt in range(3):  # only a lost port race makes a second attempt worth it
             try:
                 self._start_master()
@@ -411,7 +414,7 @@ class SparkCluster:
         wait_until(lambda: not any(pid_alive(p) for p in everything), 10, "cluster processes gone")
         self._stopped = True
 
-    def __enter__(self) -> "SparkCluster":
+    def __enter__(self) -> SparkCluster:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -426,7 +429,7 @@ class SparkCluster:
         return path
 
     @classmethod
-    def load(cls, base_dir: Path) -> "SparkCluster":
+    def load(cls, base_dir: Path) -> SparkCluster:
         state = json.loads((Path(base_dir) / STATE_FILE).read_text())
         state["base_dir"] = Path(state["base_dir"])
         state["workers"] = [Worker(**w) for w in state["workers"]]

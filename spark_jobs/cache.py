@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 
 import lmdb
 
+from ballast.errors import BallastError
 from spark_jobs.bins import bin_range
 
 INITIAL_MAP = int(os.environ.get("BALLAST_CACHE_MAP_BYTES", str(1 << 30)))
@@ -42,7 +43,7 @@ _I = struct.Struct(">I")
 T = TypeVar("T")
 
 
-class CacheError(RuntimeError):
+class CacheError(BallastError, RuntimeError):
     """The local cache cannot be used (full disk, another store's files); says what to do."""
 
 

@@ -33,6 +33,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from ballast.errors import BallastError
 from spark_jobs.storage import Location
 
 log = logging.getLogger("ballast.durable")
@@ -46,11 +47,11 @@ SCHEMA = pa.schema([
 _OBJ = re.compile(r"w(\d{4})-(.+)\.arrow")
 
 
-class StoreMismatch(RuntimeError):
+class StoreMismatch(BallastError, RuntimeError):
     """The state URI holds another job's state (or another bin count)."""
 
 
-class StateGap(RuntimeError):
+class StateGap(BallastError, RuntimeError):
     """The durable state cannot serve the epoch asked for (retention or a rolled-back checkpoint)."""
 
 

@@ -15,13 +15,14 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from ballast.errors import BallastError
 from spark_jobs.control import ControlState, Decision
 from spark_jobs.storage import Location
 
 KEEP_EPOCHS = 200
 
 
-class JobMismatch(RuntimeError):
+class JobMismatch(BallastError, RuntimeError):
     """The checkpoint dir belongs to a job started with different fixed settings."""
 
 

@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ballast.errors import BallastError
+
 ENV_CONFIG = "BALLAST_KAFKA_CONFIG"
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -28,7 +30,7 @@ _JAAS = {"PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
          "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule"}
 
 
-class KafkaConfigError(ValueError):
+class KafkaConfigError(BallastError, ValueError):
     """Security settings that cannot work; the message says which field to fix."""
 
 
@@ -63,7 +65,7 @@ class KafkaSecurity:
         return self.protocol == "PLAINTEXT"
 
     @classmethod
-    def from_config(cls, conf: Mapping[str, Any] | None) -> "KafkaSecurity":
+    def from_config(cls, conf: Mapping[str, Any] | None) -> KafkaSecurity:
         """From client properties in the Kafka provider's connection-extra format (other keys ignored)."""
         conf = conf or {}
         return cls(
@@ -74,7 +76,7 @@ class KafkaSecurity:
         )
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> "KafkaSecurity":
+    def from_env(cls, env: Mapping[str, str] | None = None) -> KafkaSecurity:
         raw = (env if env is not None else os.environ).get(ENV_CONFIG)
         if not raw:
             return cls()
@@ -85,7 +87,7 @@ class KafkaSecurity:
         return cls.from_config(doc)
 
     @classmethod
-    def from_file(cls, path: str) -> "KafkaSecurity":
+    def from_file(cls, path: str) -> KafkaSecurity:
         try:
             return cls.from_config(json.loads(Path(path).read_text()))
         except (OSError, ValueError) as exc:

@@ -18,6 +18,12 @@ ERRORS = [
     ("ballast.protocol", "ProtocolError", ValueError),
     ("ballast.signing", "SignatureError", ValueError),
     ("ballast.signing", "KeyConfigError", ValueError),
+    ("ballast.kafka_security", "KafkaConfigError", ValueError),
+    ("spark_jobs.durable", "StoreMismatch", RuntimeError),
+    ("spark_jobs.durable", "StateGap", RuntimeError),
+    ("spark_jobs.cache", "CacheError", RuntimeError),
+    ("spark_jobs.journal", "JobMismatch", RuntimeError),
+    ("scripts.spark_cluster", "ClusterError", RuntimeError),
 ]
 
 
