@@ -8,7 +8,6 @@ from datetime import UTC, datetime
 
 import pytest
 from sqlalchemy import func, select
-from stepapplier import seed_job
 
 from ballast import controller, policy
 from ballast import repository as repo
@@ -17,6 +16,7 @@ from ballast.control import collect, evaluate, manual, place, plan, render, veri
 from ballast.control.handoffs import Placement, Resume, ScalingDecision, Snapshot, StoredPlan, Verified
 from migrations_db import models as m
 from migrations_db.db import session_scope
+from stepapplier import seed_job
 
 pytestmark = pytest.mark.controlplane
 
@@ -134,3 +134,20 @@ def test_orchestrator_chains_the_stages_through_xcom_dicts(db_url, job):
     again = controller.collect(db_url, job)  # this run owns the open plan: it resumes it
     assert again == {"status": "resume", "plan_id": out["plan_id"], "reason": again["reason"]}
     assert controller.plan_rebalance(db_url, job, snap, {**decision, "action": "no_change"}) is None
+
+
+def test_run_plan_blocking_emits_awaits_and_verifies(db_url, job, kafka_bootstrap):
+    from ballast.control.blocking import run_plan_blocking
+    from ballast.emitter import ensure_control_topics
+    from stepapplier import StepApplier
+
+    ensure_control_topics(kafka_bootstrap, job.job)
+    out = manual.plan_manual(db_url, job, {"target_workers": 2, "strategy": "batched", "dry_run": False})
+    applier = StepApplier(kafka_bootstrap, db_url, job.job)
+    applier.start()
+    try:
+        done = run_plan_blocking(db_url, kafka_bootstrap, out["plan_id"], timeout_s=60, poll_s=0.1)
+    finally:
+        applier.stop()
+    assert Verified.from_dict(done).workers == 2 and done["map_version"] == out["steps"]
+    assert repo.get_plan(db_url, out["plan_id"]).status == "completed"  # type: ignore[union-attr]

@@ -7,10 +7,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from test_retention import _count, _seed
 
 from ballast import repository as repo
 from migrations_db import models as m
+from test_retention import _count, _seed
 
 pytestmark = pytest.mark.controlplane
 REPO = Path(__file__).resolve().parents[2]
