@@ -17,13 +17,22 @@ import statistics
 import time
 import uuid
 from dataclasses import dataclass, field
+from datetime import UTC
 from pathlib import Path
 from typing import Any
 
-
 from bench import report as rp
-from bench.ballast import (BallastJob, JobSpec, OffsetLogTail, half_of_half, make_steps, offset_ranges,
-                           output_times, record_latencies)
+from bench.ballast import (
+    OPERATOR,
+    BallastJob,
+    JobSpec,
+    OffsetLogTail,
+    half_of_half,
+    make_steps,
+    offset_ranges,
+    output_times,
+    record_latencies,
+)
 from bench.hist import LogHistogram, timeline
 from bench.infra import PY, Proc, ensure_topics, unix, wait_until
 from bench.loadgen import Schedule
@@ -75,7 +84,8 @@ SMOKE = Profile(name="smoke")
 FULL = Profile(
     name="full", keys=2_000_000, bins=(256, 1024), rate=5_000.0, batch_steps=8, gap_s=2.0, steady_s=10.0,
     settle_s=4.0, catchup_max_offsets=200_000, bins_sweep=(1, 16, 64, 256, 1024, 4096), sweep_keys=400_000,
-    sweep_max_steps=32, ds2_keys=50_000, ds2_bins=256, ds2_phase_s=(60.0, 90.0, 90.0), ds2_max_rate=3000.0, timeouts_s=3600.0,
+    sweep_max_steps=32, ds2_keys=50_000, ds2_bins=256, ds2_phase_s=(60.0, 90.0, 90.0), ds2_max_rate=3000.0,
+    timeouts_s=3600.0,
     # measured on the reference machine (bench/REPORT.md, run full-2-ds2c): one worker sustains ~1.9k
     # sentences/s, so 2k → 4k → 2k exercises 1 → 2 → 1; the probe's estimate (950) needed no scaling
     ds2_rate=2000.0,
@@ -224,7 +234,8 @@ def migration_session(ctx: Ctx, label: str, bins: int, keys: int, strategies: tu
                                 timeout=P.timeouts_s)
                 m["role"] = "reconfig"
                 migrations.append(m)
-                ctx.log(f"[{label}] live rescale {w}->{P.reconfig_to_workers}: {m['steps']} steps in {m['duration_s']:.1f}s")
+                ctx.log(f"[{label}] live rescale {w}->{P.reconfig_to_workers}: "
+                        f"{m['steps']} steps in {m['duration_s']:.1f}s")
         time.sleep(P.steady_s)
     finally:
         if gen is not None:
@@ -330,7 +341,8 @@ def migration_session(ctx: Ctx, label: str, bins: int, keys: int, strategies: tu
                 and any(e["epoch"] == w.epoch and e["ended_at"] > t_ref for e in result["epochs"])]
     rec = sum(w.records_in for w in steady_w)
     result["steady_useful_us_per_row"] = 1000 * sum(w.useful_ms for w in steady_w) / rec if rec else math.nan
-    st_eps = [e for e in result["epochs"] if e["ended_at"] > t_ref + 2 and e["epoch"] not in mig_epochs and e["input_rows"]]
+    st_eps = [e for e in result["epochs"]
+              if e["ended_at"] > t_ref + 2 and e["epoch"] not in mig_epochs and e["input_rows"]]
     result["steady_batch_ms_median"] = statistics.median([e["batch_ms"] for e in st_eps]) if st_eps else math.nan
     (out / "README.md").write_text(_migration_md(result, P))
     (out / "result.json").write_text(json.dumps(rp.clean(result), indent=1))
@@ -339,10 +351,12 @@ def migration_session(ctx: Ctx, label: str, bins: int, keys: int, strategies: tu
 
 def _migration_md(res: dict[str, Any], P: Profile) -> str:
     cols = ["strategy", "steps", "bins_moved", "keys_moved", "duration_s", "max_latency_ms", "p99_latency_ms",
-            "steady_p99_ms", "peak_rss_mb", "rss_delta_mb", "driver_rss_delta_mb", "move_ms_max_step", "max_epoch_gap_s"]
+            "steady_p99_ms", "peak_rss_mb", "rss_delta_mb", "driver_rss_delta_mb", "move_ms_max_step",
+            "max_epoch_gap_s"]
     g = res.get("generator", {})
     return (f"# {res['label']}: key-count migration, B={res['bins']}, {res['keys']} keys, W={res['workers']}\n\n"
-            f"Open-loop load {P.rate:.0f} rows/s (generator max send lag {g.get('max_send_lag_ms', float('nan')):.0f} ms), "
+            f"Open-loop load {P.rate:.0f} rows/s "
+            f"(generator max send lag {g.get('max_send_lag_ms', float('nan')):.0f} ms), "
             f"trigger {P.trigger_ms} ms. Set-up migration uniform → half of half (all-at-once), then one measured "
             f"migration per strategy, alternating direction. Max latency over records answered between plan "
             f"emission and last checkpoint + {P.settle_s:.0f} s; steady = the {P.steady_s:.0f} s before emission.\n\n"
@@ -384,8 +398,10 @@ def exp_bins(ctx: Ctx) -> dict[str, Any]:
                      "steady_useful_us_per_row": r["steady_useful_us_per_row"],
                      "steady_batch_ms_median": r["steady_batch_ms_median"],
                      "steady_p99_ms": r["steady"].get("p99_ms"),
-                     **{f"{m['strategy']}_max_latency_ms": m["max_latency_ms"] for m in r["migrations"] if m["role"] == "measured"},
-                     **{f"{m['strategy']}_duration_s": m["duration_extrapolated_s"] for m in r["migrations"] if m["role"] == "measured"}})
+                     **{f"{m['strategy']}_max_latency_ms": m["max_latency_ms"]
+                        for m in r["migrations"] if m["role"] == "measured"},
+                     **{f"{m['strategy']}_duration_s": m["duration_extrapolated_s"]
+                        for m in r["migrations"] if m["role"] == "measured"}})
     out = ctx.run_dir / "bins"
     out.mkdir(parents=True, exist_ok=True)
     rp.write_csv(out / "bins.csv", rows, sorted({k for r in rows for k in r}, key=lambda k: (k != "bins", k)))
@@ -539,16 +555,19 @@ def native_reconfig(ctx: Ctx, keys: int, rate: float) -> dict[str, Any]:
         "repartition_enforced_exactly_once": repart_doc.get("enforce_exactly_once_sink"),
         "restart_to_first_batch_s": first_after - t_repart,
         "recovery_s": (min(_prog_end(x) for x in rec) - t_stop) if rec else math.nan,
-        "steady_batch_gap_s": statistics.median([b - a for a, b in zip(steady_ends, steady_ends[1:])]) if len(steady_ends) > 2 else math.nan,
+        "steady_batch_gap_s": (statistics.median([b - a for a, b in zip(steady_ends, steady_ends[1:])])
+                               if len(steady_ends) > 2 else math.nan),
         "state_partitions_before": ((before[-1].get("stateOperators") or [{}])[0]).get("numShufflePartitions"),
         "state_partitions_after": state_after.get("numShufflePartitions"),
         "state_rows_after": state_after.get("numRowsTotal"),
         "rate": rate, "keys": keys, "generator": _gen_stats(sched_path),
     }
     t_ref = t_ready
-    rows = [{"phase": "before", "t_s": _prog_end(x) - t_ref, "rows": x.get("numInputRows"), "backlog": _prog_backlog(x, sched),
+    rows = [{"phase": "before", "t_s": _prog_end(x) - t_ref, "rows": x.get("numInputRows"),
+             "backlog": _prog_backlog(x, sched),
              "duration_ms": x["durationMs"].get("triggerExecution")} for x in before] + \
-           [{"phase": "after", "t_s": _prog_end(x) - t_ref, "rows": x.get("numInputRows"), "backlog": _prog_backlog(x, sched),
+           [{"phase": "after", "t_s": _prog_end(x) - t_ref, "rows": x.get("numInputRows"),
+             "backlog": _prog_backlog(x, sched),
              "duration_ms": x["durationMs"].get("triggerExecution")} for x in after]
     rp.write_csv(out / "reconfig_batches.csv", rows)
     rp.plot_series(out / "reconfig_backlog.png",
@@ -606,7 +625,8 @@ def exp_native(ctx: Ctx) -> dict[str, Any]:
     (out / "README.md").write_text(
         "# Spark's own options vs Ballast\n\n"
         "Throughput on the same input (the migration experiment's prefill topic, same maxOffsetsPerTrigger, "
-        f"{P.workers} state partitions / workers):\n\n" + rp.md_table(tp, ["system", "rows", "rows_per_s", "batches", "peak_rss_mb"])
+        f"{P.workers} state partitions / workers):\n\n"
+        + rp.md_table(tp, ["system", "rows", "rows_per_s", "batches", "peak_rss_mb"])
         + "\n\nChanging parallelism. Spark: `spark.sql.shuffle.partitions` is frozen in the checkpoint; PySpark 4.2 "
         "has an experimental *offline* state repartition (`spark._streamingCheckpointManager.repartition`), so the "
         "native path is stop → repartition → restart. Without it, a new checkpoint loses all state (counts restart "
@@ -623,7 +643,8 @@ def exp_native(ctx: Ctx) -> dict[str, Any]:
 
 def overhead_s(job: BallastJob, epochs: list[int] | None = None) -> float:
     """Median fixed cost of an epoch: batch time − the busiest worker's useful time."""
-    eps = [e for e in job.epochs() if e.input_rows > 0 and e.migration_ms == 0 and (epochs is None or e.epoch in epochs)]
+    eps = [e for e in job.epochs()
+           if e.input_rows > 0 and e.migration_ms == 0 and (epochs is None or e.epoch in epochs)]
     eps = eps[1:] if len(eps) > 1 else eps
     busy: dict[int, float] = {}
     for w in job.worker_rows([e.epoch for e in eps]):
@@ -639,7 +660,7 @@ def records_per_row(workers: list[Any], epochs: list[Any]) -> float:
 
 
 def exp_ds2(ctx: Ctx) -> dict[str, Any]:
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     from ballast import policy
     from ballast.config import JobConfig, RebalanceConfig
@@ -727,7 +748,7 @@ def exp_ds2(ctx: Ctx) -> dict[str, Any]:
                               for w in wk),
                 latest_epoch=eps[-1].epoch)
             now = time.time()
-            dec = assess(cfg, snap, gstate, datetime.fromtimestamp(now, timezone.utc))
+            dec = assess(cfg, snap, gstate, datetime.fromtimestamp(now, UTC))
             gstate, tr = dec.state, dec.true_rate
             d = {"t_s": now - t0, "epoch": eps[-1].epoch, "current": cur, "proposed": dec.proposed_workers,
                  "target": dec.target_workers, "action": dec.action, "utilization": dec.utilization,
@@ -777,7 +798,8 @@ def exp_ds2(ctx: Ctx) -> dict[str, Any]:
         acts = [c for c in changes if a <= c["t_emit_s"] < b]
         bl = [(r["t_s"], r["backlog"] or 0) for r in in_ph]
         peak_t = max(bl, key=lambda x: x[1])[0] - a if bl else math.nan
-        need = rates_ph[i] / (cfg.rebalance.target_utilization * max(0.05, 1 - o_hat / (P.ds2_trigger_ms / 1000)) * r_hat) \
+        headroom = max(0.05, 1 - o_hat / (P.ds2_trigger_ms / 1000))
+        need = rates_ph[i] / (cfg.rebalance.target_utilization * headroom * r_hat) \
             if r_hat == r_hat else math.nan
         oracle = max(1, min(cfg.max_workers, math.ceil(need))) if need == need else None
         # worker-seconds over/under the oracle
@@ -798,7 +820,8 @@ def exp_ds2(ctx: Ctx) -> dict[str, Any]:
                    f"DS2 closed loop: rate {rate:.0f} → {2 * rate:.0f} → {rate:.0f} rows/s", "rows",
                    marks=[(bounds[1], "rate x2"), (bounds[2], "rate /2")] +
                          [(c["t_emit_s"], f"{c['from']}→{c['to']}") for c in changes],
-                   twin={"workers": ([r["t_s"] for r in ep_rows], [r["workers"] for r in ep_rows])}, twin_label="workers")
+                   twin={"workers": ([r["t_s"] for r in ep_rows], [r["workers"] for r in ep_rows])},
+                   twin_label="workers")
     res = {"rate": rate, "schedule": spec_rate, "per_worker_true_rate": r_hat, "decisions": len(decisions),
            "operator": spec.operator, "words_per_row": P.ds2_words, "records_per_row_measured": expansion,
            "calibration": ds2_cal,
@@ -822,7 +845,8 @@ def exp_ds2(ctx: Ctx) -> dict[str, Any]:
                                "backlog_peak_after_s", "backlog_peak", "over_provisioned_worker_s",
                                "under_provisioned_worker_s"])
         + f"\n\n{len(decisions)} decisions evaluated, {len(changes)} executed. Oracle = ceil(rate / (0.7 · "
-        f"(1 − o / trigger) · r)), capped at 2, with the run's measured per-worker true rate r = {r_hat:,.0f} rows/s (input rows) "
+        f"(1 − o / trigger) · r)), capped at 2, with the run's measured per-worker true rate r = {r_hat:,.0f} "
+        "rows/s (input rows) "
         f"and per-batch overhead o = {o_hat:.2f} s (median batch time − busiest worker's useful time).\n\n"
         "![](ds2_timeline.png)\n")
     ctx.shared["ds2"] = res
