@@ -95,7 +95,9 @@ def test_tasks_run_on_executors_of_both_workers(spark_cluster: SparkCluster, sub
     assert done[0]["id"] == result["app_id"]
 
 
-def test_killed_executor_is_relaunched_and_app_finishes(spark_cluster: SparkCluster, submit_app, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_killed_executor_is_relaunched_and_app_finishes(
+    spark_cluster: SparkCluster, submit_app, tmp_path: Path,  # type: ignore[no-untyped-def]
+) -> None:
     stop_file = tmp_path / "stop"
     app = submit_app(spark_cluster, LOOP_APP, [str(stop_file)], conf=WAIT_ALL_EXECUTORS)
     app_id = _app_id(app)
@@ -125,7 +127,9 @@ def test_killed_executor_is_relaunched_and_app_finishes(spark_cluster: SparkClus
     wait_until(lambda: not spark_cluster.executors(app_id), 60, "executors gone after the app")
 
 
-def test_add_worker_grows_running_app_and_stop_leaves_nothing(spark_cluster: SparkCluster, submit_app, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_add_worker_grows_running_app_and_stop_leaves_nothing(
+    spark_cluster: SparkCluster, submit_app, tmp_path: Path,  # type: ignore[no-untyped-def]
+) -> None:
     app = submit_app(spark_cluster, LOOP_APP, [str(tmp_path / "never")])
     app_id = _app_id(app)
     wait_until(lambda: len(spark_cluster.executors(app_id)) == 2, EXECUTOR_TIMEOUT, "two executors")

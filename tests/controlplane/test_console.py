@@ -3,7 +3,7 @@ tests/ui/ checks the real one in front of the real api-server)."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -35,7 +35,7 @@ def client(airflow_db, db_url, monkeypatch):  # type: ignore[no-untyped-def]
 
 
 def _running(url: str, job: str, workers: int = 2, epoch: int = 5) -> None:
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     with session_scope(url) as s:
         s.add(m.Heartbeat(job=job, operator="keycount", last_epoch=epoch, map_version=0, workers=workers,
                           updated_at=now, started_at=now - timedelta(minutes=3), pid=4242, host="node-a",
@@ -50,7 +50,7 @@ def test_console_api_shows_job_map_plan_decisions_events(client, db_url, jobs_fi
     plan_id = controller.plan_manual(db_url, get_job(job), {"target_workers": 3, "strategy": "fluid",
                                                           "dry_run": False})["plan_id"]
     steps = repo.plan_steps(db_url, plan_id)
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     repo.mark_step_emitted(db_url, plan_id, 1, now, 0, 11)
     moved = steps[0].payload["moves"]
     with session_scope(db_url) as s:
@@ -118,7 +118,7 @@ def test_console_api_shows_job_map_plan_decisions_events(client, db_url, jobs_fi
 
 
 def test_job_status_running_stale_stopped():
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     hb = repo.HeartbeatRow(1, 0, 1, now - timedelta(seconds=30), now, 1, "h", "running")
     assert console.job_status(None, 120) == "not started"
     assert console.job_status(hb, 120, now) == "running"
@@ -166,7 +166,7 @@ def test_every_console_route_refuses_anonymous_callers(airflow_db):
 
 def test_window_bound_is_the_first_epoch_that_ended_in_it(db_url):
     """The binary search over epochs (with gaps, as after a restart) agrees with a plain scan."""
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     epochs = [1, 2, 3, 7, 8, 9, 20, 21, 40]
     ended = {e: now - timedelta(seconds=100 - 2 * e) for e in epochs}
     with session_scope(db_url) as s:
@@ -186,7 +186,7 @@ def test_decisions_and_plans_link_to_the_dag_run_that_was_running(airflow_db):
 
     from ballast import plugin
 
-    t = datetime(2026, 1, 1, 12, 0, tzinfo=timezone.utc)
+    t = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
     runs = [
         Run(dag_id="ballast_migrate", run_id="dry", start_date=t, end_date=t + timedelta(minutes=5),
             conf={"job": "clicks", "dry_run": True}),
@@ -194,7 +194,8 @@ def test_decisions_and_plans_link_to_the_dag_run_that_was_running(airflow_db):
             conf={"job": "orders", "dry_run": False}),
         Run(dag_id="ballast_migrate", run_id="manual__1", start_date=t, end_date=None,
             conf={"job": "clicks", "dry_run": False}),
-        Run(dag_id="ballast_rebalance", run_id="scheduled__a", start_date=t, end_date=t + timedelta(seconds=30), conf={}),
+        Run(dag_id="ballast_rebalance", run_id="scheduled__a", start_date=t, end_date=t + timedelta(seconds=30),
+            conf={}),
         Run(dag_id="ballast_rebalance_clicks", run_id="scheduled__b", start_date=t, end_date=t + timedelta(seconds=30),
             conf={}),
     ]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
@@ -15,7 +15,8 @@ pytestmark = [pytest.mark.ui, pytest.mark.slow]
 
 def test_anonymous_callers_get_401_and_a_logged_in_user_gets_the_console(console_stack):
     st = console_stack
-    paths = ["/ballast/", "/ballast/api/jobs", f"/ballast/api/jobs/{st.job}/binmap", f"/ballast/api/jobs/{st.job}/series",
+    paths = ["/ballast/", "/ballast/api/jobs", f"/ballast/api/jobs/{st.job}/binmap",
+             f"/ballast/api/jobs/{st.job}/series",
              f"/ballast/api/jobs/{st.job}/events", "/ballast/api/plans", "/ballast/api/plans/x",
              "/ballast/static/console.js", "/ballast/static/plotly.min.js"]
     for path in paths:
@@ -31,7 +32,7 @@ def test_anonymous_callers_get_401_and_a_logged_in_user_gets_the_console(console
     # the console reads the metrics DB of the ballast_metrics_db connection (BALLAST_DB_URL is a decoy)
     with session_scope(st.db_url) as s:
         s.add(m.Job(job="seen-through-the-connection", operator="keycount", bins=8,
-                    created_at=datetime.now(timezone.utc), config={}))
+                    created_at=datetime.now(UTC), config={}))
     token = st.token()
     try:
         code, body = st.get("/ballast/api/jobs", token=token)
