@@ -18,7 +18,7 @@ import json
 import logging
 import threading
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -149,7 +149,7 @@ def _run_link(runs: list[Any], at: str | None, prefix: str, job: str) -> dict[st
         conf = r.conf if isinstance(r.conf, dict) else {}
         if conf.get("job") not in (None, job) or conf.get("dry_run") is True:
             continue
-        end = r.end_date or datetime.now(timezone.utc)
+        end = r.end_date or datetime.now(UTC)
         if r.start_date - slack <= t <= end + slack:
             found.append(r)
     if not found:
