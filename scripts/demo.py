@@ -5,11 +5,18 @@
    waits for its heartbeat in the metrics DB.
 3. An open-loop load generator feeds `clicks` with a Zipf-skewed key stream.
 4. `ballast_migrate` is triggered through Airflow's REST API — exactly as from the UI form — to
-   scale the job to 2 workers with the batched strategy; the job migrates bins live.
-5. The demo prints every step's completion checkpoint, the final routing map, and the scheduled
-   `ballast_rebalance` DAG's DS2 decision on the running job.
+   scale the job to 2 workers with the batched strategy; the demo prints the plan the approval
+   request shows and approves it (REST `hitlDetails`, as a person would in the UI); the job
+   migrates bins live.
+5. The demo prints every step's completion checkpoint and the final routing map, waits out DS2's
+   warm-up after that change, and asks the rebalance DAG for DS2's decision under load (a
+   scale-up runs as a plan of its own); then it lowers the load and asks again, so the demo ends
+   on a real DS2 decision with its numbers (a proposed scale-down, held or not by the guards),
+   and prints the console URL.
 
-Everything stays up afterwards for exploring the UI (`make down` stops it). Re-running is safe.
+Everything stays up afterwards for exploring the UI (`make down` stops it, the job included).
+Re-running is safe. The DAG ids are resolved at run time: one supervise/rebalance DAG per job
+(`ballast_<kind>__clicks`) or the shared `ballast_<kind>`.
 """
 
 from __future__ import annotations
@@ -21,7 +28,9 @@ import sys
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -31,8 +40,9 @@ import stack  # noqa: E402
 
 from migrations_db.db import default_url, session_scope  # noqa: E402
 
-JOB = "clicks"
+JOB, OPERATOR = "clicks", "keycount"
 API = f"http://{stack.HOST}:{stack.AIRFLOW_PORT}"
+CONSOLE = f"{API}/ballast/?job={JOB}&operator={OPERATOR}"  # the plugin's FastAPI app (plugins/ballast/plugin.py)
 
 
 def say(msg: str) -> None:
@@ -56,34 +66,62 @@ class Airflow:
         with urllib.request.urlopen(req, timeout=30) as r:
             return json.load(r)
 
-    def wait_for_dag(self, dag_id: str, timeout_s: float = 240) -> None:
+    def wait_for_dag(self, *candidates: str, timeout_s: float = 240) -> str:
+        """The first of `candidates` Airflow has parsed (unpaused); waits for the DAG processor."""
         deadline = time.time() + timeout_s
         while time.time() < deadline:
-            try:
-                dag = self.call("GET", f"/dags/{dag_id}")
+            for dag_id in candidates:
+                try:
+                    dag = self.call("GET", f"/dags/{dag_id}")
+                except urllib.error.HTTPError as exc:
+                    if exc.code != 404:
+                        raise
+                    continue
                 if dag.get("is_paused"):
                     self.call("PATCH", f"/dags/{dag_id}", {"is_paused": False})
-                return
-            except urllib.error.HTTPError as exc:
-                if exc.code != 404:
-                    raise
+                return dag_id
             time.sleep(3)
-        raise SystemExit(f"Airflow has not parsed {dag_id} after {timeout_s:.0f}s: see .state/logs/airflow.log")
+        raise SystemExit(f"Airflow has not parsed {' or '.join(candidates)} after {timeout_s:.0f}s: "
+                         "see .state/logs/airflow.log")
 
     def trigger(self, dag_id: str, conf: dict[str, Any]) -> str:
         run = self.call("POST", f"/dags/{dag_id}/dagRuns", {"logical_date": None, "conf": conf})
         say(f"triggered {dag_id} run {run['dag_run_id']} conf={json.dumps(conf)}")
         return run["dag_run_id"]
 
-    def wait_run(self, dag_id: str, run_id: str, timeout_s: float) -> str:
+    def approve_pending(self, dag_id: str, run_id: str) -> bool:
+        """Answer the run's human-in-the-loop request (ballast_migrate's `approve` task) with
+        Approve, as a person would under "Required Actions"; print what they would read first."""
+        run = urllib.parse.quote(run_id, safe="")
+        try:
+            pending = [d for d in self.call("GET", f"/dags/{dag_id}/dagRuns/{run}/hitlDetails")["hitl_details"]
+                       if not d["response_received"]]
+        except urllib.error.HTTPError as exc:
+            if exc.code == 404:  # no approval step in this DAG (or not reached yet)
+                return False
+            raise
+        for d in pending:
+            say(f"  approval requested: {d['subject']}")
+            for line in d["body"].splitlines():
+                if line.strip() and not line.startswith("```"):
+                    say(f"    {line}")
+            ti = d["task_instance"]
+            self.call("PATCH", f"/dags/{dag_id}/dagRuns/{run}/taskInstances/{ti['task_id']}/-1/hitlDetails",
+                      {"chosen_options": ["Approve"]})
+            say("  approved (the demo plays the person in Required Actions)")
+        return bool(pending)
+
+    def wait_run(self, dag_id: str, run_id: str, timeout_s: float, approve: bool = False) -> str:
         deadline, last = time.time() + timeout_s, ""
         while time.time() < deadline:
-            state = self.call("GET", f"/dags/{dag_id}/dagRuns/{run_id}")["state"]
+            state = self.call("GET", f"/dags/{dag_id}/dagRuns/{urllib.parse.quote(run_id, safe='')}")["state"]
             if state != last:
                 say(f"  {dag_id}: {state}")
                 last = state
             if state in ("success", "failed"):
                 return state
+            if approve and self.approve_pending(dag_id, run_id):
+                approve = False
             time.sleep(3)
         raise SystemExit(f"{dag_id} run {run_id} did not finish within {timeout_s:.0f}s; see the Airflow UI")
 
@@ -92,7 +130,7 @@ def heartbeat() -> Any:
     from migrations_db.models import Heartbeat
 
     with session_scope() as s:
-        return s.get(Heartbeat, (JOB, "keycount"))
+        return s.get(Heartbeat, (JOB, OPERATOR))
 
 
 def current_map() -> Any:
@@ -105,91 +143,174 @@ def current_map() -> Any:
                          .order_by(RoutingMap.map_version.desc()).limit(1)).first()
 
 
-def load(stop: threading.Event, rate: float, keys: int) -> None:
-    """Open loop: records are sent on a fixed schedule, whatever the job's speed."""
-    from kafka import KafkaProducer
+class Load:
+    """Open-loop load generator: records are sent on a fixed schedule, whatever the job's speed.
 
-    rng = random.Random(7)
-    weights = [1.0 / (i + 1) ** 1.1 for i in range(keys)]
-    population = list(range(keys))
-    producer = KafkaProducer(bootstrap_servers=stack.kafka_bootstrap(), acks=1, linger_ms=20)
-    start, sent = time.time(), 0
-    while not stop.is_set():
-        due = int((time.time() - start) * rate)
-        for k in rng.choices(population, weights, k=max(0, due - sent)):
-            producer.send(JOB, key=f"key-{k}".encode(), value=b"1")
-        sent = max(sent, due)
-        time.sleep(0.05)
-    producer.flush()
-    producer.close()
-    say(f"load generator sent {sent} records")
+    The rate can be changed while it runs (the demo lowers it to show DS2 proposing fewer workers)."""
+
+    def __init__(self, rate: float, keys: int) -> None:
+        self.rate, self.keys, self.sent = rate, keys, 0
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def set_rate(self, rate: float) -> None:
+        say(f"load generator: {self.rate:.0f} -> {rate:.0f} records/s")
+        self.rate = rate
+
+    def _run(self) -> None:
+        from kafka import KafkaProducer
+
+        rng = random.Random(7)
+        weights = [1.0 / (i + 1) ** 1.1 for i in range(self.keys)]
+        population = list(range(self.keys))
+        producer = KafkaProducer(bootstrap_servers=stack.kafka_bootstrap(), acks=1, linger_ms=20)
+        last, owed = time.time(), 0.0
+        while not self.stop.is_set():
+            now = time.time()
+            owed += (now - last) * self.rate
+            last = now
+            n = int(owed)
+            for k in rng.choices(population, weights, k=n):
+                producer.send(JOB, key=f"key-{k}".encode(), value=b"1")
+            owed -= n
+            self.sent += n
+            time.sleep(0.05)
+        producer.flush()
+        producer.close()
+
+    def __enter__(self) -> "Load":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join()
+        say(f"load generator sent {self.sent} records")
+
+
+def show_plan(plan_id: str | None = None) -> str | None:
+    """Print a plan's steps (the newest plan of the job by default); returns its status."""
+    from sqlalchemy import select
+
+    from migrations_db.models import Checkpoint, Plan
+
+    with session_scope() as s:
+        q = select(Plan).where(Plan.job == JOB)
+        q = q.where(Plan.plan_id == plan_id) if plan_id else q.order_by(Plan.created_at.desc())
+        plan = s.scalars(q).first()
+        if plan is None:
+            return None
+        cps = s.scalars(select(Checkpoint).where(Checkpoint.plan_id == plan.plan_id).order_by(Checkpoint.step)).all()
+        say(f"plan {plan.plan_id} ({plan.strategy}, {plan.steps} steps, {plan.source_workers} -> "
+            f"{plan.target_workers} workers): {plan.status}")
+        say(f"  {'step':>4} {'status':9} {'epoch':>6} {'bins':>4} {'keys':>8} {'bytes':>10} {'ms':>8}")
+        for c in cps:
+            say(f"  {c.step:>4} {c.status:9} {c.applied_epoch!s:>6} {c.bins_moved:>4} {c.keys_moved:>8} "
+                f"{c.bytes_moved:>10} {c.migration_ms:>8.1f}")
+        return str(plan.status)
+
+
+def _num(inputs: dict[str, Any], key: str, fmt: str) -> str:
+    value = inputs.get(key)
+    return format(value, fmt) if isinstance(value, (int, float)) else "n/a"
+
+
+def show_decision(d: Any) -> None:
+    """DS2's decision as a person reads it: the proposal, what the guards made of it, the numbers."""
+    i = d.inputs
+    verdict = {"scale_up": "SCALE UP", "scale_down": "SCALE DOWN", "rebalance": "REBALANCE",
+               "no_change": "NO CHANGE"}.get(d.action, d.action)
+    say(f"DS2 decision #{d.id} at {d.decided_at:%H:%M:%S}Z: {verdict} — {d.current_workers} worker(s) now, "
+        f"DS2 proposes {d.proposed_workers}, target {d.target_workers}")
+    say(f"  source rate {_num(i, 'ds2.source_rate', ',.0f')} rec/s, backlog {_num(i, 'ds2.backlog', ',.0f')}, "
+        f"true rate per worker {_num(i, f'ds2.{OPERATOR}.true_rate_per_instance', ',.0f')} rec/s, "
+        f"utilization {_num(i, 'utilization', '.2f')} (target {_num(i, 'target_utilization', '.2f')} "
+        f"± {_num(i, 'utilization_band', '.2f')})")
+    say(f"  reason: {d.reason}")
+
+
+def ask_ds2(af: Airflow, dag_id: str, why: str) -> Any:
+    """Trigger the rebalance DAG and return the decision its run stored (a scale-up or -down runs
+    its plan inside the same run; that plan is printed too)."""
+    from ballast import repository as repo
+
+    say(f"asking DS2 ({dag_id}) {why}")
+    since = datetime.now(timezone.utc)
+    state = af.wait_run(dag_id, af.trigger(dag_id, {}), 900)
+    found = repo.decisions_since(default_url(), JOB, OPERATOR, since)
+    if not found:
+        raise SystemExit(f"{dag_id} ran ({state}) but stored no decision for {JOB}: see its task log in the UI")
+    d = found[-1]
+    show_decision(d)
+    if d.plan_id:
+        show_plan(d.plan_id)
+    return d
+
+
+def wait_out_warmup(after: datetime) -> None:
+    """DS2's guards ignore decisions for `warmup_s` after a change (and `warmup_epochs` epochs)."""
+    from ballast.config import get_job
+
+    rb = get_job(JOB).rebalance
+    left = rb.warmup_s + 5 - (datetime.now(timezone.utc) - after).total_seconds()
+    if left > 0:
+        say(f"waiting {left:.0f}s: DS2 ignores decisions for {rb.warmup_s:.0f}s (and {rb.warmup_epochs} epochs) "
+            "after a change, so the job's new speed is measured, not its restart")
+        time.sleep(left)
 
 
 def main() -> int:
     os.environ.setdefault("BALLAST_DB_URL", default_url())
     stack.ensure_topics({JOB: 4})
     af = Airflow()
-    for dag_id in ("ballast_supervise", "ballast_migrate", "ballast_rebalance"):
-        af.wait_for_dag(dag_id)
+    supervise = af.wait_for_dag(f"ballast_supervise__{JOB}", "ballast_supervise")
+    migrate = af.wait_for_dag("ballast_migrate")
+    rebalance = af.wait_for_dag(f"ballast_rebalance__{JOB}", "ballast_rebalance")
 
-    hb = heartbeat()
-    if hb is None or hb.status != "running" or time.time() - hb.updated_at.timestamp() > 60:
-        say("launching the key-count job through ballast_supervise")
-        af.wait_run("ballast_supervise", af.trigger("ballast_supervise", {}), 300)
-        deadline = time.time() + 300
-        while (hb := heartbeat()) is None or time.time() - hb.updated_at.timestamp() > 30:
-            if time.time() > deadline:
-                raise SystemExit("the job wrote no heartbeat in 5 min: see .state/jobs/clicks/driver.log")
-            time.sleep(3)
-    say(f"job {JOB} is running: epoch {hb.last_epoch}, {hb.workers} worker(s), map version {hb.map_version}")
-
-    stop = threading.Event()
-    gen = threading.Thread(target=load, args=(stop, float(os.environ.get("BALLAST_DEMO_RATE", "20000")), 50_000))
-    gen.start()
-    try:
+    rate = float(os.environ.get("BALLAST_DEMO_RATE", "20000"))
+    # the load starts first: an idle job runs no epochs, and epochs are what write its heartbeat
+    with Load(rate, 50_000) as gen:
+        hb = heartbeat()
+        if hb is None or hb.status != "running" or time.time() - hb.updated_at.timestamp() > 60:
+            say(f"launching the key-count job through {supervise}")
+            af.wait_run(supervise, af.trigger(supervise, {}), 300)
+            deadline = time.time() + 300
+            while (hb := heartbeat()) is None or time.time() - hb.updated_at.timestamp() > 30:
+                if time.time() > deadline:
+                    raise SystemExit(f"the job wrote no heartbeat in 5 min: see .state/jobs/{JOB}/driver.log")
+                time.sleep(3)
+        say(f"job {JOB} is running: epoch {hb.last_epoch}, {hb.workers} worker(s), map version {hb.map_version}")
         time.sleep(20)  # a few epochs of metrics under load
         before = current_map()
         target = before.workers + 1 if before.workers < 4 else 1
         say(f"map version {before.map_version}: {before.workers} worker(s); migrating live to {target}")
         # one plan at a time per job: hold the scheduled rebalance while the manual plan runs
-        af.call("PATCH", "/dags/ballast_rebalance", {"is_paused": True})
-        run = af.trigger("ballast_migrate", {"job": JOB, "target_workers": target, "strategy": "batched",
-                                             "dry_run": False, "reason": "make demo"})
-        state = af.wait_run("ballast_migrate", run, 900)
+        af.call("PATCH", f"/dags/{rebalance}", {"is_paused": True})
+        state = af.wait_run(migrate, af.trigger(migrate, {"job": JOB, "target_workers": target,
+                                                          "strategy": "batched", "dry_run": False,
+                                                          "reason": "make demo"}), 900, approve=True)
+        show_plan()
         after = current_map()
-        with session_scope() as s:
-            from sqlalchemy import select
-
-            from migrations_db.models import Checkpoint, Plan
-
-            plan = s.scalars(select(Plan).where(Plan.job == JOB).order_by(Plan.created_at.desc())).first()
-            cps = s.scalars(select(Checkpoint).where(Checkpoint.plan_id == plan.plan_id)
-                            .order_by(Checkpoint.step)).all()
-            say(f"plan {plan.plan_id} ({plan.strategy}, {plan.steps} steps): {plan.status}")
-            say(f"  {'step':>4} {'status':9} {'epoch':>6} {'bins':>4} {'keys':>8} {'bytes':>10} {'ms':>8}")
-            for c in cps:
-                say(f"  {c.step:>4} {c.status:9} {c.applied_epoch!s:>6} {c.bins_moved:>4} {c.keys_moved:>8} "
-                    f"{c.bytes_moved:>10} {c.migration_ms:>8.1f}")
         say(f"final map version {after.map_version}: {after.workers} workers, bins per worker "
             f"{[after.assignment.count(w) for w in range(after.workers)]}")
         if state != "success":
-            say("the migration run failed: open the Airflow UI (ballast_migrate) for the task log")
+            say(f"the migration run failed: open the Airflow UI ({migrate}) for the task log")
             return 1
-        af.call("PATCH", "/dags/ballast_rebalance", {"is_paused": False})
-        say("asking DS2 (ballast_rebalance) what it makes of the running job")
-        af.wait_run("ballast_rebalance", af.trigger("ballast_rebalance", {}), 900)
-        with session_scope() as s:
-            from sqlalchemy import select
-
-            from migrations_db.models import Decision
-
-            d = s.scalars(select(Decision).where(Decision.job == JOB).order_by(Decision.id.desc())).first()
-            if d:
-                say(f"DS2 decision: {d.action} ({d.current_workers} -> {d.target_workers}): {d.reason}")
-    finally:
-        stop.set()
-        gen.join()
-    say(f"done. Airflow UI: {API} (login {stack.ADMIN_USER} / {stack.ADMIN_PASSWORD}); `make down` stops everything")
+        af.call("PATCH", f"/dags/{rebalance}", {"is_paused": False})
+        wait_out_warmup(datetime.now(timezone.utc))
+        under_load = ask_ds2(af, rebalance, f"about the job under {rate:.0f} records/s")
+        if under_load.plan_id:  # it rescaled: its own warm-up starts now
+            wait_out_warmup(datetime.now(timezone.utc))
+        gen.set_rate(rate / 20)
+        time.sleep(30)  # a full DS2 window of epochs at the lower rate
+        final = ask_ds2(af, rebalance, f"again, the load now {rate / 20:.0f} records/s")
+    if final.proposed_workers < final.current_workers:
+        say(f"DS2 proposes scaling down {final.current_workers} -> {final.proposed_workers} at the lower load"
+            + ("" if final.target_workers < final.current_workers else
+               " (held by the guards above; the scheduled rebalance acts once the delay has passed)"))
+    say(f"console: {CONSOLE}")
+    say(f"done. Airflow UI: {API} (login {stack.ADMIN_USER} / {stack.ADMIN_PASSWORD}); "
+        "`make down` stops everything, the job included")
     return 0
 
 
