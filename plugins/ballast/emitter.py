@@ -12,9 +12,11 @@ flight instead of re-sending it. Two emitters racing on one plan send each step 
 window left is a crash between the claim and the DB write of the ack: once the claim expires the
 step is sent a second time, which the data plane treats as a duplicate (docs/protocol.md).
 
-Ownership: an emitter drives only plans its run owns (ballast.plan_store, "owner"); a plan owned
-by another run is refused with the owner's name, whether that run is alive or gone (taking a
-plan over is explicit: ballast.plan_store.take_over_plan).
+Ownership (ballast.plan_store, "owner"): an emitter refuses a plan that another live Airflow run
+drives, naming that run. A plan of a shell (`cli:` owner) or of a run whose lease lapsed is taken
+over by an emitter started on its id, and the takeover is recorded (`plan_taken_over` event): being
+handed that plan id is the explicit act (a scheduled rebalance is handed one only by
+ballast.control.collect's rules).
 
 Modes:
 * flow-control (default): step k+1 is sent only once step k's checkpoint is in the metrics DB,
@@ -206,8 +208,16 @@ class ControlEmitter:
         if plan.status == "awaiting_approval":
             raise EmitError(f"plan {plan_id} awaits approval; it is emitted once a person approves it")
         if plan.owner and plan.owner != self.owner:
-            raise EmitError(f"plan {plan_id} is driven by {plan.owner}, not by this run ({self.owner}); "
-                            + repo.what_to_do(plan))
+            if not plan.owner.startswith("cli:") and plan.owner_alive():
+                raise EmitError(f"plan {plan_id} is driven by {plan.owner}, not by this run ({self.owner}); "
+                                + repo.what_to_do(plan))
+            # a shell's plan, or a gone run's: an emitter started on this very plan id is the
+            # explicit takeover (recorded); the step claims still keep every step sent once
+            taken = repo.take_over_plan(self.db_url, plan_id, self.owner, force=True)
+            repo.add_event(self.db_url, plan.job, plan.operator, "warning", "plan_taken_over",
+                           f"plan {plan_id} taken over from {plan.owner} by {self.owner}, whose emitter was "
+                           "started on it", details={"plan_id": plan_id})
+            log.warning("plan %s: taken over from %s by %s", plan_id, plan.owner, taken.owner)
         repo.touch_owner(self.db_url, plan_id)
         gap = float(plan.params.get("gap_seconds", 0.0) if gap_s is None else gap_s)
         steps = repo.plan_steps(self.db_url, plan_id)

@@ -171,14 +171,15 @@ def test_rebalance_skips_a_plan_a_live_manual_run_drives(any_db, kafka_bootstrap
         controller.collect(any_db, cfg, owner="ballast_rebalance/scheduled__2")
     msg = str(err.value)
     assert "manual-1" in msg and "ballast_migrate/manual__1" in msg and "planned" in msg and "alive" in msg
+    # nor does another run's emitter drive it
+    with pytest.raises(EmitError, match="driven by ballast_migrate/manual__1"):
+        with ControlEmitter(kafka_bootstrap, any_db, owner="ballast_rebalance/scheduled__2") as em:
+            em.emit("manual-1")
     # gone (lease lapsed), it is still a person's plan: the rebalance does not take it over
     _make_stale(any_db, "manual-1")
     with pytest.raises(controller.NotReady, match="not seen for over"):
         controller.collect(any_db, cfg, owner="ballast_rebalance/scheduled__2")
-    # nor does another emitter drive it
-    with pytest.raises(EmitError, match="driven by ballast_migrate/manual__1"):
-        with ControlEmitter(kafka_bootstrap, any_db, owner="ballast_rebalance/scheduled__2") as em:
-            em.emit("manual-1")
+    assert repo.get_plan(any_db, "manual-1").owner == "ballast_migrate/manual__1"  # type: ignore[union-attr]
 
 
 def test_a_gone_runs_plan_is_taken_over_only_explicitly(any_db, jobs_file, unique_name):
@@ -217,3 +218,14 @@ def test_control_plane_events_are_deduplicated(any_db, unique_name):
     assert repo.add_event(any_db, unique_name, "keycount", "info", "x", "at epoch", epoch=6)
     rows = repo.events(any_db, unique_name)
     assert sorted((e.kind, e.epoch) for e in rows) == [("plan_timeout", None), ("x", 5), ("x", 6)]
+
+
+def test_an_emitter_started_on_a_shells_plan_takes_it_over_recorded(any_db, kafka_bootstrap, unique_name):
+    """A retried process (a new pid) resumes a shell's plan by its id; a live Airflow run's it may not."""
+    ensure_control_topics(kafka_bootstrap, unique_name)
+    repo.save_plan(any_db, _record(unique_name, "cli-1", "cli:elsewhere:4242"), [])
+    with ControlEmitter(kafka_bootstrap, any_db, owner="cli:here:1") as em:
+        em.emit("cli-1")
+    assert repo.get_plan(any_db, "cli-1").owner == "cli:here:1"  # type: ignore[union-attr]
+    (ev,) = repo.events(any_db, unique_name, kind="plan_taken_over")
+    assert "from cli:elsewhere:4242 by cli:here:1" in ev.message
