@@ -187,7 +187,8 @@ class Plan(Base):
     operator: Mapped[str] = mapped_column(String(200))
     created_at: Mapped[datetime]
     strategy: Mapped[str] = mapped_column(String(30))
-    status: Mapped[str] = mapped_column(String(20))  # awaiting_approval | planned | emitting | completed | failed | cancelled
+    # awaiting_approval | planned | emitting (open: OPEN_PLAN_STATUSES) | completed | failed | cancelled
+    status: Mapped[str] = mapped_column(String(20))
     source_map_version: Mapped[int] = mapped_column(Integer)
     source_workers: Mapped[int] = mapped_column(Integer)
     target_workers: Mapped[int] = mapped_column(Integer)
