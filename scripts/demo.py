@@ -101,11 +101,16 @@ class Airflow:
                 return False
             raise
         for d in pending:
+            ti = d["task_instance"]
+            # answer only once the task waits for it: a response that lands while the operator is
+            # still deferring itself (within ~0.5 s, faster than any person) fails the task
+            state = self.call("GET", f"/dags/{dag_id}/dagRuns/{run}/taskInstances/{ti['task_id']}")["state"]
+            if state not in ("deferred", "awaiting_input"):
+                return False
             say(f"  approval requested: {d['subject']}")
             for line in d["body"].splitlines():
                 if line.strip() and not line.startswith("```"):
                     say(f"    {line}")
-            ti = d["task_instance"]
             self.call("PATCH", f"/dags/{dag_id}/dagRuns/{run}/taskInstances/{ti['task_id']}/-1/hitlDetails",
                       {"chosen_options": ["Approve"]})
             say("  approved (the demo plays the person in Required Actions)")
@@ -259,6 +264,31 @@ def wait_out_warmup(after: datetime) -> None:
         time.sleep(left)
 
 
+def latest_epoch() -> int:
+    from sqlalchemy import func, select
+
+    from migrations_db.models import EpochMetrics
+
+    with session_scope() as s:
+        return int(s.scalar(select(func.max(EpochMetrics.epoch)).where(EpochMetrics.job == JOB)) or 0)
+
+
+def wait_for_window(timeout_s: float = 180) -> None:
+    """Until DS2's whole window (`window_epochs`) holds epochs run after now (plus one in flight),
+    so the next decision sees only the lower load, not a mix."""
+    from ballast.config import get_job
+
+    window = get_job(JOB).rebalance.window_epochs
+    until = latest_epoch() + window + 2
+    say(f"waiting for {window} epochs at the lower load (DS2's window)")
+    deadline = time.time() + timeout_s
+    while latest_epoch() < until:
+        if time.time() > deadline:
+            say(f"fewer than {window} epochs in {timeout_s:.0f}s: DS2 decides on a mixed window")
+            return
+        time.sleep(2)
+
+
 def main() -> int:
     os.environ.setdefault("BALLAST_DB_URL", default_url())
     stack.ensure_topics({JOB: 4})
@@ -302,7 +332,7 @@ def main() -> int:
         if under_load.plan_id:  # it rescaled: its own warm-up starts now
             wait_out_warmup(datetime.now(timezone.utc))
         gen.set_rate(rate / 20)
-        time.sleep(30)  # a full DS2 window of epochs at the lower rate
+        wait_for_window()
         final = ask_ds2(af, rebalance, f"again, the load now {rate / 20:.0f} records/s")
     if final.proposed_workers < final.current_workers:
         say(f"DS2 proposes scaling down {final.current_workers} -> {final.proposed_workers} at the lower load"
