@@ -3,20 +3,32 @@
 Trigger it from the UI form (every field has a title and a description) or with
 `airflow dags trigger ballast_migrate --conf '{"job": "clicks", "target_workers": 2}'`.
 Field values are checked against their JSON schema before the run is created; the combination
-(worker count *or* moves, bins in range, bounds of the job) is checked by the first task, which
-emits nothing when it fails. `dry_run` prints the plan with its predicted duration and pauses.
+(worker count *or* moves, bins in range, bounds of the job, a deadline that fits this DAG's
+`dagrun_timeout`) is checked by the first task, which stores and emits nothing when it fails.
+`dry_run` prints the plan with its predicted duration and pauses.
+
+Otherwise the plan is stored as `awaiting_approval` and the `approve` task (Airflow's
+human-in-the-loop ApprovalOperator; "Required Actions" in the UI, or the REST API's
+`hitlDetails`) shows it. Approve: the plan becomes `planned` and exactly that plan is emitted,
+awaited and verified. Reject, or no answer within an hour: the plan is `cancelled` and nothing
+is sent.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from airflow.sdk import DAG, Param, task
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from ballast.config import JobConfig, load_jobs
-from ballast.operators import EmitPlanOperator
+from ballast.operators import EmitPlanOperator, PlanApprovalOperator
 from ballast.sensors import CheckpointSensor
+
+DAGRUN_TIMEOUT = timedelta(hours=6)
+APPROVAL_TIMEOUT = timedelta(hours=1)  # then the default answer, Reject, cancels the plan
+# what is left for emit + await once the approval has used its hour
+MAX_MIGRATION = DAGRUN_TIMEOUT - APPROVAL_TIMEOUT
 
 STRATEGIES = ["auto", "all-at-once", "fluid", "batched"]
 
@@ -57,36 +69,119 @@ def migrate_params(jobs: dict[str, JobConfig]) -> dict[str, Param]:
     }
 
 
+def _approval_body(plan_id: str, job: str, rendered: str, deadline: str) -> str:
+    """What the approver reads (Markdown): the stored plan, its steps and moves, its deadline."""
+    return (f"**Job** `{job}` · **plan** `{plan_id}`\n\n"
+            "Approve to emit exactly this plan. Reject — or no answer within "
+            f"{APPROVAL_TIMEOUT.total_seconds() / 3600:.0f} h — cancels it; nothing is sent.\n\n"
+            f"```\n{rendered}\n```\n\n**Deadline once approved:** {deadline}\n")
+
+
 def make_dag(jobs: dict[str, JobConfig]) -> DAG:
     with DAG(
         dag_id="ballast_migrate",
-        description="Manual live migration of a Ballast job: worker count or chosen bins",
+        description="Manual live migration of a Ballast job: worker count or chosen bins, after approval",
         schedule=None,
         start_date=datetime(2026, 1, 1),
         catchup=False,
         params=migrate_params(jobs),
         render_template_as_native_obj=False,
+        dagrun_timeout=DAGRUN_TIMEOUT,
         default_args={"retries": 0},
         tags=["ballast"],
         doc_md=__doc__,
     ) as dag:
 
         @task(task_id="validate_and_plan")
-        def plan(params: dict | None = None) -> str:
+        def plan(params: dict | None = None, ti=None) -> str:  # type: ignore[no-untyped-def]
             from ballast import controller
+            from ballast import repository as repo
             from ballast.config import ConfigError, get_job
+            from ballast.deadlines import DeadlineTooLong, check_fits, for_plan
             from ballast.hooks import BallastMetricsDbHook
 
             assert params is not None
+            url = BallastMetricsDbHook().url()
             try:
                 cfg = get_job(params["job"])
-                out = controller.plan_manual(BallastMetricsDbHook().url(), cfg, dict(params))
-            except (ConfigError, controller.InvalidRequest) as exc:
-                raise AirflowFailException(f"invalid migration request, nothing was sent: {exc}") from exc
-            print(out["rendered"])
-            if out.get("dry_run"):
-                raise AirflowSkipException("dry run: plan printed above, nothing stored or sent")
-            return out["plan_id"]
+                if params.get("take_over"):  # a stored plan whose run is gone: this run drives it
+                    out = controller.plan_manual(url, cfg, dict(params))
+                    print(out["rendered"])
+                    ti.xcom_push(key="approval_body", value=_approval_body(
+                        out["plan_id"], cfg.job, out["rendered"], "as stored (taken over)"))
+                    return out["plan_id"]
+                # plan without storing first: a plan that cannot meet its deadline is refused unstored
+                dry = controller.plan_manual(url, cfg, {**params, "dry_run": True})
+                d = for_plan(dry["predicted_ms"], dry["steps"], dict(params), cfg.rebalance)
+                print(dry["rendered"])
+                print(f"deadline once approved: {d.describe()}")
+                check_fits(d, dry["steps"], MAX_MIGRATION.total_seconds() * 1000.0,
+                           f"ballast_migrate allows (dagrun_timeout {DAGRUN_TIMEOUT} minus the approval's "
+                           f"{APPROVAL_TIMEOUT})")
+                if params.get("dry_run"):
+                    raise AirflowSkipException("dry run: plan printed above, nothing stored or sent")
+                out = controller.plan_manual(url, cfg, dict(params))
+            except (ConfigError, controller.InvalidRequest, DeadlineTooLong) as exc:
+                raise AirflowFailException(f"invalid migration request, nothing was stored or sent: {exc}") from exc
+            plan_id = out["plan_id"]
+            repo.set_plan_status(url, plan_id, "awaiting_approval")
+            d = for_plan(out["predicted_ms"], out["steps"], dict(params), cfg.rebalance)
+            ti.xcom_push(key="approval_body", value=_approval_body(plan_id, cfg.job, out["rendered"], d.describe()))
+            return plan_id
+
+        approve = PlanApprovalOperator(
+            task_id="approve",
+            subject="Migrate {{ params.job }}: emit plan {{ ti.xcom_pull(task_ids='validate_and_plan') }}?",
+            body="{{ ti.xcom_pull(task_ids='validate_and_plan', key='approval_body') }}",
+            defaults="Reject",
+            response_timeout=APPROVAL_TIMEOUT,
+        )
+
+        @task(task_id="mark_approved")
+        def approved(plan_id: str, params: dict | None = None, ti=None) -> str:  # type: ignore[no-untyped-def]
+            from ballast import repository as repo
+            from ballast.hooks import BallastMetricsDbHook
+
+            url = BallastMetricsDbHook().url()
+            rec = repo.get_plan(url, plan_id)
+            if rec is not None and rec.status in ("planned", "emitting") and (params or {}).get("take_over"):
+                repo.add_event(url, rec.job, rec.operator, "info", "plan_approved",
+                               f"taken-over plan {plan_id} approved to continue", details={"plan_id": plan_id})
+                return plan_id
+            if rec is None or rec.status != "awaiting_approval":
+                raise AirflowFailException(f"plan {plan_id} is {rec.status if rec else 'gone'}, not awaiting approval: "
+                                           "nothing was sent; trigger ballast_migrate again")
+            answer = ti.xcom_pull(task_ids="approve", key="answer") or {}
+            who = answer.get("by") or "unknown"
+            repo.set_plan_status(url, plan_id, "planned")
+            repo.add_event(url, rec.job, rec.operator, "info", "plan_approved",
+                           f"plan {plan_id} approved by {who}", details={"plan_id": plan_id, "by": who})
+            return plan_id
+
+        @task(task_id="cancel_unapproved")
+        def cancel(plan_id: str | None, ti=None) -> str:  # type: ignore[no-untyped-def]
+            """Teardown: a plan still awaiting approval when the run ends (rejected, timed out, or the
+            approval task failed) is cancelled, so it never counts as open and is never emitted."""
+            from ballast import repository as repo
+            from ballast.hooks import BallastMetricsDbHook
+
+            url = BallastMetricsDbHook().url()
+            rec = repo.get_plan(url, plan_id) if plan_id else None
+            if rec is None or rec.status != "awaiting_approval":
+                return f"nothing to cancel (plan {plan_id}: {rec.status if rec else 'none'})"
+            answer = ti.xcom_pull(task_ids="approve", key="answer") or {}
+            if answer.get("timed_out") or (answer.get("choice") and not answer.get("by")):
+                why = f"no answer within {APPROVAL_TIMEOUT}"
+            elif answer.get("choice") == PlanApprovalOperator.REJECT:
+                why = f"rejected by {answer.get('by')}"
+            else:
+                why = "the approval task did not complete"
+            reason = f"not approved ({why}); nothing was sent"
+            repo.set_plan_status(url, plan_id, "cancelled", reason=reason, finished=True)
+            repo.add_event(url, rec.job, rec.operator, "info", "plan_cancelled", f"plan {plan_id}: {reason}",
+                           details={"plan_id": plan_id})
+            print(f"plan {plan_id} cancelled: {reason}")
+            return reason
 
         @task(task_id="verify")
         def verify(plan_id: str) -> dict:
@@ -100,11 +195,13 @@ def make_dag(jobs: dict[str, JobConfig]) -> DAG:
             print(out["summary"])
             return {k: v for k, v in out.items() if k != "summary"}
 
-        timeout = max((c.rebalance.await_timeout_s for c in jobs.values()), default=600.0)
-        plan_id = plan()
-        emit = EmitPlanOperator(task_id="emit", plan_id=plan_id, timeout_s=timeout)
-        wait = CheckpointSensor(task_id="await_checkpoints", plan_id=plan_id, timeout=timeout)
-        emit >> wait >> verify(plan_id)
+        stored = plan()
+        go = approved(stored)
+        emit = EmitPlanOperator(task_id="emit", plan_id=go)
+        wait = CheckpointSensor(task_id="await_checkpoints", plan_id=go)
+        done = verify(go)
+        stored >> approve >> go
+        emit >> wait >> done >> cancel(stored).as_teardown(setups=stored)
     return dag
 
 

@@ -1,14 +1,17 @@
-"""ballast_rebalance: scheduled DS2 → placement → plan → emit → await (deferrable) → verify, per job.
+"""ballast_rebalance__<job>: scheduled DS2 → placement → plan → emit → await (deferrable) → verify.
 
+One DAG per job of dags/ballast_jobs.yaml (tags `ballast`, `job:<job>`), so autoscaling is paused
+per job (pause its DAG) and one job's long migration (max_active_runs=1) does not hold the others.
 Thin on purpose: every task calls one function of ballast.controller. An unfinished plan from an
-earlier run is resumed (emission is idempotent by plan and step), never re-planned.
+earlier run is resumed (emission is idempotent by plan and step), never re-planned. How long emit
+and await may take comes from the plan (ballast.deadlines), not from a fixed timeout.
 """
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from airflow.sdk import DAG, TaskGroup, task
+from airflow.sdk import DAG, task
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from ballast.config import JobConfig, load_jobs, schedules
@@ -17,6 +20,7 @@ from ballast.sensors import CheckpointSensor
 
 
 def _rebalance_group(cfg: JobConfig) -> None:
+    """collect → evaluate → place_and_plan → emit → await_checkpoints → verify for `cfg`."""
     rb = cfg.rebalance
 
     @task(task_id="collect")
@@ -70,30 +74,36 @@ def _rebalance_group(cfg: JobConfig) -> None:
 
     snap = collect()
     plan_id = plan(snap, evaluate(snap))
-    emit = EmitPlanOperator(task_id="emit", plan_id=plan_id, timeout_s=rb.await_timeout_s,
-                            poll_interval=rb.poll_interval_s)
-    wait = CheckpointSensor(task_id="await_checkpoints", plan_id=plan_id, timeout=rb.await_timeout_s,
-                            poke_interval=rb.poll_interval_s)
+    emit = EmitPlanOperator(task_id="emit", plan_id=plan_id, poll_interval=rb.poll_interval_s)
+    wait = CheckpointSensor(task_id="await_checkpoints", plan_id=plan_id, poke_interval=rb.poll_interval_s)
     emit >> wait >> verify(plan_id)
 
 
-def make_dag(jobs: dict[str, JobConfig], schedule: str | None) -> DAG:
+def dag_id(job: str) -> str:
+    return f"ballast_rebalance__{job}"
+
+
+def make_dag(cfg: JobConfig, schedule: str | None) -> DAG:
+    """The rebalance DAG of one job."""
     with DAG(
-        dag_id="ballast_rebalance",
-        description="DS2 autoscaling and skew rebalancing of Ballast jobs by live bin migration",
+        dag_id=dag_id(cfg.job),
+        description=f"DS2 autoscaling and skew rebalancing of Ballast job {cfg.job} by live bin migration",
         schedule=schedule,
         start_date=datetime(2026, 1, 1),
         catchup=False,
         max_active_runs=1,
         dagrun_timeout=timedelta(hours=2),
         default_args={"retries": 0},
-        tags=["ballast"],
+        tags=["ballast", "rebalance", f"job:{cfg.job}"],
         doc_md=__doc__,
     ) as dag:
-        for cfg in jobs.values():
-            with TaskGroup(group_id=cfg.job):
-                _rebalance_group(cfg)
+        _rebalance_group(cfg)
     return dag
 
 
-dag = make_dag(load_jobs(), schedules()["rebalance"])
+def make_dags(jobs: dict[str, JobConfig], schedule: str | None) -> dict[str, DAG]:
+    """One rebalance DAG per configured job, by dag_id."""
+    return {dag_id(job): make_dag(cfg, schedule) for job, cfg in jobs.items()}
+
+
+globals().update(make_dags(load_jobs(), schedules()["rebalance"]))

@@ -2,20 +2,38 @@
 
 On a rejected step or a timeout the plan is marked failed in the metrics DB (plans.status and an
 Event row) before the task fails, so the next rebalance run does not resume it and nothing more
-is emitted for it; the task log says what the operator should do.
+is emitted for it; the task log says what the operator should do. How long to wait comes from
+the plan (`run_deadline`, ballast.deadlines), not from a fixed timeout.
 """
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
-from typing import Any, Sequence
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from airflow.sdk import BaseSensorOperator
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from ballast import repository as repo
+from ballast.deadlines import Deadline, for_plan
 from ballast.hooks import BallastMetricsDbHook
 from ballast.triggers import CheckpointTrigger
+
+
+def run_deadline(url: str, plan_id: str) -> Deadline:
+    """The deadline of a stored plan under its job's settings (read at run time, so it is the plan
+    that will be emitted, not the one the DAG file was parsed with)."""
+    from ballast.config import ConfigError, get_job
+
+    plan = repo.get_plan(url, plan_id)
+    if plan is None:
+        raise AirflowFailException(f"plan {plan_id} is not in the metrics DB at {url}")
+    try:
+        cfg = get_job(plan.job)
+    except ConfigError as exc:
+        raise AirflowFailException(f"plan {plan_id}: {exc}; put the job back in the jobs file to finish it") from exc
+    return for_plan(plan.predicted_ms, plan.steps, plan.params, cfg.rebalance)
 
 
 def handle_checkpoint_event(db_url: str, event: dict[str, Any], log: Any) -> None:
@@ -41,7 +59,8 @@ class CheckpointSensor(BaseSensorOperator):
 
     `plan_id` is templated (typically pulled from the plan task's XCom); an empty plan_id means
     there is nothing to wait for and the task is skipped. Deferrable by default: it frees its
-    worker slot while waiting. `timeout` (seconds) counts from the sensor's start.
+    worker slot while waiting. The wait ends at the plan's deadline (`run_deadline`), counted from
+    the sensor's start.
     """
 
     template_fields: Sequence[str] = ("plan_id",)
@@ -49,8 +68,8 @@ class CheckpointSensor(BaseSensorOperator):
 
     def __init__(self, *, plan_id: str, steps: list[int] | None = None,
                  db_conn_id: str = BallastMetricsDbHook.default_conn_name, deferrable: bool = True,
-                 poke_interval: float = 2.0, timeout: float = 600.0, **kwargs: Any) -> None:
-        super().__init__(poke_interval=poke_interval, timeout=timeout, **kwargs)
+                 poke_interval: float = 2.0, **kwargs: Any) -> None:
+        super().__init__(poke_interval=poke_interval, **kwargs)
         self.plan_id = plan_id
         self.steps = steps
         self.db_conn_id = db_conn_id
@@ -80,15 +99,19 @@ class CheckpointSensor(BaseSensorOperator):
     def execute(self, context: Any) -> Any:
         if not self.plan_id or self.plan_id == "None":
             raise AirflowSkipException("no plan to wait for")
+        url = self._url()
+        d = run_deadline(url, self.plan_id)
+        self.timeout = d.total_ms / 1000.0
         if not self.deferrable:
             return super().execute(context)
         if self.poke(context):
             self.log.info("plan %s: every awaited step is already checkpointed", self.plan_id)
             return self.plan_id
-        url = self._url()
-        deadline = datetime.now(timezone.utc) + timedelta(seconds=float(self.timeout))
+        self.log.info("plan %s: waiting until the deadline %s", self.plan_id, d.describe())
+        deadline = datetime.now(UTC) + timedelta(milliseconds=d.total_ms)
         self.defer(
-            trigger=CheckpointTrigger(url, self.plan_id, self._steps(url), deadline.isoformat(), self.poke_interval),
+            trigger=CheckpointTrigger(self.db_conn_id, self.plan_id, self._steps(url), deadline.isoformat(),
+                                      self.poke_interval),
             method_name="execute_complete",
         )
 

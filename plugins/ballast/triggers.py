@@ -4,14 +4,16 @@ Why a trigger: a migration can take minutes (steps spaced by gaps, slow epochs);
 worker slot for that long wastes the slot and risks the long-task failures in docs/operations.md ("Traps"). The
 trigger polls the metrics DB (in a thread: SQLAlchemy is synchronous) and fires once — all awaited
 steps applied, a step rejected/superseded, or the deadline passed. The deadline is absolute and
-serialized, so a triggerer restart does not extend it.
+serialized, so a triggerer restart does not extend it. The trigger carries the *connection id*
+of the metrics DB, never its URL: trigger kwargs are stored in Airflow's metadata DB and shown in
+its API, and a URL would carry the password; the triggerer resolves the connection itself.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
@@ -25,10 +27,13 @@ class CheckpointTrigger(BaseTrigger):
     can re-defer with the same one).
     """
 
-    def __init__(self, db_url: str, plan_id: str, steps: list[int], deadline: str,
+    def __init__(self, db_conn_id: str, plan_id: str, steps: list[int], deadline: str,
                  poll_interval: float = 2.0) -> None:
         super().__init__()
-        self.db_url = db_url
+        if "://" in db_conn_id:
+            raise ValueError("CheckpointTrigger takes the metrics DB's connection id (e.g. 'ballast_metrics_db'), "
+                             "not a URL: a URL would be stored with its password in the trigger's kwargs")
+        self.db_conn_id = db_conn_id
         self.plan_id = plan_id
         self.steps = [int(s) for s in steps]
         self.deadline = deadline  # ISO-8601 UTC
@@ -37,7 +42,7 @@ class CheckpointTrigger(BaseTrigger):
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
             "ballast.triggers.CheckpointTrigger",
-            {"db_url": self.db_url, "plan_id": self.plan_id, "steps": list(self.steps),
+            {"db_conn_id": self.db_conn_id, "plan_id": self.plan_id, "steps": list(self.steps),
              "deadline": self.deadline, "poll_interval": self.poll_interval},
         )
 
@@ -45,21 +50,28 @@ class CheckpointTrigger(BaseTrigger):
         return TriggerEvent({"status": status, "plan_id": self.plan_id, "steps": list(self.steps),
                              "missing": [], "failed_step": None, "reason": "", "deadline": self.deadline, **kw})
 
+    def _url(self) -> str:
+        from ballast.hooks import BallastMetricsDbHook
+
+        return BallastMetricsDbHook(self.db_conn_id).url()
+
     async def run(self) -> AsyncIterator[TriggerEvent]:
         from ballast.controller import db_unreachable, progress
 
+        # the connection lookup is synchronous (secrets backends, the supervisor's API): off the loop
+        db_url = await asyncio.to_thread(self._url)
         deadline = datetime.fromisoformat(self.deadline)
         self.log.info("waiting for checkpoints of plan %s step(s) %s until %s", self.plan_id, self.steps, self.deadline)
         while True:
             try:
-                pr = await asyncio.to_thread(progress, self.db_url, self.plan_id, self.steps)
+                pr = await asyncio.to_thread(progress, db_url, self.plan_id, self.steps)
             except Exception as exc:
                 if not db_unreachable(exc):
                     raise
                 # the metrics DB is down: report and keep waiting (the deadline still holds)
                 self.log.warning("plan %s: metrics DB unreachable (%s); retrying", self.plan_id,
                                  str(exc).splitlines()[0][:200])
-                if datetime.now(timezone.utc) >= deadline:
+                if datetime.now(UTC) >= deadline:
                     yield self._event("timeout", reason=f"metrics DB unreachable at the deadline {self.deadline}")
                     return
                 await asyncio.sleep(self.poll_interval)
@@ -70,7 +82,7 @@ class CheckpointTrigger(BaseTrigger):
             if pr.done:
                 yield self._event("done")
                 return
-            if datetime.now(timezone.utc) >= deadline:
+            if datetime.now(UTC) >= deadline:
                 yield self._event("timeout", missing=list(pr.missing),
                                   reason=f"no checkpoint for step(s) {list(pr.missing)} by {self.deadline}")
                 return

@@ -1,5 +1,7 @@
-"""The DAGs run under `dag.test()`: manual params validated, dry run, a scheduled rebalance end to end
-(with the reference step applier answering on the real broker), and a timed-out plan failing cleanly."""
+"""The DAGs run under `dag.test()`: manual params validated, dry run, a request whose gaps cannot
+meet the deadline refused, a scheduled rebalance end to end (with the reference step applier
+answering on the real broker), and a timed-out plan failing cleanly. The manual migration's
+approval (a person answering through the REST API) is in test_migrate_approval.py."""
 
 from __future__ import annotations
 
@@ -34,6 +36,10 @@ def env(airflow_db, kafka_bootstrap, db_url, jobs_file, unique_name, monkeypatch
     return unique_name
 
 
+def _rebalance(job: str):  # type: ignore[no-untyped-def]
+    return _load("ballast_rebalance").make_dag(load_jobs()[job], None)
+
+
 def _states(dr) -> dict[str, str]:  # type: ignore[no-untyped-def]
     return {ti.task_id.split(".")[-1]: str(ti.state) for ti in dr.get_task_instances()}
 
@@ -54,13 +60,39 @@ def test_invalid_manual_params_are_rejected_before_the_run(env, conf, why):
         dag.test(run_conf={"job": env, **conf})
 
 
-def test_manual_dry_run_prints_the_plan_and_emits_nothing(env, db_url, caplog):
+def _output(caplog, capfd) -> str:  # type: ignore[no-untyped-def]
+    """What a task printed or logged (dag.test runs it in process)."""
+    out, err = capfd.readouterr()
+    return caplog.text + out + err
+
+
+def test_manual_dry_run_prints_the_plan_and_emits_nothing(env, db_url, caplog, capfd):
     dag = _load("ballast_migrate").make_dag(load_jobs())
     dr = dag.test(run_conf={"job": env, "target_workers": 2, "strategy": "batched", "dry_run": True})
     assert _states(dr)["validate_and_plan"] == "skipped"
     assert _states(dr)["emit"] == "skipped"
+    assert _states(dr)["approve"] == "skipped"
     assert repo.recent_plans(db_url, job=env) == []
-    assert "predicted duration" in caplog.text
+    text = _output(caplog, capfd)
+    assert "predicted duration" in text and "deadline once approved" in text
+
+
+def test_manual_request_whose_gaps_cannot_fit_is_refused_unstored(env, db_url, kafka_bootstrap, caplog, capfd):
+    dag = _load("ballast_migrate").make_dag(load_jobs())
+    applier = StepApplier(kafka_bootstrap, db_url, env)
+    applier.start()
+    try:
+        # 8 one-bin steps with an hour between them cannot end within the DAG's 5 h after approval
+        dr = dag.test(run_conf={"job": env, "target_workers": 2, "strategy": "fluid", "gap_seconds": 3600,
+                                "dry_run": False})
+    finally:
+        applier.stop()
+    states = _states(dr)
+    assert states["validate_and_plan"] == "failed" and states["approve"] == "upstream_failed", states
+    assert repo.recent_plans(db_url, job=env) == []
+    assert applier.seen == []
+    text = _output(caplog, capfd)
+    assert "nothing was stored or sent" in text and "lower gap_seconds to at most" in text
 
 
 def test_manual_request_naming_both_workers_and_moves_fails_first_task(env, db_url):
@@ -71,24 +103,8 @@ def test_manual_request_naming_both_workers_and_moves_fails_first_task(env, db_u
     assert repo.recent_plans(db_url, job=env) == []
 
 
-def test_manual_run_moves_chosen_bins(env, db_url, kafka_bootstrap):
-    dag = _load("ballast_migrate").make_dag(load_jobs())
-    applier = StepApplier(kafka_bootstrap, db_url, env)
-    applier.start()
-    try:
-        dr = dag.test(run_conf={"job": env, "moves": [{"bin": 3, "to": 1}, {"bin": 12, "to": 1}],
-                                "strategy": "fluid", "dry_run": False})
-    finally:
-        applier.stop()
-    assert set(_states(dr).values()) == {"success"}, _states(dr)
-    cur = repo.latest_map(db_url, env, "keycount")
-    assert cur.workers == 2 and cur.assignment[3] == 1 and cur.assignment[12] == 1
-    assert sum(1 for w in cur.assignment if w == 1) == 2
-    assert [s for _, s, _ in applier.seen] == [1, 2]
-
-
 def test_scheduled_rebalance_scales_up_by_batched_migration(env, db_url, kafka_bootstrap):
-    dag = _load("ballast_rebalance").make_dag(load_jobs(), None)
+    dag = _rebalance(env)
     applier = StepApplier(kafka_bootstrap, db_url, env)
     applier.start()
     try:
@@ -110,7 +126,7 @@ def test_scheduled_rebalance_scales_up_by_batched_migration(env, db_url, kafka_b
 
 def test_rebalance_timeout_fails_plan_and_stops_emitting(env, db_url, kafka_bootstrap, jobs_file):
     jobs_file(bins=16, timeout=3)
-    dag = _load("ballast_rebalance").make_dag(load_jobs(), None)
+    dag = _rebalance(env)
     applier = StepApplier(kafka_bootstrap, db_url, env, hold_steps={2})  # the job stops answering at step 2
     applier.start()
     try:
@@ -135,7 +151,7 @@ def test_rebalance_with_no_need_records_a_no_change_decision(env, db_url, unique
     with session_scope(db_url) as s:
         for row in s.query(m.EpochMetrics).filter_by(job=env):
             row.input_rate = 5000.0
-    dag = _load("ballast_rebalance").make_dag(load_jobs(), None)
+    dag = _rebalance(env)
     dr = dag.test()
     assert _states(dr)["place_and_plan"] == "skipped"
     d = repo.latest_decision(db_url, env, "keycount")
