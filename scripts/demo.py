@@ -30,7 +30,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -183,7 +183,7 @@ class Load:
         producer.flush()
         producer.close()
 
-    def __enter__(self) -> "Load":
+    def __enter__(self) -> Load:
         self.thread.start()
         return self
 
@@ -240,7 +240,7 @@ def ask_ds2(af: Airflow, dag_id: str, why: str) -> Any:
     from ballast import repository as repo
 
     say(f"asking DS2 ({dag_id}) {why}")
-    since = datetime.now(timezone.utc)
+    since = datetime.now(UTC)
     state = af.wait_run(dag_id, af.trigger(dag_id, {}), 900)
     found = repo.decisions_since(default_url(), JOB, OPERATOR, since)
     if not found:
@@ -257,7 +257,7 @@ def wait_out_warmup(after: datetime) -> None:
     from ballast.config import get_job
 
     rb = get_job(JOB).rebalance
-    left = rb.warmup_s + 5 - (datetime.now(timezone.utc) - after).total_seconds()
+    left = rb.warmup_s + 5 - (datetime.now(UTC) - after).total_seconds()
     if left > 0:
         say(f"waiting {left:.0f}s: DS2 ignores decisions for {rb.warmup_s:.0f}s (and {rb.warmup_epochs} epochs) "
             "after a change, so the job's new speed is measured, not its restart")
@@ -327,10 +327,10 @@ def main() -> int:
             say(f"the migration run failed: open the Airflow UI ({migrate}) for the task log")
             return 1
         af.call("PATCH", f"/dags/{rebalance}", {"is_paused": False})
-        wait_out_warmup(datetime.now(timezone.utc))
+        wait_out_warmup(datetime.now(UTC))
         under_load = ask_ds2(af, rebalance, f"about the job under {rate:.0f} records/s")
         if under_load.plan_id:  # it rescaled: its own warm-up starts now
-            wait_out_warmup(datetime.now(timezone.utc))
+            wait_out_warmup(datetime.now(UTC))
         gen.set_rate(rate / 20)
         wait_for_window()
         final = ask_ds2(af, rebalance, f"again, the load now {rate / 20:.0f} records/s")

@@ -282,8 +282,14 @@ class KafkaBroker:
         if self.auth != "scram":
             return
         from kafka import KafkaAdminClient
-        from kafka.admin import (ACL, ACLOperation, ACLPermissionType, ACLResourcePatternType, ResourcePattern,
-                                 ResourceType)
+        from kafka.admin import (
+            ACL,
+            ACLOperation,
+            ACLPermissionType,
+            ACLResourcePatternType,
+            ResourcePattern,
+            ResourceType,
+        )
 
         lit, pre = ACLResourcePatternType.LITERAL, ACLResourcePatternType.PREFIXED
         topic, group = ResourceType.TOPIC, ResourceType.GROUP

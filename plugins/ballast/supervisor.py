@@ -23,7 +23,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -277,7 +277,7 @@ class Health:
 
 def check(cfg: JobConfig, db_url: str, now: datetime | None = None) -> Health:
     """Is the job alive? A fresh heartbeat says yes; a recent launch still starting says wait."""
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     hb = repo.heartbeat(db_url, cfg.job, cfg.operator)
     pid = _our_process(cfg)
     if hb and hb.status == "running" and (now - hb.updated_at).total_seconds() <= cfg.heartbeat_timeout_s:

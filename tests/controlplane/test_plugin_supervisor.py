@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -35,7 +35,8 @@ def test_hooks_fall_back_to_environment_without_connections(airflow_db, monkeypa
     assert BallastMetricsDbHook().url() == "sqlite:////tmp/elsewhere.db"
     monkeypatch.setenv("AIRFLOW_CONN_BALLAST_KAFKA", "kafka://broker-a:9094")
     monkeypatch.setenv("AIRFLOW_CONN_BALLAST_METRICS_DB",
-                       '{"conn_type": "postgres", "host": "db", "port": 5432, "login": "u", "password": "p@ss", "schema": "m"}')
+                       '{"conn_type": "postgres", "host": "db", "port": 5432, "login": "u", "password": "p@ss", '
+                       '"schema": "m"}')
     assert BallastKafkaHook().bootstrap() == "broker-a:9094"
     assert BallastMetricsDbHook().url() == "postgresql+psycopg2://u:p%40ss@db:5432/m"
 
@@ -46,7 +47,7 @@ def test_supervisor_health_verdicts(db_url, jobs_file, unique_name):
     jobs_file(bins=16)
     cfg = get_job(unique_name)
     assert supervisor.check(cfg, db_url).status == "missing"
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     with session_scope(db_url) as s:
         s.add(m.Heartbeat(job=unique_name, operator="keycount", last_epoch=7, map_version=0, workers=1,
                           updated_at=now, started_at=now, pid=1, host="h", status="running"))
@@ -90,7 +91,8 @@ def test_spark_submit_launcher_refuses_cluster_mode_and_a_missing_connection(air
     monkeypatch.delenv("AIRFLOW_CONN_BALLAST_TEST_CLUSTER_SPARK")
     with pytest.raises(LaunchError, match="needs the Airflow connection 'ballast_test_cluster_spark'"):
         launcher_command(cfg, "127.0.0.1:9092")
-    monkeypatch.setenv("AIRFLOW_CONN_BALLAST_TEST_CLUSTER_SPARK", json.dumps({"conn_type": "spark", "host": "local[2]"}))
+    local = json.dumps({"conn_type": "spark", "host": "local[2]"})
+    monkeypatch.setenv("AIRFLOW_CONN_BALLAST_TEST_CLUSTER_SPARK", local)
     cmd, env = launcher_command(cfg, "127.0.0.1:9092")
     assert cmd[1:] == ["-m", "ballast.launch", "--job", "j"]
     spec = json.loads(env["BALLAST_SUBMIT"])
