@@ -27,8 +27,6 @@ from ballast.sensors import CheckpointSensor
 
 DAGRUN_TIMEOUT = timedelta(hours=6)
 APPROVAL_TIMEOUT = timedelta(hours=1)  # then the default answer, Reject, cancels the plan
-# what is left for emit + await once the approval has used its hour
-MAX_MIGRATION = DAGRUN_TIMEOUT - APPROVAL_TIMEOUT
 
 STRATEGIES = ["auto", "all-at-once", "fluid", "batched"]
 
@@ -69,15 +67,18 @@ def migrate_params(jobs: dict[str, JobConfig]) -> dict[str, Param]:
     }
 
 
-def _approval_body(plan_id: str, job: str, rendered: str, deadline: str) -> str:
+def _approval_body(plan_id: str, job: str, rendered: str, deadline: str, wait: timedelta) -> str:
     """What the approver reads (Markdown): the stored plan, its steps and moves, its deadline."""
     return (f"**Job** `{job}` · **plan** `{plan_id}`\n\n"
-            "Approve to emit exactly this plan. Reject — or no answer within "
-            f"{APPROVAL_TIMEOUT.total_seconds() / 3600:.0f} h — cancels it; nothing is sent.\n\n"
+            f"Approve to emit exactly this plan. Reject — or no answer within {wait} — cancels it; "
+            "nothing is sent.\n\n"
             f"```\n{rendered}\n```\n\n**Deadline once approved:** {deadline}\n")
 
 
-def make_dag(jobs: dict[str, JobConfig]) -> DAG:
+def make_dag(jobs: dict[str, JobConfig], approval_timeout: timedelta = APPROVAL_TIMEOUT) -> DAG:
+    """The DAG; `approval_timeout`: how long the approval waits before its default answer, Reject."""
+    # what is left for emit + await once the approval has used its time
+    max_migration = DAGRUN_TIMEOUT - approval_timeout
     with DAG(
         dag_id="ballast_migrate",
         description="Manual live migration of a Ballast job: worker count or chosen bins, after approval",
@@ -108,16 +109,16 @@ def make_dag(jobs: dict[str, JobConfig]) -> DAG:
                     out = controller.plan_manual(url, cfg, dict(params))
                     print(out["rendered"])
                     ti.xcom_push(key="approval_body", value=_approval_body(
-                        out["plan_id"], cfg.job, out["rendered"], "as stored (taken over)"))
+                        out["plan_id"], cfg.job, out["rendered"], "as stored (taken over)", approval_timeout))
                     return out["plan_id"]
                 # plan without storing first: a plan that cannot meet its deadline is refused unstored
                 dry = controller.plan_manual(url, cfg, {**params, "dry_run": True})
                 d = for_plan(dry["predicted_ms"], dry["steps"], dict(params), cfg.rebalance)
                 print(dry["rendered"])
                 print(f"deadline once approved: {d.describe()}")
-                check_fits(d, dry["steps"], MAX_MIGRATION.total_seconds() * 1000.0,
+                check_fits(d, dry["steps"], max_migration.total_seconds() * 1000.0,
                            f"ballast_migrate allows (dagrun_timeout {DAGRUN_TIMEOUT} minus the approval's "
-                           f"{APPROVAL_TIMEOUT})")
+                           f"{approval_timeout})")
                 if params.get("dry_run"):
                     raise AirflowSkipException("dry run: plan printed above, nothing stored or sent")
                 out = controller.plan_manual(url, cfg, dict(params))
@@ -126,7 +127,8 @@ def make_dag(jobs: dict[str, JobConfig]) -> DAG:
             plan_id = out["plan_id"]
             repo.set_plan_status(url, plan_id, "awaiting_approval")
             d = for_plan(out["predicted_ms"], out["steps"], dict(params), cfg.rebalance)
-            ti.xcom_push(key="approval_body", value=_approval_body(plan_id, cfg.job, out["rendered"], d.describe()))
+            ti.xcom_push(key="approval_body", value=_approval_body(plan_id, cfg.job, out["rendered"], d.describe(),
+                                                                   approval_timeout))
             return plan_id
 
         approve = PlanApprovalOperator(
@@ -134,7 +136,7 @@ def make_dag(jobs: dict[str, JobConfig]) -> DAG:
             subject="Migrate {{ params.job }}: emit plan {{ ti.xcom_pull(task_ids='validate_and_plan') }}?",
             body="{{ ti.xcom_pull(task_ids='validate_and_plan', key='approval_body') }}",
             defaults="Reject",
-            response_timeout=APPROVAL_TIMEOUT,
+            response_timeout=approval_timeout,
         )
 
         @task(task_id="mark_approved")
@@ -171,7 +173,7 @@ def make_dag(jobs: dict[str, JobConfig]) -> DAG:
                 return f"nothing to cancel (plan {plan_id}: {rec.status if rec else 'none'})"
             answer = ti.xcom_pull(task_ids="approve", key="answer") or {}
             if answer.get("timed_out") or (answer.get("choice") and not answer.get("by")):
-                why = f"no answer within {APPROVAL_TIMEOUT}"
+                why = f"no answer within {approval_timeout}"
             elif answer.get("choice") == PlanApprovalOperator.REJECT:
                 why = f"rejected by {answer.get('by')}"
             else:

@@ -190,3 +190,38 @@ def test_rejected_plan_is_cancelled_and_nothing_is_sent(api, seeded_job, db_url,
     assert repo.plan_steps(db_url, plan.plan_id) and not any(s.emitted for s in repo.plan_steps(db_url, plan.plan_id))
     assert applier.seen == [], "a rejected plan must not reach the control topic"
     assert repo.events(db_url, env, kind="plan_cancelled")
+
+
+def test_unanswered_approval_times_out_to_reject_and_cancels(seeded_job, db_url, kafka_bootstrap):  # noqa: F811 (fixture)
+    """Nobody answers: the scheduler's own sweep (the part of the scheduler that resolves HITL
+    deadlines) applies the default answer, Reject, and the plan is cancelled, nothing sent."""
+    from datetime import timedelta
+
+    from airflow.jobs.job import Job
+    from airflow.jobs.scheduler_job_runner import SchedulerJobRunner
+
+    env = seeded_job
+    dag = _load("ballast_migrate").make_dag(load_jobs(), approval_timeout=timedelta(seconds=3))
+    sweeper = SchedulerJobRunner(job=Job())
+    halt = threading.Event()
+
+    def sweep() -> None:
+        while not halt.is_set():
+            sweeper.check_awaiting_input_timeouts()
+            time.sleep(1)
+
+    applier = StepApplier(kafka_bootstrap, db_url, env)
+    applier.start()
+    th = threading.Thread(target=sweep, daemon=True)
+    th.start()
+    try:
+        dr = dag.test(run_conf={"job": env, "target_workers": 2, "strategy": "batched", "dry_run": False})
+    finally:
+        halt.set()
+        th.join(timeout=10)
+        applier.stop()
+    states = _states(dr)
+    assert states["approve"] == "success" and states["emit"] == "skipped", states
+    plan = repo.recent_plans(db_url, job=env)[0]
+    assert plan.status == "cancelled" and "no answer within 0:00:03" in plan.reason, plan.reason
+    assert applier.seen == []
