@@ -25,6 +25,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from ballast.errors import BallastError
+
 REPO = Path(__file__).resolve().parent.parent
 STATE = Path(os.environ.get("BALLAST_STATE_DIR", REPO / ".state"))
 CACHE = Path(os.environ.get("BALLAST_CACHE_DIR", REPO / ".cache"))
@@ -36,7 +38,7 @@ PG_PORT = int(os.environ.get("BALLAST_PG_PORT", "55432"))
 ADMIN_USER, ADMIN_PASSWORD = "admin", os.environ.get("BALLAST_AIRFLOW_PASSWORD", "ballast")
 
 
-class StackError(RuntimeError):
+class StackError(BallastError, RuntimeError):
     """A service could not be brought up; the message says what to do."""
 
 

@@ -20,8 +20,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ballast.errors import BallastError
 
-class DeadlineTooLong(ValueError):
+
+class DeadlineTooLong(BallastError, ValueError):
     """A plan cannot finish within the longest wait allowed; the message says what to change."""
 
 

@@ -34,6 +34,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Literal
 
 from ballast import repository as repo
+from ballast.errors import BallastError
 from ballast.kafka_security import KafkaSecurity, client_kwargs
 from ballast.protocol import ControlStep, acks_topic, control_topic, message_key, parse_control
 from ballast.signing import SigningKey, signed_step
@@ -45,7 +46,7 @@ EmitMode = Literal["flow-control", "prepared-ahead"]
 EMIT_MODES = ("flow-control", "prepared-ahead")
 
 
-class EmitError(RuntimeError):
+class EmitError(BallastError, RuntimeError):
     """Emission cannot proceed; the message says what the operator should do. `transient`: the
     broker did not answer (down, unreachable): re-running the emission may succeed."""
 

@@ -31,6 +31,7 @@ from sqlalchemy import or_, select, update
 from sqlalchemy.exc import IntegrityError
 
 from ballast.dbtime import as_utc
+from ballast.errors import BallastError
 from migrations_db import models as m
 from migrations_db.db import session_scope
 
@@ -61,7 +62,7 @@ def new_claimant(owner: str | None = None) -> str:
     return f"{owner or current_owner()}#{uuid.uuid4().hex[:8]}"
 
 
-class PlanConflict(RuntimeError):
+class PlanConflict(BallastError, RuntimeError):
     """Another open plan holds the (job, operator); the message names it and says what to do."""
 
     def __init__(self, message: str, other: PlanRecord | None = None) -> None:

@@ -29,6 +29,7 @@ from typing import Any
 
 from ballast import repository as repo
 from ballast.config import REPO, JobConfig
+from ballast.errors import BallastError
 from ballast.kafka_security import KafkaSecurity
 
 log = logging.getLogger(__name__)
@@ -37,7 +38,7 @@ _URL_PASSWORD = re.compile(r"(://[^:/@\s]*:)[^@/\s]+@")
 _SECRET_FLAG = re.compile(r"^--?[\w.-]*(password|secret|token|key)[\w.-]*$", re.IGNORECASE)
 
 
-class LaunchError(RuntimeError):
+class LaunchError(BallastError, RuntimeError):
     """The job cannot be launched as configured; the message says what to change."""
 
 

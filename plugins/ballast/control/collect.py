@@ -6,9 +6,10 @@ from __future__ import annotations
 from ballast import repository as repo
 from ballast.config import JobConfig
 from ballast.control.handoffs import BinLoad, EpochSample, MapState, Resume, Snapshot, WorkerSample
+from ballast.errors import BallastError
 
 
-class NotReady(RuntimeError):
+class NotReady(BallastError, RuntimeError):
     """Nothing to decide yet (job not running, no metrics, operator held by another run's plan)."""
 
 

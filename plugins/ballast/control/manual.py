@@ -14,11 +14,12 @@ from ballast.control.handoffs import BinLoad, MapState
 from ballast.control.place import place
 from ballast.control.plan import PlanRequest, build_plan, cost_model, store_plan
 from ballast.control.render import summary_table
+from ballast.errors import BallastError
 
 log = logging.getLogger(__name__)
 
 
-class InvalidRequest(ValueError):
+class InvalidRequest(BallastError, ValueError):
     """A manual migration request that cannot be planned (bad bin, worker, combination, operator held)."""
 
 

@@ -17,12 +17,13 @@ from ballast import policy
 from ballast import repository as repo
 from ballast.config import JobConfig
 from ballast.control.handoffs import BinLoad, MapState, StoredPlan
+from ballast.errors import BallastError
 from ballast.protocol import ControlStep, Move
 
 log = logging.getLogger(__name__)
 
 
-class PlanFailed(RuntimeError):
+class PlanFailed(BallastError, RuntimeError):
     """A plan cannot complete; the message says why and what the operator should do."""
 
 
