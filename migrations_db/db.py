@@ -36,7 +36,7 @@ def is_unreachable(exc: BaseException) -> bool:
     return isinstance(exc, OperationalError) or (isinstance(exc, DBAPIError) and bool(exc.connection_invalidated))
 
 
-def _sqlite_pragmas(dbapi_conn, _record) -> None:  # type: ignore[no-untyped-def]
+def _sqlite_pragmas(dbapi_conn, _record) -> None:
     cur = dbapi_conn.cursor()
     cur.execute("PRAGMA journal_mode=WAL")
     cur.execute("PRAGMA busy_timeout=30000")
@@ -64,7 +64,7 @@ def session_scope(url: str | None = None) -> Iterator[Session]:
         yield session
 
 
-def alembic_config(url: str | None = None):  # type: ignore[no-untyped-def]
+def alembic_config(url: str | None = None):
     from alembic.config import Config
 
     cfg = Config()

@@ -88,7 +88,7 @@ def config_from_args(a: argparse.Namespace) -> JobConfig:
     )
 
 
-def run(cfg: JobConfig, master: str | None = None, spark=None) -> int:  # type: ignore[no-untyped-def]
+def run(cfg: JobConfig, master: str | None = None, spark=None) -> int:
     from migrations_db.db import migrate
     from spark_jobs.session import build_spark
 

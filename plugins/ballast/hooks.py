@@ -18,7 +18,7 @@ from ballast.signing import SigningKey
 DEFAULT_KAFKA = "127.0.0.1:9092"
 
 
-def _connection_or_none(conn_id: str):  # type: ignore[no-untyped-def]
+def _connection_or_none(conn_id: str):
     try:
         return BaseHook.get_connection(conn_id)
     except AirflowNotFoundException:

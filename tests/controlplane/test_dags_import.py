@@ -29,7 +29,8 @@ def test_dag_folder_imports_without_errors(airflow_db):
     assert {t.task_id for t in rebalance.tasks} == {
         "collect", "evaluate", "place_and_plan", "emit", "await_checkpoints", "verify",
     }
-    assert bag.get_dag("ballast_migrate").schedule is None or str(bag.get_dag("ballast_migrate").timetable.summary) in ("None", "")
+    migrate = bag.get_dag("ballast_migrate")
+    assert migrate.schedule is None or str(migrate.timetable.summary) in ("None", "")
 
 
 def test_one_rebalance_and_one_supervise_dag_per_job(airflow_db, tmp_path, monkeypatch):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.controlplane
 
 
 def _checkpoint(db_url: str, job: str, plan_id: str, step: int, status: str = "applied", reason: str = "") -> None:
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     with session_scope(db_url) as s:
         s.add(m.Checkpoint(job=job, operator="keycount", plan_id=plan_id, step=step, status=status,
                            applied_epoch=10 + step, applied_at=now, completed_at=now, bins_moved=1,
@@ -38,7 +38,7 @@ async def _first_event(trigger: CheckpointTrigger, timeout: float = 15.0) -> dic
 
 
 def _deadline(s: float) -> str:
-    return (datetime.now(timezone.utc) + timedelta(seconds=s)).isoformat()
+    return (datetime.now(UTC) + timedelta(seconds=s)).isoformat()
 
 
 CONN = "ballast_metrics_db"

@@ -1,12 +1,11 @@
 """metrics schema v1
 
 Revision ID: 0001
-Revises: 
+Revises:
 Create Date: 2026-11-21 11:54:53.900114
 """
-from alembic import op
 import sqlalchemy as sa
-
+from alembic import op
 
 revision = '0001'
 down_revision = None
