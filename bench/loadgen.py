@@ -36,6 +36,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ballast.options import settings
+
 
 def key_bytes(i: int) -> bytes:
     return b"k%09d" % i
@@ -245,7 +247,7 @@ def prefill(bootstrap: str, topic: str, partitions: int, keys: int, words: int =
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="bench.loadgen", description=__doc__.splitlines()[0])
-    ap.add_argument("--bootstrap", default="127.0.0.1:9092")
+    ap.add_argument("--bootstrap", default=settings().kafka_bootstrap)
     ap.add_argument("--topic", required=True)
     ap.add_argument("--partitions", type=int, default=2)
     ap.add_argument("--rate", default=None, help="'R:S[,R:S...]' rows/s for seconds")

@@ -21,6 +21,8 @@ import threading
 import time
 from pathlib import Path
 
+from ballast.options import settings
+
 
 def session(partitions: int, app: str):  # type: ignore[no-untyped-def]
     from spark_jobs.session import build_spark
@@ -121,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run")
     r.add_argument("--topic", required=True)
-    r.add_argument("--bootstrap", default="127.0.0.1:9092")
+    r.add_argument("--bootstrap", default=settings().kafka_bootstrap)
     r.add_argument("--checkpoint", required=True)
     r.add_argument("--partitions", type=int, default=2)
     r.add_argument("--trigger-ms", type=int, default=500)

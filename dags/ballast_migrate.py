@@ -23,12 +23,12 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from ballast.config import JobConfig, load_jobs
 from ballast.operators import EmitPlanOperator, PlanApprovalOperator
+from ballast.options import EMIT_MODES, STRATEGIES
 from ballast.sensors import CheckpointSensor
 
 DAGRUN_TIMEOUT = timedelta(hours=6)
 APPROVAL_TIMEOUT = timedelta(hours=1)  # then the default answer, Reject, cancels the plan
 
-STRATEGIES = ["auto", "all-at-once", "fluid", "batched"]
 
 
 def migrate_params(jobs: dict[str, JobConfig]) -> dict[str, Param]:
@@ -48,7 +48,7 @@ def migrate_params(jobs: dict[str, JobConfig]) -> dict[str, Param]:
                        items={"type": "object", "additionalProperties": False, "required": ["bin", "to"],
                               "properties": {"bin": {"type": "integer", "minimum": 0},
                                              "to": {"type": "integer", "minimum": 0}}}),
-        "strategy": Param("auto", enum=STRATEGIES, title="Strategy",
+        "strategy": Param("auto", enum=list(STRATEGIES), title="Strategy",
                           description="auto: cheapest plan whose predicted pause fits the budget; all-at-once: "
                                       "one step; fluid: one bin per step; batched: each worker sends and receives "
                                       "at most one bin per step."),
@@ -56,7 +56,7 @@ def migrate_params(jobs: dict[str, JobConfig]) -> dict[str, Param]:
                            description="Upper bound on bins moved per step (batched). Empty: no bound."),
         "gap_seconds": Param(0.0, type="number", minimum=0, maximum=3600, title="Gap between steps (s)",
                              description="Wait at least this long between two steps, to let latency recover."),
-        "emit_mode": Param("flow-control", enum=["flow-control", "prepared-ahead"], title="Emission",
+        "emit_mode": Param("flow-control", enum=list(EMIT_MODES), title="Emission",
                            description="flow-control: send a step after the previous one's checkpoint; "
                                        "prepared-ahead: send all at once with spaced effective times."),
         "dry_run": Param(True, type="boolean", title="Dry run",

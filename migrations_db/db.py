@@ -6,7 +6,6 @@ with a busy timeout because the Spark driver, Airflow tasks and tests write to i
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import lru_cache
@@ -15,18 +14,19 @@ from pathlib import Path
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.orm import Session, sessionmaker
 
+from ballast.options import settings
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 ALEMBIC_DIR = Path(__file__).resolve().parent / "alembic"
 VERSION_TABLE = "ballast_alembic_version"  # Airflow's metadata DB has its own alembic_version
 
 
 def default_url() -> str:
-    url = os.environ.get("BALLAST_DB_URL")
-    if url:
-        return url
-    state = Path(os.environ.get("BALLAST_STATE_DIR", REPO_ROOT / ".state"))
-    state.mkdir(parents=True, exist_ok=True)
-    return f"sqlite:///{state / 'metrics.db'}"
+    """BALLAST_DB_URL, else SQLite under BALLAST_STATE_DIR (created: SQLite needs the directory)."""
+    s = settings()
+    if not s.db_url:
+        s.state_dir.mkdir(parents=True, exist_ok=True)
+    return s.metrics_db_url()
 
 
 def is_unreachable(exc: BaseException) -> bool:

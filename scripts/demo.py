@@ -38,6 +38,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "scripts"))
 import stack  # noqa: E402
 
+from ballast.options import settings  # noqa: E402
 from migrations_db.db import default_url, session_scope  # noqa: E402
 
 JOB, OPERATOR = "clicks", "keycount"
@@ -297,7 +298,7 @@ def main() -> int:
     migrate = af.wait_for_dag("ballast_migrate")
     rebalance = af.wait_for_dag(f"ballast_rebalance__{JOB}", "ballast_rebalance")
 
-    rate = float(os.environ.get("BALLAST_DEMO_RATE", "20000"))
+    rate = settings().demo_rate
     # the load starts first: an idle job runs no epochs, and epochs are what write its heartbeat
     with Load(rate, 50_000) as gen:
         hb = heartbeat()

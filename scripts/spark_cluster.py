@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from ballast.errors import BallastError
+from ballast.options import settings
 
 HOST = "127.0.0.1"
 TAG_VAR = "BALLAST_SPARK_CLUSTER"
@@ -218,7 +219,7 @@ class SparkCluster:
             SPARK_LOCAL_HOSTNAME=HOST,
             SPARK_PUBLIC_DNS=HOST,
             SPARK_MASTER_HOST=HOST,
-            SPARK_DAEMON_MEMORY=os.environ.get("BALLAST_SPARK_DAEMON_MEMORY", "512m"),
+            SPARK_DAEMON_MEMORY=settings().spark_daemon_memory,
             PYSPARK_PYTHON=sys.executable,
             **{TAG_VAR: self.token},
         )

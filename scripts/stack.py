@@ -26,16 +26,18 @@ from pathlib import Path
 from typing import Any
 
 from ballast.errors import BallastError
+from ballast.options import settings
 
 REPO = Path(__file__).resolve().parent.parent
-STATE = Path(os.environ.get("BALLAST_STATE_DIR", REPO / ".state"))
-CACHE = Path(os.environ.get("BALLAST_CACHE_DIR", REPO / ".cache"))
+_OPTS = settings()
+STATE = _OPTS.state_dir
+CACHE = _OPTS.cache_dir
 HOST = "127.0.0.1"
-KAFKA_PORT = int(os.environ.get("BALLAST_KAFKA_PORT", "9092"))
-KAFKA_CONTROLLER_PORT = int(os.environ.get("BALLAST_KAFKA_CONTROLLER_PORT", "9093"))
-AIRFLOW_PORT = int(os.environ.get("BALLAST_AIRFLOW_PORT", "8080"))
-PG_PORT = int(os.environ.get("BALLAST_PG_PORT", "55432"))
-ADMIN_USER, ADMIN_PASSWORD = "admin", os.environ.get("BALLAST_AIRFLOW_PASSWORD", "ballast")
+KAFKA_PORT = _OPTS.kafka_port
+KAFKA_CONTROLLER_PORT = _OPTS.kafka_controller_port
+AIRFLOW_PORT = _OPTS.airflow_port
+PG_PORT = _OPTS.pg_port
+ADMIN_USER, ADMIN_PASSWORD = "admin", _OPTS.airflow_password
 
 
 class StackError(BallastError, RuntimeError):
@@ -323,7 +325,7 @@ class KafkaBroker:
 def default_broker() -> KafkaBroker:
     """The stack's broker; its mode is BALLAST_KAFKA_AUTH, else the mode its data was formatted in."""
     mode_file = STATE / "kafka" / "auth-mode"
-    auth = os.environ.get("BALLAST_KAFKA_AUTH") or (mode_file.read_text().strip() if mode_file.exists() else "none")
+    auth = settings().kafka_auth or (mode_file.read_text().strip() if mode_file.exists() else "none")
     return KafkaBroker(STATE, KAFKA_PORT, KAFKA_CONTROLLER_PORT, auth)
 
 

@@ -26,10 +26,11 @@ from typing import Any, TypeVar
 import lmdb
 
 from ballast.errors import BallastError
+from ballast.options import settings
 from spark_jobs.bins import bin_range
 
-INITIAL_MAP = int(os.environ.get("BALLAST_CACHE_MAP_BYTES", str(1 << 30)))
-MAX_MAP = int(os.environ.get("BALLAST_CACHE_MAX_MAP_BYTES", str(1 << 40)))
+INITIAL_MAP = settings().cache_map_bytes
+MAX_MAP = settings().cache_max_map_bytes
 
 K_LAST = b"last_applied"
 K_TOTAL = b"total"

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import signal
 import sys
 
 from ballast.kafka_security import ENV_CONFIG, KafkaSecurity
+from ballast.options import settings
 from ballast.protocol import MAX_MESSAGE_BYTES
 from ballast.signing import DEFAULT_MAX_AGE_S, ENV_KEYS, load_keyring
-from spark_jobs.runner import JobConfig, JobRunner
+from spark_jobs.runner import JobRunner, RunConfig
 
 
 def parser() -> argparse.ArgumentParser:
@@ -43,7 +43,7 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--master-ui", default=None, help="standalone master web UI URL, to ask its capacity")
     r.add_argument("--allow-data-loss", action="store_true",
                    help="let the job go on when Kafka retention deleted records it had not read (default: fail)")
-    r.add_argument("--bootstrap", default="127.0.0.1:9092")
+    r.add_argument("--bootstrap", default=settings().kafka_bootstrap)
     r.add_argument("--db-url", default=None,
                    help="default $BALLAST_DB_URL (how the supervisor passes it: argv is visible to every user "
                         "through ps, so keep a URL with a password out of it) or the repo's SQLite file")
@@ -72,10 +72,10 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
-def config_from_args(a: argparse.Namespace) -> JobConfig:
+def config_from_args(a: argparse.Namespace) -> RunConfig:
     from migrations_db.db import default_url
 
-    return JobConfig(
+    return RunConfig(
         job=a.job, operator=a.operator, input_topic=a.input_topic, bins=a.bins, workers=a.workers,
         checkpoint_dir=a.checkpoint_dir, state_uri=a.state_uri, cache_dir=a.cache_dir,
         snapshot_every=a.snapshot_every, fail_on_data_loss=not a.allow_data_loss, max_workers=a.max_workers,
@@ -88,7 +88,7 @@ def config_from_args(a: argparse.Namespace) -> JobConfig:
     )
 
 
-def run(cfg: JobConfig, master: str | None = None, spark=None) -> int:
+def run(cfg: RunConfig, master: str | None = None, spark=None) -> int:
     from migrations_db.db import migrate
     from spark_jobs.session import build_spark
 
@@ -114,7 +114,7 @@ def run(cfg: JobConfig, master: str | None = None, spark=None) -> int:
 
 
 def setup_logging() -> None:
-    logging.basicConfig(level=os.environ.get("BALLAST_LOG_LEVEL", "INFO"),
+    logging.basicConfig(level=settings().log_level,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     logging.getLogger("kafka").setLevel(logging.WARNING)
     logging.getLogger("py4j").setLevel(logging.WARNING)

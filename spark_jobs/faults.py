@@ -13,12 +13,15 @@ import fcntl
 import os
 import signal
 
+from ballast.options import settings
+
 _counts: dict[str, int] = {}
 
 
 def hit(point: str) -> None:
-    path = os.environ.get("BALLAST_FAULTS_FILE")
-    if not path or not os.path.exists(path):
+    opts = settings()
+    path = opts.faults_file
+    if path is None or not path.exists():
         return
     _counts[point] = _counts.get(point, 0) + 1
     with open(path, "r+") as f:
@@ -33,6 +36,6 @@ def hit(point: str) -> None:
                 f.flush()
                 os.fsync(f.fileno())
                 print(f"[ballast-fault] killing pid {os.getpid()} at {point}", flush=True)
-                if os.environ.get("BALLAST_FAULTS_KILL_GROUP") == "1":
+                if opts.faults_kill_group:
                     os.killpg(os.getpgrp(), signal.SIGKILL)
                 os.kill(os.getpid(), signal.SIGKILL)

@@ -47,7 +47,7 @@ log = logging.getLogger("ballast.runner")
 
 
 @dataclass
-class JobConfig:
+class RunConfig:
     """Everything a job run needs; `bins` and `operator` are fixed at the first start."""
 
     job: str
@@ -134,7 +134,7 @@ class StopRequested(RuntimeError):
 class JobRunner:
     """Owns one streaming query. `start()` returns at once; `stop()` ends it after the current epoch."""
 
-    def __init__(self, spark: Any, cfg: JobConfig) -> None:
+    def __init__(self, spark: Any, cfg: RunConfig) -> None:
         self.spark = spark
         self.cfg = cfg
         self.k = bits_for(cfg.bins)
@@ -690,7 +690,7 @@ def _moves_doc(applied: dict[str, Any], docs: list[dict[str, Any]]) -> dict[str,
             "per_bin": sorted(per_bin, key=lambda p: p["bin"]), "completed_at": _iso(utcnow())}
 
 
-def start_job(spark: Any, cfg: JobConfig) -> JobRunner:
+def start_job(spark: Any, cfg: RunConfig) -> JobRunner:
     """Start a job in this process (tests, notebooks); call `.stop()` on the result to end it."""
     runner = JobRunner(spark, cfg)
     runner.start()

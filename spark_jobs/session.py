@@ -11,8 +11,10 @@ import os
 import sys
 from pathlib import Path
 
+from ballast.options import settings
+
 REPO = Path(__file__).resolve().parent.parent
-CONNECTOR_JARS = Path(os.environ.get("BALLAST_CACHE_DIR", REPO / ".cache")) / "jars" / "spark-kafka"
+CONNECTOR_JARS = settings().cache_dir / "jars" / "spark-kafka"
 
 
 def connector_jars() -> list[str]:
@@ -28,26 +30,27 @@ def build_spark(app_name: str = "ballast", master: str | None = None, conf: dict
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    master = master or os.environ.get("SPARK_MASTER", "local[2]")
+    opts = settings()
+    master = master or opts.spark_master
     builder = (
         SparkSession.builder.appName(app_name)
         .master(master)
         .config("spark.jars", ",".join(connector_jars()))
         .config("spark.pyspark.python", os.environ["PYSPARK_PYTHON"])
-        .config("spark.sql.shuffle.partitions", os.environ.get("BALLAST_SHUFFLE_PARTITIONS", "4"))
+        .config("spark.sql.shuffle.partitions", str(opts.shuffle_partitions))
         .config("spark.ui.enabled", "false")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-        .config("spark.driver.memory", os.environ.get("BALLAST_DRIVER_MEMORY", "2g"))
+        .config("spark.driver.memory", opts.driver_memory)
     )
     # local mode stays on loopback; on a cluster the executors must reach the driver, so its
     # address is Spark's default (or BALLAST_DRIVER_HOST) unless the caller's conf says otherwise
-    host = os.environ.get("BALLAST_DRIVER_HOST") or ("127.0.0.1" if master.startswith("local") else None)
+    host = opts.driver_host or ("127.0.0.1" if master.startswith("local") else None)
     if host:
         builder = builder.config("spark.driver.bindAddress", host).config("spark.driver.host", host)
     for k, v in (conf or {}).items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel(os.environ.get("BALLAST_SPARK_LOG_LEVEL", "WARN"))
+    spark.sparkContext.setLogLevel(opts.spark_log_level)
     if not master.startswith("local"):  # executors elsewhere get the job's code from the driver
         from spark_jobs.ship import job_archive
 

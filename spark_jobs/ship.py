@@ -28,9 +28,11 @@ import tempfile
 import tomllib
 from pathlib import Path
 
+from ballast.options import settings
+
 REPO = Path(__file__).resolve().parent.parent
 PYPROJECT = REPO / "pyproject.toml"
-DIST_DIR = Path(os.environ.get("BALLAST_CACHE_DIR", REPO / ".cache")) / "dist"
+DIST_DIR = settings().cache_dir / "dist"
 _SKIP_DIRS = {"__pycache__"}
 _SKIP_SUFFIXES = {".pyc", ".pyo"}
 

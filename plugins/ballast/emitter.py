@@ -31,19 +31,16 @@ import dataclasses
 import logging
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Literal
 
 from ballast import repository as repo
 from ballast.errors import BallastError
 from ballast.kafka_security import KafkaSecurity, client_kwargs
+from ballast.options import EMIT_MODES, EmitMode
 from ballast.protocol import ControlStep, acks_topic, control_topic, message_key, parse_control
 from ballast.signing import SigningKey, signed_step
 from ballast.topics import create_missing_topics
 
 log = logging.getLogger(__name__)
-
-EmitMode = Literal["flow-control", "prepared-ahead"]
-EMIT_MODES = ("flow-control", "prepared-ahead")
 
 
 class EmitError(BallastError, RuntimeError):

@@ -6,16 +6,14 @@ environment defaults keep a laptop setup (scripts/stack.py) working with no conn
 
 from __future__ import annotations
 
-import os
 from urllib.parse import quote
 
 from airflow.exceptions import AirflowNotFoundException
 from airflow.sdk import BaseHook
 
 from ballast.kafka_security import KafkaSecurity
+from ballast.options import settings
 from ballast.signing import SigningKey
-
-DEFAULT_KAFKA = "127.0.0.1:9092"
 
 
 def _connection_or_none(conn_id: str):
@@ -50,7 +48,7 @@ class BallastKafkaHook(BaseHook):
     def bootstrap(self) -> str:
         conn = _connection_or_none(self.kafka_conn_id)
         if conn is None:
-            return os.environ.get("BALLAST_KAFKA_BOOTSTRAP", DEFAULT_KAFKA)
+            return settings().kafka_bootstrap
         extra = conn.extra_dejson or {}
         if extra.get("bootstrap_servers") or extra.get("bootstrap.servers"):
             return str(extra.get("bootstrap_servers") or extra["bootstrap.servers"])

@@ -17,8 +17,9 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import sys
+
+from ballast.options import settings
 
 ENV_SUBMIT = "BALLAST_SUBMIT"
 
@@ -29,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    raw = os.environ.get(ENV_SUBMIT)
+    raw = settings().submit
     if not raw:
         print(f"${ENV_SUBMIT} is not set: this launcher is started by ballast.supervisor.launch, not by hand",
               file=sys.stderr)

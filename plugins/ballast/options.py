@@ -21,11 +21,11 @@ from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from ballast.errors import BallastError
+from ballast.policy.guards import DEFAULT_MAX_WORKERS
 from ballast.policy.plan import ORDERS, STRATEGIES, Order, Strategy
 
 REPO = Path(__file__).resolve().parents[2]
 ENV_PREFIX = "BALLAST_"
-DEFAULT_MAX_WORKERS = 8
 
 EmitMode = Literal["flow-control", "prepared-ahead"]
 EMIT_MODES: tuple[EmitMode, ...] = ("flow-control", "prepared-ahead")

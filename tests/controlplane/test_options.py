@@ -26,6 +26,7 @@ from ballast.options import (
     env_var,
     settings,
 )
+from ballast.policy.guards import GuardConfig
 
 pytestmark = pytest.mark.controlplane
 REPO = Path(__file__).resolve().parents[2]
@@ -69,7 +70,7 @@ def test_defaults(clean_env: pytest.MonkeyPatch) -> None:
     )
     assert cfg.resolved_checkpoint_dir() == str(REPO / ".state" / "jobs" / "j" / "checkpoint")
     # one default for the worker bound, wherever a worker bound is built
-    assert cfg.max_workers == DEFAULT_MAX_WORKERS
+    assert cfg.max_workers == GuardConfig().max_workers == DEFAULT_MAX_WORKERS
 
 
 def test_environment_overrides(clean_env: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -194,3 +195,19 @@ def test_every_ballast_variable_in_the_tree_is_declared() -> None:
     undeclared = {t: sorted(fs) for t, fs in used.items() if t not in declared and t not in NOT_VARIABLES}
     assert not undeclared, f"declare these in plugins/ballast/options.py (Settings): {undeclared}"
     assert all(v.startswith(ENV_PREFIX) or v == "SPARK_MASTER" for v in declared)
+
+
+NAME = r"(?:BALLAST_[A-Z0-9_]+|SPARK_MASTER)"
+DIRECT_READ = re.compile(rf"""(?:environ\.get|getenv)\(\s*["']{NAME}["']|environ\[\s*["']{NAME}["']\s*\](?!\s*=[^=])""")
+
+
+def test_code_reads_knobs_through_the_module() -> None:
+    """No second default: outside ballast.options, code gets a knob from `settings()`, not os.environ."""
+    offenders = [
+        f"{path.relative_to(REPO)}:{n}: {line.strip()}"
+        for top in ("plugins", "spark_jobs", "migrations_db", "dags", "scripts", "bench")
+        for path in sorted((REPO / top).rglob("*.py"))
+        for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1)
+        if DIRECT_READ.search(line)
+    ]
+    assert not offenders, "read these through ballast.options.settings():\n" + "\n".join(offenders)

@@ -13,7 +13,7 @@ from migrations_db import models as m
 from migrations_db.db import session_scope
 from spark_jobs.bins import uniform_assignment
 from spark_jobs.offsets import committed_epochs, read_end_offsets
-from spark_jobs.runner import JobConfig, start_job
+from spark_jobs.runner import RunConfig, start_job
 from tests.helpers.control import send_control
 from tests.helpers.wait import wait_until
 
@@ -47,7 +47,7 @@ def test_bad_control_input_is_rejected_and_job_keeps_running(spark, kafka_bootst
     make_topics({topic: 2})
     keys = zipf_keys(20_000, 2_000, seed=9)
     produce_with_spark(topic, keys[:10_000])
-    cfg = JobConfig(job=job, input_topic=topic, checkpoint_dir=str(tmp_path / "ckpt"), bootstrap=kafka_bootstrap,
+    cfg = RunConfig(job=job, input_topic=topic, checkpoint_dir=str(tmp_path / "ckpt"), bootstrap=kafka_bootstrap,
                     db_url=db_url, bins=BINS, workers=2, trigger_ms=100, max_offsets_per_trigger=4000)
     runner = start_job(spark, cfg)
 

@@ -9,7 +9,7 @@ from kafka.admin import KafkaAdminClient
 
 from dp_helpers import produce
 from spark_jobs.offsets import committed_epochs
-from spark_jobs.runner import JobConfig, start_job
+from spark_jobs.runner import RunConfig, start_job
 from tests.helpers.wait import wait_until
 
 pytestmark = [pytest.mark.dataplane, pytest.mark.slow]
@@ -21,8 +21,8 @@ def test_records_deleted_before_the_job_read_them_fail_the_job(spark, kafka_boot
     make_topics({topic: 1})
     produce(kafka_bootstrap, topic, [b"k%d" % i for i in range(100)], 1)
 
-    def config(**kw: object) -> JobConfig:
-        return JobConfig(job=job, input_topic=topic, checkpoint_dir=str(tmp_path / "ckpt"), bootstrap=kafka_bootstrap,
+    def config(**kw: object) -> RunConfig:
+        return RunConfig(job=job, input_topic=topic, checkpoint_dir=str(tmp_path / "ckpt"), bootstrap=kafka_bootstrap,
                          db_url=db_url, bins=8, workers=1, trigger_ms=200, max_offsets_per_trigger=50, **kw)  # type: ignore[arg-type]
 
     runner = start_job(spark, config())

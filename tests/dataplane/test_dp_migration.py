@@ -21,7 +21,7 @@ from migrations_db import models as m
 from migrations_db.db import session_scope
 from spark_jobs.offsets import committed_epochs, read_end_offsets
 from spark_jobs.output import read_output
-from spark_jobs.runner import JobConfig, start_job
+from spark_jobs.runner import RunConfig, start_job
 from tests.helpers.control import send_control
 from tests.helpers.wait import wait_until
 
@@ -50,7 +50,7 @@ def test_live_plan_keeps_state_and_outputs_exact(spark, kafka_bootstrap, make_to
     assert len(moved_bins) >= BINS // 2
     assert [s.workers for s in steps][:1] == [3] and steps[-1].workers == 2
 
-    cfg = JobConfig(job=job, input_topic=topic, checkpoint_dir=str(tmp_path / "ckpt"), bootstrap=kafka_bootstrap,
+    cfg = RunConfig(job=job, input_topic=topic, checkpoint_dir=str(tmp_path / "ckpt"), bootstrap=kafka_bootstrap,
                     db_url=db_url, bins=BINS, workers=2, trigger_ms=100, max_offsets_per_trigger=8000)
     runner = start_job(spark, cfg)
 

@@ -11,7 +11,7 @@ import pytest
 from dp_helpers import produce
 from spark_jobs.offsets import committed_epochs, read_end_offsets
 from spark_jobs.output import read_output
-from spark_jobs.runner import JobConfig, start_job
+from spark_jobs.runner import RunConfig, start_job
 from tests.helpers.wait import wait_until
 from window_helpers import EXAMPLES, as_tuple, events, flush_record, records, reference
 
@@ -36,7 +36,7 @@ def test_spark_processor_ported_to_ballast_gives_spark_output(spark, kafka_boots
     ported.write_text(src.replace(SPARK_IMPORT, BALLAST_IMPORT))
     spark.sparkContext.addPyFile(str(ported))
     spark.sparkContext.addPyFile(str(EXAMPLES / "window_counts.py"))
-    cfg = JobConfig(job=job, operator="ported_window_counts:WindowCounts", input_topic=topic,
+    cfg = RunConfig(job=job, operator="ported_window_counts:WindowCounts", input_topic=topic,
                     checkpoint_dir=str(tmp_path / "ckpt"), bootstrap=kafka_bootstrap, db_url=db_url, bins=8,
                     workers=2, trigger_ms=200, max_offsets_per_trigger=700)
     import sys

@@ -17,7 +17,7 @@ from spark_jobs.durable import read_state
 from spark_jobs.offsets import committed_epochs, read_end_offsets
 from spark_jobs.operators import decode_count
 from spark_jobs.output import read_deduplicated_output
-from spark_jobs.runner import JobConfig, start_job
+from spark_jobs.runner import RunConfig, start_job
 from tests.helpers.control import send_control
 from tests.helpers.wait import wait_until
 
@@ -35,7 +35,7 @@ def test_wordcount_counts_words_across_a_move(spark, kafka_bootstrap, make_topic
                  for _ in range(6000)]
     ref = Counter(w for s in sentences for w in re.split(r"[^\w']+", s.lower()) if w)
     produce_with_spark(topic, [b"s%d" % i for i in range(len(sentences))], [s.encode() for s in sentences])
-    cfg = JobConfig(job=job, operator="wordcount", input_topic=topic, checkpoint_dir=str(tmp_path / "ckpt"),
+    cfg = RunConfig(job=job, operator="wordcount", input_topic=topic, checkpoint_dir=str(tmp_path / "ckpt"),
                     bootstrap=kafka_bootstrap, db_url=db_url, bins=8, workers=2, trigger_ms=100,
                     max_offsets_per_trigger=1500)
     runner = start_job(spark, cfg)

@@ -141,7 +141,7 @@ def planned_job(bootstrap: str, db_url: str, job: str, ckpt_dir: str, bins: int,
     import ballast_stack as stack  # loaded by tests/conftest.py (scripts/stack.py)
 
     from dp_helpers import plan_maps, produce, zipf_keys
-    from spark_jobs.runner import JobConfig, ensure_job_topics
+    from spark_jobs.runner import RunConfig, ensure_job_topics
 
     topic = f"{job}.in"
     stack.ensure_topics({topic: 2}, bootstrap)
@@ -149,6 +149,6 @@ def planned_job(bootstrap: str, db_url: str, job: str, ckpt_dir: str, bins: int,
     ensure_job_topics(bootstrap, job, 2)
     maps = plan_maps(bins)
     store_plan(db_url, job, bins, maps, plan_id)
-    cfg = JobConfig(job=job, input_topic=topic, checkpoint_dir=ckpt_dir, bootstrap=bootstrap, db_url=db_url,
+    cfg = RunConfig(job=job, input_topic=topic, checkpoint_dir=ckpt_dir, bootstrap=bootstrap, db_url=db_url,
                     bins=bins, workers=2, trigger_ms=200, max_offsets_per_trigger=600)
     return cfg, maps

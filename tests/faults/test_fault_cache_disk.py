@@ -16,7 +16,7 @@ from fault_helpers import alive_check
 from spark_jobs.bins import uniform_assignment
 from spark_jobs.offsets import committed_epochs, read_end_offsets
 from spark_jobs.output import read_output
-from spark_jobs.runner import JobConfig, start_job
+from spark_jobs.runner import RunConfig, start_job
 from tests.helpers.wait import wait_until
 
 pytestmark = [pytest.mark.faults, pytest.mark.dataplane, pytest.mark.slow]
@@ -51,7 +51,7 @@ def _fill(mnt) -> int:  # type: ignore[no-untyped-def]
     return n
 
 
-def _consumed(cfg: JobConfig, n: int) -> bool:
+def _consumed(cfg: RunConfig, n: int) -> bool:
     spark_ckpt = cfg.checkpoint_dir + "/spark"
     eps = committed_epochs(spark_ckpt)
     return bool(eps) and sum(read_end_offsets(spark_ckpt, eps[-1]).get(cfg.input_topic, {}).values()) == n
@@ -64,7 +64,7 @@ def test_full_cache_disk_is_a_clear_error_and_no_corrupt_state(spark, kafka_boot
     first = zipf_keys(4_000, 500, seed=3)
     second = [b"new-key-%06d-%s" % (i, b"x" * 40) for i in range(20_000)]  # new keys: the cache must grow
     produce(kafka_bootstrap, topic, first, 2)
-    cfg = JobConfig(job=job, input_topic=topic, checkpoint_dir=str(tmp_path / "ckpt"), bootstrap=kafka_bootstrap,
+    cfg = RunConfig(job=job, input_topic=topic, checkpoint_dir=str(tmp_path / "ckpt"), bootstrap=kafka_bootstrap,
                     db_url=db_url, bins=BINS, workers=2, trigger_ms=200, max_offsets_per_trigger=4000,
                     cache_dir=str(small_tmpfs))
     runner = start_job(spark, cfg)

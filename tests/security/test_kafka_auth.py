@@ -16,7 +16,7 @@ from ballast.kafka_security import KafkaSecurity
 from ballast.protocol import ControlStep, Move, acks_topic, control_topic, message_key
 from dp_helpers import checkpoints
 from spark_jobs.output import output_topic
-from spark_jobs.runner import JobConfig, ensure_job_topics, start_job
+from spark_jobs.runner import RunConfig, ensure_job_topics, start_job
 from tests.helpers.brokers import own_broker
 from tests.helpers.wait import wait_until
 
@@ -88,7 +88,7 @@ def test_job_runs_as_its_own_principal_on_the_sasl_broker(spark, sasl_broker, un
         p.send(topic, key=b"k%03d" % (i % 300), value=b"1", partition=i % 2)
     p.flush(timeout=60)
     p.close()
-    cfg = JobConfig(job=job, input_topic=topic, checkpoint_dir=str(tmp_path / "ckpt"), bootstrap=sasl_broker.bootstrap,
+    cfg = RunConfig(job=job, input_topic=topic, checkpoint_dir=str(tmp_path / "ckpt"), bootstrap=sasl_broker.bootstrap,
                     db_url=db_url, bins=8, workers=2, trigger_ms=200,
                     kafka_security=KafkaSecurity.from_config(sasl_broker.client_config("job")))
     runner = start_job(spark, cfg)

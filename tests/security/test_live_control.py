@@ -23,7 +23,7 @@ from migrations_db import models as m
 from migrations_db.db import session_scope
 from spark_jobs.bins import uniform_assignment
 from spark_jobs.offsets import committed_epochs, read_end_offsets
-from spark_jobs.runner import JobConfig, ensure_job_topics, start_job
+from spark_jobs.runner import RunConfig, ensure_job_topics, start_job
 from tests.helpers.wait import wait_until
 
 pytestmark = [pytest.mark.security, pytest.mark.dataplane, pytest.mark.slow]
@@ -92,7 +92,7 @@ def _start(spark, kafka_bootstrap, make_topics, job, tmp_path, db_url, **kw):  #
     admin.create_topics([NewTopic(control_topic(job), 1, 1, topic_configs={"max.message.bytes": str(BIG + 100_000)})])
     admin.close()
     ensure_job_topics(kafka_bootstrap, job, 2)
-    cfg = JobConfig(job=job, input_topic=topic, checkpoint_dir=str(tmp_path / "ckpt"), bootstrap=kafka_bootstrap,
+    cfg = RunConfig(job=job, input_topic=topic, checkpoint_dir=str(tmp_path / "ckpt"), bootstrap=kafka_bootstrap,
                     db_url=db_url, bins=BINS, workers=2, trigger_ms=200, max_offsets_per_trigger=3000, **kw)
     return cfg, keys, start_job(spark, cfg)
 

@@ -18,6 +18,7 @@ from ballast import repository as repo
 from ballast.config import JobConfig
 from ballast.control.handoffs import BinLoad, MapState, StoredPlan
 from ballast.errors import BallastError
+from ballast.options import EmitMode, Order, Strategy
 from ballast.protocol import ControlStep, Move
 
 log = logging.getLogger(__name__)
@@ -31,13 +32,13 @@ class PlanFailed(BallastError, RuntimeError):
 class PlanRequest:
     """Everything that shapes a plan; the scheduled run fills it from config, the manual one from Params."""
 
-    strategy: str
-    order: str = "hot-first"
+    strategy: Strategy
+    order: Order = "hot-first"
     step_size: int | None = None
     byte_budget: int | None = None
     gap_seconds: float = 0.0
     pause_budget_ms: float = 200.0
-    emit_mode: str = "flow-control"
+    emit_mode: EmitMode = "flow-control"
     source: str = "rebalance"  # rebalance | manual
     reason: str = ""
     decision_id: int | None = None
@@ -60,7 +61,7 @@ def build_plan(current: MapState, bins: BinLoad, target: Sequence[int], target_w
     """The planner's steps from the current map to `target` (no DB write)."""
     plan = policy.plan_migration(
         list(current.assignment), current.version, list(target), current.workers, target_workers,
-        list(bins.bytes), list(bins.load), strategy=req.strategy, order=req.order,  # type: ignore[arg-type]
+        list(bins.bytes), list(bins.load), strategy=req.strategy, order=req.order,
         step_size=req.step_size, byte_budget=req.byte_budget, gap_s=req.gap_seconds, bin_keys=list(bins.keys),
         cost_model=model, pause_budget_ms=req.pause_budget_ms,
     )

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 Action = Literal["scale_up", "scale_down", "no_change"]
+DEFAULT_MAX_WORKERS = 8  # the one default of a job's upper worker bound (ballast.config.JobConfig too)
 
 
 @dataclass(frozen=True)
@@ -20,7 +21,7 @@ class GuardConfig:
     """Knobs; defaults follow DS2 (activation, warm-up) and the Flink autoscaler (band, delays)."""
 
     min_workers: int = 1
-    max_workers: int = 64
+    max_workers: int = DEFAULT_MAX_WORKERS
     warmup_s: float = 60.0  # ignore decisions this long after a change...
     warmup_epochs: int = 3  # ...and for this many epochs (DS2 "ignores the first three decisions")
     activation: int = 1  # act only after N consecutive decisions agree in direction
