@@ -19,8 +19,17 @@ import pytest
 
 from spark_jobs import bins as B
 from spark_jobs.cache import CacheError, WorkerCache
-from spark_jobs.durable import (DEAD_LETTER, OUTPUT, DurableState, ObjectReader, ObjectWriter, StateGap,
-                                StoreMismatch, find_object, read_state)
+from spark_jobs.durable import (
+    DEAD_LETTER,
+    OUTPUT,
+    DurableState,
+    ObjectReader,
+    ObjectWriter,
+    StateGap,
+    StoreMismatch,
+    find_object,
+    read_state,
+)
 from spark_jobs.operators import OPERATORS, KeyCount, decode_count
 from spark_jobs.storage import Location
 from spark_jobs.worker import ApplyConfig, _run
@@ -199,7 +208,8 @@ def test_two_attempts_write_identical_objects_and_a_late_attempt_changes_nothing
     objs = [n for n in (Location.of(hz.uri) / "changelog" / "000000000003").list() if n.startswith("w0000")]
     assert len(objs) == 2
     metas = [ObjectReader(Location.of(hz.uri) / "changelog" / "000000000003" / n) for n in objs]
-    assert [m.bin_changes(b) for b in range(8) for m in metas[:1]] == [m.bin_changes(b) for b in range(8) for m in metas[1:]]
+    first, second = metas
+    assert [first.bin_changes(b) for b in range(8)] == [second.bin_changes(b) for b in range(8)]
     hz.task(cfg, 1, keys, "exec-a")
     hz.ds.commit_epoch(3, hz.version, 2, False)
     hz.epoch = 4
@@ -244,7 +254,7 @@ def test_precopy_to_a_worker_that_does_not_exist_yet(tmp_path):
 def test_keys_of_any_length_and_content(tmp_path):
     hz = Harness(tmp_path, workers=2)
     keys = [b"", b"\x00", b"a" * 400, b"a" * 401, b"b" * 100_000, bytes(range(256)) * 4, "ключ".encode()]
-    for e in range(3):
+    for _ in range(3):
         outs, _ = hz.run_epoch(keys + keys[:2])
     assert hz.durable_counts() == dict(hz.ref)
     got = {k: int(v) for kind, k, v, _ in outs if kind == OUTPUT}

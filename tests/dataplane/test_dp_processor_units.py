@@ -14,8 +14,14 @@ from spark_jobs import timers
 from spark_jobs.bins import bin_of_hash, bin_range, store_key
 from spark_jobs.cache import WorkerCache
 from spark_jobs.durable import DEAD_LETTER, OUTPUT, ObjectWriter
-from spark_jobs.processor import (KeyState, QuerySpec, StatefulProcessor, StatefulProcessorHandle, TimerValues,
-                                  is_processor, query)
+from spark_jobs.processor import (
+    KeyState,
+    QuerySpec,
+    StatefulProcessor,
+    StatefulProcessorHandle,
+    TimerValues,
+    is_processor,
+)
 from spark_jobs.storage import Location
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples" / "operators"))
@@ -32,7 +38,8 @@ def _handle(now: int, mode: str = "ProcessingTime") -> tuple[StatefulProcessorHa
 
 def test_value_list_map_state_and_roundtrip():
     h, ks = _handle(1000)
-    v, lst, mp = h.get_value_state("v", "x long"), h.getListState("l", "x long"), h.get_map_state("m", "k string", "x long")
+    v, lst = h.get_value_state("v", "x long"), h.getListState("l", "x long")
+    mp = h.get_map_state("m", "k string", "x long")
     assert not v.exists() and v.get() is None and not lst.exists() and list(mp.keys()) == []
     v.update((1,))
     lst.put([(1,), (2,)])

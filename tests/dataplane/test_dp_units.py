@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import json
 import random
-import struct
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -15,7 +14,7 @@ from spark_jobs.control import ControlRecord, decide, has_due_step, initial_stat
 from spark_jobs.journal import JobMismatch, Journal
 
 pytestmark = pytest.mark.dataplane
-NOW = datetime(2026, 11, 21, 12, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 
 
 # ------------------------------------------------------------------ bins -----------------------
@@ -35,7 +34,6 @@ def test_bin_is_a_contiguous_key_range_for_any_k():
 
 
 def test_spark_bin_matches_python_layout(spark):
-    from pyspark.sql import functions as F
 
     df = spark.createDataFrame([(b"a",), (b"user-1",), (b"\x00\xff",)], "key binary")
     h, b, _ = B.spark_columns("key", 6, [0] * 64)
@@ -113,7 +111,8 @@ def test_queue_order_duplicates_and_supersede():
     s3 = _step(plan="a", step=3, steps=3, moves=((2, 0, 1),), version=2, eff=NOW + timedelta(seconds=30))
     d = _run(st, [s2, s1, s3])  # out of order: step 2 waits for step 1; one step per epoch
     assert d.applied["step"] == 1
-    assert {(e.plan_id, e.step, e.action) for e in d.entries} == {("a", 1, "apply"), ("a", 2, "queue"), ("a", 3, "queue")}
+    assert {(e.plan_id, e.step, e.action) for e in d.entries} == {
+        ("a", 1, "apply"), ("a", 2, "queue"), ("a", 3, "queue")}
     assert not has_due_step(initial_state(8, 2), NOW)
     assert has_due_step(d.state_after, NOW)
     d2 = _run(d.state_after, [s1], epoch=6)  # duplicate of a finished step: no checkpoint, ack re-echo
