@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import report as rp
-from bench.ballast import BallastJob, JobSpec, OffsetLogTail, make_steps
+from bench.ballast_job import BallastJob, JobSpec, OffsetLogTail, make_steps
 from bench.experiments import Ctx, _gen_stats, _prefill, _prog_end, _read_progress, _start_gen
 from bench.infra import PY, REPO, Proc, ensure_topics, unix, wait_until
 
@@ -228,7 +228,7 @@ def _heartbeat_executors(db_url: str, job: str) -> int | None:
 class SnapshotTail(OffsetLogTail):
     """Which epochs took a state snapshot (every `--snapshot-every` epochs each worker writes its
     whole state): read from the durable manifests while the job runs, since retention deletes them.
-    The polling thread is bench.ballast.OffsetLogTail's."""
+    The polling thread is bench.ballast_job.OffsetLogTail's."""
 
     def __init__(self, state_dir: Path, interval_s: float = 0.5) -> None:
         super().__init__(Path(state_dir), "", interval_s)

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import report as rp
-from bench.ballast import (
+from bench.ballast_job import (
     OPERATOR,
     BallastJob,
     JobSpec,

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench.ballast import half_of_half, make_steps, offset_ranges, record_latencies
+from bench.ballast_job import half_of_half, make_steps, offset_ranges, record_latencies
 from bench.hist import LogHistogram, timeline
 from bench.loadgen import KeySampler, Schedule, Segment, parse_segments
 from bench.rss import RssSampler, rss_bytes
