@@ -165,8 +165,8 @@ class BallastJob:
         from migrations_db.db import session_scope
 
         with session_scope(self.spec.db_url) as sess:
-            rows = sess.execute(select(m.Checkpoint).where(m.Checkpoint.plan_id == plan_id)
-                                .order_by(m.Checkpoint.step)).scalars().all()
+            rows = sess.execute(select(m.StepCheckpoint).where(m.StepCheckpoint.plan_id == plan_id)
+                                .order_by(m.StepCheckpoint.step)).scalars().all()
             for r in rows:
                 sess.expunge(r)
             return list(rows)
@@ -253,7 +253,7 @@ def make_steps(current: list[int], version: int, target: list[int], workers: int
     matching variant — each worker sends and receives at most one bin per step — which at W=2 with
     one-directional moves is one bin per step, i.e. fluid; it is used when batch_bins is None.)
     """
-    from ballast.policy import PlanStep, plan_migration
+    from ballast.policy import MigrationStep, plan_migration
 
     if strategy in ("batched", "batched-gap") and batch_bins:
         fluid = plan_migration(current, version, target, workers, target_workers, size, load, strategy="fluid")
@@ -264,7 +264,7 @@ def make_steps(current: list[int], version: int, target: list[int], workers: int
         def w_at(i: int) -> int:
             return target_workers if target_workers >= workers or i == len(groups) - 1 else workers
 
-        return [PlanStep(step=i + 1, moves=tuple(g), workers=w_at(i), map_version=version + i,
+        return [MigrationStep(step=i + 1, moves=tuple(g), workers=w_at(i), map_version=version + i,
                          bytes=sum(size[m.bin] for m in g)) for i, g in enumerate(groups)]
     planner = {"batched-gap": "batched"}.get(strategy, strategy)
     plan = plan_migration(current, version, target, workers, target_workers, size, load, strategy=planner)  # type: ignore[arg-type]

@@ -22,9 +22,9 @@ from airflow.sdk import DAG, Param, task
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from ballast.config import JobConfig, load_jobs
-from ballast.operators import EmitPlanOperator, PlanApprovalOperator
 from ballast.options import EMIT_MODES, STRATEGIES
 from ballast.sensors import CheckpointSensor
+from ballast.tasks import EmitPlanOperator, PlanApprovalOperator
 
 DAGRUN_TIMEOUT = timedelta(hours=6)
 APPROVAL_TIMEOUT = timedelta(hours=1)  # then the default answer, Reject, cancels the plan

@@ -15,8 +15,8 @@ from airflow.sdk import DAG, task
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from ballast.config import JobConfig, load_jobs, schedules
-from ballast.operators import EmitPlanOperator
 from ballast.sensors import CheckpointSensor
+from ballast.tasks import EmitPlanOperator
 
 
 def _rebalance_group(cfg: JobConfig) -> None:

@@ -121,7 +121,7 @@ class StepDecision(Base):
     payload: Mapped[dict[str, Any] | None] = mapped_column(nullable=True)
 
 
-class Checkpoint(Base):
+class StepCheckpoint(Base):
     """Completion checkpoint of one step (docs/protocol.md): exactly one row per (plan, step)."""
 
     __tablename__ = "checkpoints"

@@ -198,7 +198,7 @@ def show_plan(plan_id: str | None = None) -> str | None:
     """Print a plan's steps (the newest plan of the job by default); returns its status."""
     from sqlalchemy import select
 
-    from migrations_db.models import Checkpoint, Plan
+    from migrations_db.models import Plan, StepCheckpoint
 
     with session_scope() as s:
         q = select(Plan).where(Plan.job == JOB)
@@ -206,7 +206,8 @@ def show_plan(plan_id: str | None = None) -> str | None:
         plan = s.scalars(q).first()
         if plan is None:
             return None
-        cps = s.scalars(select(Checkpoint).where(Checkpoint.plan_id == plan.plan_id).order_by(Checkpoint.step)).all()
+        cps = s.scalars(select(StepCheckpoint).where(StepCheckpoint.plan_id == plan.plan_id)
+                        .order_by(StepCheckpoint.step)).all()
         say(f"plan {plan.plan_id} ({plan.strategy}, {plan.steps} steps, {plan.source_workers} -> "
             f"{plan.target_workers} workers): {plan.status}")
         say(f"  {'step':>4} {'status':9} {'epoch':>6} {'bins':>4} {'keys':>8} {'bytes':>10} {'ms':>8}")

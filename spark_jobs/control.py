@@ -94,7 +94,7 @@ class Entry:
 
 
 @dataclass
-class Decision:
+class EpochControl:
     epoch: int
     decided_at: str
     entries: list[Entry]
@@ -113,7 +113,7 @@ class Decision:
         }
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Decision:
+    def from_dict(cls, d: dict[str, Any]) -> EpochControl:
         return cls(
             epoch=d["epoch"], decided_at=d["decided_at"], entries=[Entry(**e) for e in d["entries"]],
             state_after=ControlState.from_dict(d["state_after"]), map_version_before=d["map_version_before"],
@@ -178,7 +178,7 @@ def decide(
     state: ControlState, records: list[ControlRecord], *, epoch: int, now: datetime, job: str,
     operator: str, bins: int, max_future_s: float, max_message_bytes: int = MAX_MESSAGE_BYTES,
     keyring: Keyring | None = None,
-) -> Decision:
+) -> EpochControl:
     st = copy.deepcopy(state)
     entries: list[Entry] = []
 
@@ -303,7 +303,7 @@ def decide(
                 checkpoint=False)
     if len(st.final) > KEEP_FINAL:
         st.final = dict(list(st.final.items())[-KEEP_FINAL:])
-    return Decision(
+    return EpochControl(
         epoch=epoch, decided_at=now.isoformat(), entries=entries, state_after=st,
         map_version_before=state.map_version, workers_before=state.workers, applied=applied,
         warm=warm_plan(st, bins),

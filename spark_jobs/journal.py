@@ -16,7 +16,7 @@ import re
 from typing import Any
 
 from ballast.errors import BallastError
-from spark_jobs.control import ControlState, Decision
+from spark_jobs.control import ControlState, EpochControl
 from spark_jobs.storage import Location
 
 KEEP_EPOCHS = 200
@@ -59,9 +59,9 @@ class Journal:
     def _epochs(self) -> list[int]:
         return sorted(int(m.group(1)) for n in self.decisions.list() if (m := re.fullmatch(r"(\d+)\.json", n)))
 
-    def load_decision(self, epoch: int) -> Decision | None:
+    def load_decision(self, epoch: int) -> EpochControl | None:
         doc = (self.decisions / f"{epoch:012d}.json").read_json()
-        return Decision.from_dict(doc) if doc else None
+        return EpochControl.from_dict(doc) if doc else None
 
     def state_before(self, epoch: int) -> ControlState | None:
         """Control state after the latest logged epoch before `epoch` (None: first epoch ever)."""
@@ -76,7 +76,7 @@ class Journal:
         d = self.load_decision(es[-1]) if es else None
         return d.state_after if d else None
 
-    def write_decision(self, d: Decision) -> None:
+    def write_decision(self, d: EpochControl) -> None:
         (self.decisions / f"{d.epoch:012d}.json").write_json(d.to_dict())
 
     def gc(self, epoch: int) -> None:

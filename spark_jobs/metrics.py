@@ -48,9 +48,9 @@ def ensure_routing_map(s: Any, job: str, operator: str, version: int, epoch: int
                            assignment=list(assignment), created_at=now, plan_id=plan_id, step=step))
 
 
-def insert_checkpoint_once(s: Any, row: m.Checkpoint) -> bool:
+def insert_checkpoint_once(s: Any, row: m.StepCheckpoint) -> bool:
     """True when written now; False when the (plan, step) already has its one row."""
-    if s.get(m.Checkpoint, (row.job, row.operator, row.plan_id, row.step)) is not None:
+    if s.get(m.StepCheckpoint, (row.job, row.operator, row.plan_id, row.step)) is not None:
         return False
     s.add(row)
     return True

@@ -23,8 +23,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ballast.kafka_security import KafkaSecurity
-from ballast.protocol import MAX_MESSAGE_BYTES, acks_topic, control_topic, message_key, utcnow
-from ballast.protocol import Checkpoint as CheckpointMsg
+from ballast.protocol import MAX_MESSAGE_BYTES, CheckpointMessage, acks_topic, control_topic, message_key, utcnow
 from ballast.signing import Keyring
 from ballast.topics import create_missing_topics
 from migrations_db import models as m
@@ -32,7 +31,15 @@ from migrations_db.db import session_scope
 from spark_jobs import faults
 from spark_jobs import metrics as mx
 from spark_jobs.bins import bits_for, spark_columns
-from spark_jobs.control import ControlRecord, ControlState, Decision, decide, has_due_step, initial_state, tick_message
+from spark_jobs.control import (
+    ControlRecord,
+    ControlState,
+    EpochControl,
+    decide,
+    has_due_step,
+    initial_state,
+    tick_message,
+)
 from spark_jobs.durable import DurableState
 from spark_jobs.executors import ExecutorScaler
 from spark_jobs.journal import KEEP_EPOCHS, Journal
@@ -515,7 +522,8 @@ class JobRunner:
         self._prev_end = (now, total)
         return backlog, rate, {str(tp.partition): int(latest[tp]) for tp in tps}
 
-    def _commit_db(self, epoch: int, d: Decision, moves_doc: dict[str, Any] | None, worker_docs: list[dict[str, Any]],
+    def _commit_db(self, epoch: int, d: EpochControl, moves_doc: dict[str, Any] | None,
+                   worker_docs: list[dict[str, Any]],
                    started_at: datetime, ended_at: datetime, batch_ms: float, input_rows: int, control_rows: int,
                    backlog: int | None, rate: float | None, end_now: dict[str, int]) -> list[bytes]:
         cfg = self.cfg
@@ -535,7 +543,7 @@ class JobRunner:
                     completed = decided_at
                     if is_applied and moves_doc:
                         completed = _parse_iso(moves_doc["completed_at"])
-                    row = m.Checkpoint(
+                    row = m.StepCheckpoint(
                         job=cfg.job, operator=cfg.operator, plan_id=e.plan_id, step=e.step,
                         status={"apply": "applied", "reject": "rejected", "supersede": "superseded"}[e.action],
                         applied_epoch=epoch if is_applied else None, applied_at=decided_at if is_applied else None,
@@ -555,12 +563,12 @@ class JobRunner:
                         details={"offset": e.offset, "plan_id": e.plan_id, "step": e.step,
                                  "message_job": e.job, "message_operator": e.operator},
                     ))
-                    acks.append(CheckpointMsg(
+                    acks.append(CheckpointMessage(
                         job=e.job, operator=e.operator, plan_id=e.plan_id, step=e.step, status="rejected",
                         applied_epoch=None, applied_at=None, completed_at=decided_at, reason=e.reason,
                         message_offset=e.offset).to_json())
                 elif e.reecho:
-                    done = s.get(m.Checkpoint, (cfg.job, cfg.operator, e.plan_id, e.step))
+                    done = s.get(m.StepCheckpoint, (cfg.job, cfg.operator, e.plan_id, e.step))
                     if done is not None:
                         acks.append(self._ack(done, e.offset, duplicate=True))
             wrows = []
@@ -622,8 +630,8 @@ class JobRunner:
             self._capacity = (time.time(), cap)
         return cap
 
-    def _ack(self, row: m.Checkpoint, offset: str, duplicate: bool = False) -> bytes:
-        return CheckpointMsg(
+    def _ack(self, row: m.StepCheckpoint, offset: str, duplicate: bool = False) -> bytes:
+        return CheckpointMessage(
             job=row.job, operator=row.operator, plan_id=row.plan_id, step=row.step, status=row.status,  # type: ignore[arg-type]
             applied_epoch=row.applied_epoch, applied_at=_utc(row.applied_at), completed_at=_utc(row.completed_at),  # type: ignore[arg-type]
             bins_moved=row.bins_moved, keys_moved=row.keys_moved, bytes_moved=row.bytes_moved,
@@ -640,7 +648,7 @@ class JobRunner:
         for f in futures:
             f.get(timeout=30)
 
-    def _log_epoch(self, epoch: int, d: Decision, moves_doc: dict[str, Any] | None, rows: int, batch_ms: float,
+    def _log_epoch(self, epoch: int, d: EpochControl, moves_doc: dict[str, Any] | None, rows: int, batch_ms: float,
                    backlog: int | None, replay: bool, worker_docs: list[dict[str, Any]]) -> None:
         st = d.state_after
         acts: dict[str, list[str]] = {}

@@ -258,7 +258,7 @@ def event_kinds(url: str, job: str) -> list[str]:
 
 def rejected_checkpoints(url: str, job: str, since: datetime, limit: int = 200) -> list[CheckpointRow]:
     """Steps the job refused or superseded (stale map version, bad payload), newest first."""
-    c = m.Checkpoint
+    c = m.StepCheckpoint
     with session_scope(url) as s:
         rows = s.scalars(
             select(c).where(c.job == job, c.status != "applied", c.completed_at >= since)

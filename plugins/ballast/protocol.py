@@ -2,7 +2,7 @@
 
 The controller (Airflow) writes one `ControlStep` per Kafka message on `<job>.control`; the job
 reads that topic as a second source of its streaming query, applies steps in order at epoch
-boundaries and answers every step with a `Checkpoint` (metrics DB, echoed on
+boundaries and answers every step with a `CheckpointMessage` (metrics DB, echoed on
 `<job>.control.acks`). This module is pure Python on purpose: both sides import it, neither pulls
 the other's framework in. The full contract, with the rules that are enforced where, lives in
 docs/protocol.md.
@@ -301,7 +301,7 @@ def step_from_document(doc: dict[str, Any]) -> ControlStep:
 
 
 @dataclass(frozen=True)
-class Checkpoint:
+class CheckpointMessage:
     """Completion checkpoint of one step: what the controller waits on.
 
     For a message that could not even be parsed, plan_id is "" and step is 0; `message_offset`
@@ -336,7 +336,7 @@ class Checkpoint:
         return json.dumps(self.to_dict(), sort_keys=True).encode()
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Checkpoint:
+    def from_dict(cls, d: dict[str, Any]) -> CheckpointMessage:
         d = {k: v for k, v in d.items() if k != "schema"}
         d["applied_at"] = _parse_ts(d["applied_at"], "applied_at") if d.get("applied_at") else None
         d["completed_at"] = _parse_ts(d["completed_at"], "completed_at")

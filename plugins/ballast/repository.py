@@ -257,7 +257,7 @@ class CheckpointRow:
         return d
 
 
-def _cp(r: m.Checkpoint) -> CheckpointRow:
+def _cp(r: m.StepCheckpoint) -> CheckpointRow:
     return CheckpointRow(r.plan_id, r.step, r.status, r.applied_epoch, _utc(r.applied_at),
                          _utc(r.completed_at), r.bins_moved, r.keys_moved,  # type: ignore[arg-type]
                          r.bytes_moved, r.migration_ms, r.map_version_after, r.reason or "")
@@ -266,7 +266,7 @@ def _cp(r: m.Checkpoint) -> CheckpointRow:
 def checkpoints(url: str, plan_id: str) -> dict[int, CheckpointRow]:
     """Checkpoints recorded so far for a plan, by step."""
     with session_scope(url) as s:
-        rows = s.scalars(select(m.Checkpoint).where(m.Checkpoint.plan_id == plan_id)).all()
+        rows = s.scalars(select(m.StepCheckpoint).where(m.StepCheckpoint.plan_id == plan_id)).all()
         return {r.step: _cp(r) for r in rows}
 
 
@@ -274,10 +274,10 @@ def recent_checkpoints(url: str, job: str, operator: str, limit: int = 200) -> l
     """Applied checkpoints with moves, newest first: the data a migration cost model is fitted on."""
     with session_scope(url) as s:
         rows = s.scalars(
-            select(m.Checkpoint)
-            .where(m.Checkpoint.job == job, m.Checkpoint.operator == operator,
-                   m.Checkpoint.status == "applied", m.Checkpoint.bins_moved > 0)
-            .order_by(m.Checkpoint.completed_at.desc())
+            select(m.StepCheckpoint)
+            .where(m.StepCheckpoint.job == job, m.StepCheckpoint.operator == operator,
+                   m.StepCheckpoint.status == "applied", m.StepCheckpoint.bins_moved > 0)
+            .order_by(m.StepCheckpoint.completed_at.desc())
             .limit(limit)
         ).all()
         return [_cp(r) for r in rows]

@@ -80,7 +80,7 @@ class StepApplier(threading.Thread):
             new[mv.bin] = mv.dst
         with session_scope(self.db_url) as s:
             if reason:
-                s.add(m.Checkpoint(job=self.job, operator=self.operator, plan_id=msg.plan_id, step=msg.step,
+                s.add(m.StepCheckpoint(job=self.job, operator=self.operator, plan_id=msg.plan_id, step=msg.step,
                                    status="rejected", applied_epoch=None, applied_at=None, completed_at=now,
                                    reason=reason, map_version_after=cur.map_version))
                 return
@@ -88,7 +88,7 @@ class StepApplier(threading.Thread):
             s.add(m.RoutingMap(job=self.job, operator=self.operator, map_version=cur.map_version + 1, epoch=epoch,
                                workers=msg.workers, assignment=new, created_at=now, plan_id=msg.plan_id,
                                step=msg.step))
-            s.add(m.Checkpoint(job=self.job, operator=self.operator, plan_id=msg.plan_id, step=msg.step,
+            s.add(m.StepCheckpoint(job=self.job, operator=self.operator, plan_id=msg.plan_id, step=msg.step,
                                status="applied", applied_epoch=epoch, applied_at=now,
                                completed_at=datetime.now(UTC), bins_moved=len(msg.moves),
                                keys_moved=10 * len(msg.moves), bytes_moved=1000 * len(msg.moves),

@@ -54,10 +54,10 @@ def test_console_api_shows_job_map_plan_decisions_events(client, db_url, jobs_fi
     repo.mark_step_emitted(db_url, plan_id, 1, now, 0, 11)
     moved = steps[0].payload["moves"]
     with session_scope(db_url) as s:
-        s.add(m.Checkpoint(job=job, operator="keycount", plan_id=plan_id, step=1, status="applied", applied_epoch=7,
+        s.add(m.StepCheckpoint(job=job, operator="keycount", plan_id=plan_id, step=1, status="applied", applied_epoch=7,
                            applied_at=now, completed_at=now + timedelta(seconds=1), bins_moved=len(moved),
                            keys_moved=10, bytes_moved=12345, migration_ms=42.0, map_version_after=1, reason=""))
-        s.add(m.Checkpoint(job=job, operator="keycount", plan_id="old-plan", step=1, status="rejected",
+        s.add(m.StepCheckpoint(job=job, operator="keycount", plan_id="old-plan", step=1, status="rejected",
                            completed_at=now, reason="expected map version 3, job is at 5"))
         s.add(m.Event(job=job, operator="keycount", at=now, level="warning", kind="control_rejected",
                       message="bad control message: not JSON", epoch=4, details={"offset": 9}))

@@ -19,7 +19,7 @@ from ballast import controller
 from ballast import repository as repo
 from ballast.config import get_job
 from ballast.emitter import ensure_control_topics
-from ballast.operators import EmitPlanOperator, backoff_s
+from ballast.tasks import EmitPlanOperator, backoff_s
 from stepapplier import StepApplier, seed_job
 from tests.helpers.procs import free_port
 

@@ -25,7 +25,7 @@ pytestmark = pytest.mark.controlplane
 def _checkpoint(db_url: str, job: str, plan_id: str, step: int, status: str = "applied", reason: str = "") -> None:
     now = datetime.now(UTC)
     with session_scope(db_url) as s:
-        s.add(m.Checkpoint(job=job, operator="keycount", plan_id=plan_id, step=step, status=status,
+        s.add(m.StepCheckpoint(job=job, operator="keycount", plan_id=plan_id, step=step, status=status,
                            applied_epoch=10 + step, applied_at=now, completed_at=now, bins_moved=1,
                            map_version_after=step, reason=reason))
 

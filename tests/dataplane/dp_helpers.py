@@ -121,9 +121,9 @@ def steps_from_maps(job: str, operator: str, plan_id: str, bins: int, maps: list
     return out
 
 
-def checkpoints(db_url: str, job: str) -> dict[tuple[str, int], m.Checkpoint]:
+def checkpoints(db_url: str, job: str) -> dict[tuple[str, int], m.StepCheckpoint]:
     with session_scope(db_url) as s:
-        return {(c.plan_id, c.step): c for c in s.scalars(select(m.Checkpoint).where(m.Checkpoint.job == job))}
+        return {(c.plan_id, c.step): c for c in s.scalars(select(m.StepCheckpoint).where(m.StepCheckpoint.job == job))}
 
 
 def reference_by_epoch(bootstrap: str, input_topic: str, spark_ckpt: Path, epochs: list[int]) -> tuple[Counter, set]:

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from ballast.policy.guards import Decision, GuardConfig, GuardState, Observation, evaluate_guards, record_change
+from ballast.policy.guards import GuardConfig, GuardState, GuardVerdict, Observation, evaluate_guards, record_change
 
 pytestmark = pytest.mark.controlplane
 
@@ -28,7 +28,7 @@ def test_open_guards_pass_ds2_through_and_decision_is_complete() -> None:
     assert "scale up 4->6" in d.reason and d.inputs["proposed_workers"] == 6
     d, _ = evaluate_guards(obs(0, 4, 4), GuardState(), OPEN)
     assert d.action == "no_change" and d.target_workers == 4 and "current worker count" in d.reason
-    assert set(Decision.__dataclass_fields__) == {
+    assert set(GuardVerdict.__dataclass_fields__) == {
         "current_workers", "proposed_workers", "target_workers", "action", "reason", "inputs"}
 
 

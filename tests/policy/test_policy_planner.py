@@ -8,7 +8,7 @@ from collections import Counter
 import pytest
 
 from ballast.policy.placement import place, uniform_map
-from ballast.policy.planner import Plan, apply_moves, plan_migration
+from ballast.policy.planner import MigrationPlan, apply_moves, plan_migration
 from ballast.protocol import Move
 
 pytestmark = pytest.mark.controlplane
@@ -26,14 +26,14 @@ def scenario(w_old: int, w_new: int, seed: int = 1):
     return cur, tgt, size, load
 
 
-def compose(cur: list[int], plan: Plan) -> list[int]:
+def compose(cur: list[int], plan: MigrationPlan) -> list[int]:
     m = list(cur)
     for s in plan.steps:
         m = apply_moves(m, s.moves)
     return m
 
 
-def check_contract(cur: list[int], tgt: list[int], plan: Plan, version: int, w_old: int, w_new: int) -> None:
+def check_contract(cur: list[int], tgt: list[int], plan: MigrationPlan, version: int, w_old: int, w_new: int) -> None:
     """Every rule the data plane enforces, replayed on the plan."""
     m = list(cur)
     for i, s in enumerate(plan.steps, start=1):

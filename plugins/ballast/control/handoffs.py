@@ -130,7 +130,8 @@ Action = Literal["scale_up", "scale_down", "rebalance", "no_change"]
 @dataclass(frozen=True)
 class ScalingDecision(_Flat):
     """evaluate → plan: what DS2 and the guards decided (stored as a `decisions` row). Named apart
-    from policy.Decision (the guards' raw verdict) and spark_jobs.control's step decision."""
+    from policy.GuardVerdict (the guards' raw verdict) and spark_jobs.control.EpochControl (an
+    epoch's control outcome)."""
 
     decision_id: int | None
     action: Action

@@ -57,7 +57,7 @@ def cost_model(url: str, cfg: JobConfig) -> policy.CostModel:
 
 
 def build_plan(current: MapState, bins: BinLoad, target: Sequence[int], target_workers: int,
-               req: PlanRequest, model: policy.CostModel) -> policy.Plan:
+               req: PlanRequest, model: policy.CostModel) -> policy.MigrationPlan:
     """The planner's steps from the current map to `target` (no DB write)."""
     plan = policy.plan_migration(
         list(current.assignment), current.version, list(target), current.workers, target_workers,
@@ -74,7 +74,7 @@ def build_plan(current: MapState, bins: BinLoad, target: Sequence[int], target_w
     return plan
 
 
-def store_plan(url: str, cfg: JobConfig, current: MapState, target: Sequence[int], plan: policy.Plan,
+def store_plan(url: str, cfg: JobConfig, current: MapState, target: Sequence[int], plan: policy.MigrationPlan,
                req: PlanRequest, model: policy.CostModel, now: datetime | None = None) -> StoredPlan:
     """Store plan + steps (payload = the control message) in one transaction, owned by this run."""
     now = now or datetime.now(UTC)

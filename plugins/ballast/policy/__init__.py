@@ -34,9 +34,9 @@ from ballast.policy.ds2 import (
     source_load,
 )
 from ballast.policy.guards import (
-    Decision,
     GuardConfig,
     GuardState,
+    GuardVerdict,
     Observation,
     evaluate_guards,
     record_change,
@@ -49,7 +49,7 @@ from ballast.policy.placement import (
     uniform_map,
     worker_loads,
 )
-from ballast.policy.plan import ORDERS, STRATEGIES, Plan, PlanStep, apply_moves
+from ballast.policy.plan import ORDERS, STRATEGIES, MigrationPlan, MigrationStep, apply_moves
 from ballast.policy.planner import choose_plan, plan_migration
 
 __all__ = [
@@ -58,7 +58,7 @@ __all__ = [
     "SourceLoad", "WorkerEpochMetrics", "backlog_growth", "bottleneck_outside_operators", "ds2_microbatch",
     "ds2_pipelined", "estimate_overhead_s",
     "evaluate", "microbatch_duration_s", "microbatch_max_rate", "operator_rates", "source_load",
-    "Decision", "GuardConfig", "GuardState", "Observation", "evaluate_guards", "record_change",
+    "GuardVerdict", "GuardConfig", "GuardState", "Observation", "evaluate_guards", "record_change",
     "PlacementStats", "moved_bins", "place", "placement_stats", "uniform_map", "worker_loads",
-    "ORDERS", "STRATEGIES", "Plan", "PlanStep", "apply_moves", "plan_migration",
+    "ORDERS", "STRATEGIES", "MigrationPlan", "MigrationStep", "apply_moves", "plan_migration",
 ]

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ballast.policy.plan import Plan, PlanStep
+from ballast.policy.plan import MigrationPlan, MigrationStep
 
 #: Defaults before any checkpoint: 50 ms per step + 100 MB/s, one epoch = one 0.5 s batch.
 DEFAULT_A_MS = 50.0
@@ -45,10 +45,10 @@ class CostModel:
             return 0.0
         return self.a_ms + self.b_ms_per_byte * bytes_ + self.c_ms_per_key * keys
 
-    def predict_step(self, step: PlanStep) -> float:
+    def predict_step(self, step: MigrationStep) -> float:
         return self.step_ms(step.bytes, step.keys, step.bins)
 
-    def predict_plan(self, plan: Plan) -> tuple[float, float]:
+    def predict_plan(self, plan: MigrationPlan) -> tuple[float, float]:
         """(max step pause ms, total duration ms) = Σ pauses + (n−1)·gap + n·epoch."""
         pauses = [self.predict_step(s) for s in plan.steps]
         n = len(pauses)
@@ -108,7 +108,7 @@ def fit_cost_model(
     )
 
 
-def render_plan(plan: Plan, model: CostModel) -> str:
+def render_plan(plan: MigrationPlan, model: CostModel) -> str:
     """Dry-run table a person reads before approving: one row per step, then totals."""
     head = (
         f"plan: {plan.strategy} ({plan.order}), workers {plan.from_workers}->{plan.to_workers}, "

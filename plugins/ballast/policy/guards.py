@@ -4,7 +4,7 @@ DS2 alone reacts to every noisy interval. The guards are the ones users of the F
 ended up needing (warm-up, activation, utilization band, delayed scale-down, ineffective scale-up,
 min/max). Their state is a plain dataclass with a dict round-trip because the Airflow DAG is
 stateless between runs and keeps it in the metrics DB. Every evaluation — "no change" included —
-yields a `Decision` with a human reason and the numbers used, so no decision is opaque.
+yields a `GuardVerdict` with a human reason and the numbers used, so no decision is opaque.
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ class Observation:
 
 
 @dataclass(frozen=True)
-class Decision:
+class GuardVerdict:
     """The recorded outcome of one evaluation, "no change" included."""
 
     current_workers: int
@@ -122,7 +122,7 @@ def record_change(
     return s
 
 
-def evaluate_guards(obs: Observation, state: GuardState, cfg: GuardConfig) -> tuple[Decision, GuardState]:
+def evaluate_guards(obs: Observation, state: GuardState, cfg: GuardConfig) -> tuple[GuardVerdict, GuardState]:
     """Apply the guards in order; return the decision and the new state (input state untouched).
 
     Order: ineffective-scale-up check (needs post-warm-up rates) → warm-up → min/max → band →
@@ -143,12 +143,12 @@ def evaluate_guards(obs: Observation, state: GuardState, cfg: GuardConfig) -> tu
     if obs.true_rate is not None:
         inputs["true_rate"] = obs.true_rate
 
-    def done(target: int, reason: str) -> tuple[Decision, GuardState]:
+    def done(target: int, reason: str) -> tuple[GuardVerdict, GuardState]:
         action: Action = "scale_up" if target > cur else "scale_down" if target < cur else "no_change"
         ns = s
         if action != "no_change":
             ns = record_change(s, obs.now_s, obs.epoch, cur, target, obs.true_rate)
-        return Decision(cur, raw, target, action, reason, inputs), ns
+        return GuardVerdict(cur, raw, target, action, reason, inputs), ns
 
     in_warmup = s.last_change_at is not None and (
         obs.now_s - s.last_change_at < cfg.warmup_s

@@ -13,7 +13,7 @@ from typing import Literal
 
 from ballast.protocol import Move
 
-__all__ = ["ORDERS", "STRATEGIES", "Order", "Plan", "PlanStep", "Strategy", "apply_moves"]
+__all__ = ["ORDERS", "STRATEGIES", "Order", "MigrationPlan", "MigrationStep", "Strategy", "apply_moves"]
 
 Strategy = Literal["all-at-once", "fluid", "batched", "auto"]
 Order = Literal["hot-first", "largest-first", "smallest-first", "by-id"]
@@ -22,7 +22,7 @@ ORDERS = ("hot-first", "largest-first", "smallest-first", "by-id")
 
 
 @dataclass(frozen=True)
-class PlanStep:
+class MigrationStep:
     """One control step: moves, worker count after it, map version expected before it."""
 
     step: int  # 1-based
@@ -44,7 +44,7 @@ class PlanStep:
 
 
 @dataclass(frozen=True)
-class Plan:
+class MigrationPlan:
     """An ordered migration; `steps` compose from `current` to `target`."""
 
     strategy: str
@@ -52,7 +52,7 @@ class Plan:
     base_version: int
     from_workers: int
     to_workers: int
-    steps: tuple[PlanStep, ...]
+    steps: tuple[MigrationStep, ...]
     gap_s: float = 0.0
     knobs: dict[str, float] = field(default_factory=dict)
 

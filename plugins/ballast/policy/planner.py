@@ -17,13 +17,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from ballast.policy.costmodel import CostModel
-from ballast.policy.plan import ORDERS, STRATEGIES, Order, Plan, PlanStep, Strategy, apply_moves
+from ballast.policy.plan import ORDERS, STRATEGIES, MigrationPlan, MigrationStep, Order, Strategy, apply_moves
 from ballast.protocol import Move
 
-# Plan, PlanStep and the strategy/order names live in policy.plan (the cost model needs them
+# MigrationPlan, MigrationStep and the strategy/order names live in policy.plan (the cost model needs them
 # too, and importing them from here would make the two modules import each other).
 __all__ = [
-    "ORDERS", "STRATEGIES", "Order", "Plan", "PlanStep", "Strategy", "apply_moves", "choose_plan", "plan_migration",
+    "ORDERS", "STRATEGIES", "Order", "MigrationPlan", "MigrationStep", "Strategy", "apply_moves",
+    "choose_plan", "plan_migration",
 ]
 
 MoveKey = Callable[[Move], tuple[float, ...]]
@@ -125,7 +126,7 @@ def plan_migration(
     bin_keys: Sequence[int] | None = None,
     cost_model: CostModel | None = None,
     pause_budget_ms: float = 200.0,
-) -> Plan:
+) -> MigrationPlan:
     """Ordered steps from `current` (at `map_version`) to `target`.
 
     Worker-count rule: growing, workers = target_workers from the first step with a move into a
@@ -168,7 +169,7 @@ def plan_migration(
         workers = [current_workers] * n
 
     steps = tuple(
-        PlanStep(
+        MigrationStep(
             step=i + 1,
             moves=tuple(g),
             workers=workers[i],
@@ -184,7 +185,7 @@ def plan_migration(
         knobs["step_size"] = step_size
     if byte_budget is not None:
         knobs["byte_budget"] = byte_budget
-    return Plan(strategy, order, map_version, current_workers, target_workers, steps, gap_s, knobs)
+    return MigrationPlan(strategy, order, map_version, current_workers, target_workers, steps, gap_s, knobs)
 
 
 def choose_plan(
@@ -201,14 +202,14 @@ def choose_plan(
     order: Order = "hot-first",
     gap_s: float = 0.0,
     bin_keys: Sequence[int] | None = None,
-) -> Plan:
+) -> MigrationPlan:
     """`auto`: the fastest predicted plan whose worst step pause fits the budget; else fluid.
 
     Candidates: all-at-once, batched, and batched with the byte budget the model says fits the
     pause budget ((budget − a) / b). Ties go to the earlier (coarser) candidate.
     """
 
-    def mk(strategy: Strategy, byte_budget: int | None = None) -> Plan:
+    def mk(strategy: Strategy, byte_budget: int | None = None) -> MigrationPlan:
         return plan_migration(
             current, map_version, target, current_workers, target_workers, bin_bytes, bin_load,
             strategy=strategy, order=order, gap_s=gap_s, bin_keys=bin_keys, byte_budget=byte_budget,
@@ -226,5 +227,5 @@ def choose_plan(
     return _with_knobs(chosen, pause_budget_ms)
 
 
-def _with_knobs(plan: Plan, pause_budget_ms: float) -> Plan:
+def _with_knobs(plan: MigrationPlan, pause_budget_ms: float) -> MigrationPlan:
     return replace(plan, knobs={**plan.knobs, "auto": 1.0, "pause_budget_ms": pause_budget_ms})
