@@ -22,7 +22,7 @@ from airflow.sdk import DAG, Param, task
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from ballast.config import JobConfig, load_jobs
-from ballast.options import EMIT_MODES, STRATEGIES
+from ballast.options import EMIT_MODES, ORDERS, STRATEGIES
 from ballast.sensors import CheckpointSensor
 from ballast.tasks import EmitPlanOperator, PlanApprovalOperator
 
@@ -54,6 +54,11 @@ def migrate_params(jobs: dict[str, JobConfig]) -> dict[str, Param]:
                                       "at most one bin per step."),
         "step_size": Param(None, type=["null", "integer"], minimum=1, title="Bins per step",
                            description="Upper bound on bins moved per step (batched). Empty: no bound."),
+        "order": Param(None, type=["null", "string"], enum=[None, *ORDERS], title="Order",
+                       description="Which bins move first (empty: the job's rebalance.order). hot-first moves "
+                                   "the most loaded bins early; largest-first the biggest states."),
+        "byte_budget": Param(None, type=["null", "integer"], minimum=1, title="Bytes per step",
+                             description="Upper bound on state bytes moved per step (batched). Empty: no bound."),
         "gap_seconds": Param(0.0, type="number", minimum=0, maximum=3600, title="Gap between steps (s)",
                              description="Wait at least this long between two steps, to let latency recover."),
         "emit_mode": Param("flow-control", enum=list(EMIT_MODES), title="Emission",
@@ -64,6 +69,13 @@ def migrate_params(jobs: dict[str, JobConfig]) -> dict[str, Param]:
                                      "Untick to migrate."),
         "reason": Param("manual migration", type="string", maxLength=500, title="Reason",
                         description="Recorded with the plan and carried in every control message."),
+        "take_over": Param(None, type=["null", "string"], maxLength=200, title="Take over plan",
+                           description="A plan id whose run is gone (see the console's plans): this run emits "
+                                       "and verifies that stored plan instead of planning a new one. The "
+                                       "other fields are then ignored."),
+        "force": Param(False, type="boolean", title="Force take-over",
+                       description="Take the plan over even if its owner run was seen in the last minutes. "
+                                   "Only when you know that run is stopped: two live runs would both emit."),
     }
 
 

@@ -65,7 +65,9 @@ class RebalanceConfig(BaseModel):
         description="`flow-control`: a step after the previous one's checkpoint; `prepared-ahead`: all at once, spaced",
     )
     await_timeout_s: float = Field(
-        default=600.0, gt=0, description="per plan; then the plan fails and nothing more is sent"
+        default=600.0, gt=0,
+        description="margin added to each plan's deadline (predicted time + steps × gap + per-step slack); "
+        "past the deadline the plan fails and nothing more is sent",
     )
     poll_interval_s: float = Field(default=2.0, gt=0, description="how often the await task polls the metrics DB")
 
