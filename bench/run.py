@@ -23,12 +23,14 @@ from typing import Any
 from bench import cluster as cl
 from bench import experiments as ex
 from bench import report as rp
+from bench.experiments import ds2, migration, native
 from bench.infra import REPO, git_commit, kafka_up, machine_info
 
 RESULTS = REPO / "bench" / "results"
 PUBLISH = REPO / "bench" / "report"
 ORDER = ("migration", "native", "bins", "ds2", "cluster")
-RUNNERS = {"migration": ex.exp_migration, "native": ex.exp_native, "bins": ex.exp_bins, "ds2": ex.exp_ds2,
+RUNNERS = {"migration": migration.exp_migration, "native": native.exp_native, "bins": migration.exp_bins,
+           "ds2": ds2.exp_ds2,
            "cluster": cl.exp_cluster}
 # what each experiment contributes to summary.json and to the run directory (for a partial publish)
 SUMMARY_KEYS = {"migration": ("migration",), "native": ("throughput", "reconfig"), "bins": ("bins",),

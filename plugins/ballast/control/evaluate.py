@@ -1,7 +1,7 @@
 """Stage 2, evaluate: DS2 + guards (+ a skew check at equal worker count) → a ScalingDecision.
 
 `assess` is the pure evaluator (no DB): the DAG's `evaluate` and the DS2 benchmark
-(bench/experiments.py, exp_ds2) both call it, so the benchmark exercises the code users run.
+(bench/experiments/ds2.py, exp_ds2) both call it, so the benchmark exercises the code users run.
 `evaluate` adds what lives in the metrics DB: the guards' state, the cluster's capacity, and the
 stored decision ("no change" included).
 """

@@ -1,0 +1,161 @@
+"""What every experiment shares: the profile (SMOKE / FULL), the run context, the prefill and the
+open-loop generator, catch-up throughput, waiting for a steady job, Spark progress files.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench.ballast_job import BallastJob
+from bench.infra import PY, Proc, unix, wait_until
+
+STRATEGIES = ("all-at-once", "fluid", "batched", "batched-gap")
+
+
+@dataclass
+class Profile:
+    name: str
+    # experiment 1
+    keys: int = 200_000
+    bins: tuple[int, ...] = (64,)
+    workers: int = 2
+    rate: float = 1000.0
+    strategies: tuple[str, ...] = STRATEGIES
+    batch_steps: int = 4  # batched: the moving bins cut into this many steps
+    gap_s: float = 2.0
+    steady_s: float = 5.0
+    settle_s: float = 3.0
+    trigger_ms: int = 500
+    catchup_max_offsets: int = 20_000
+    # experiment 2
+    bins_sweep: tuple[int, ...] = (1, 64)  # 64 is experiment 1's session, reused
+    sweep_keys: int = 200_000
+    sweep_strategies: tuple[str, ...] = ("all-at-once", "batched", "fluid")
+    sweep_max_steps: int = 8  # fluid/batched steps measured per point (duration extrapolated past it)
+    # experiment 3
+    reconfig_to_workers: int = 4
+    native_trigger_ms: int = 500
+    # experiment 4
+    ds2_keys: int = 10_000
+    ds2_bins: int = 64
+    ds2_phase_s: tuple[float, float, float] = (25.0, 40.0, 40.0)
+    ds2_trigger_ms: int = 1000
+    ds2_eval_s: float = 3.0
+    ds2_rate: float | None = None  # None: calibrated from experiment 1's measured per-worker rate
+    ds2_max_rate: float = 1500.0  # the Python generator's comfortable ceiling (2x this is sent)
+    # word count, sentences of this many words: each Kafka row is `ds2_words` records of work, so the
+    # rate that needs a second worker stays within what one Python generator sends on 2 cores
+    ds2_words: int = 10
+    ds2_probe_s: float = 15.0  # calibration at W=1 before the measured schedule
+    timeouts_s: float = 900.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+SMOKE = Profile(name="smoke")
+FULL = Profile(
+    name="full", keys=2_000_000, bins=(256, 1024), rate=5_000.0, batch_steps=8, gap_s=2.0, steady_s=10.0,
+    settle_s=4.0, catchup_max_offsets=200_000, bins_sweep=(1, 16, 64, 256, 1024, 4096), sweep_keys=400_000,
+    sweep_max_steps=32, ds2_keys=50_000, ds2_bins=256, ds2_phase_s=(60.0, 90.0, 90.0), ds2_max_rate=3000.0,
+    timeouts_s=3600.0,
+    # measured on the reference machine (bench/REPORT.md, run full-2-ds2c): one worker sustains ~1.9k
+    # sentences/s, so 2k → 4k → 2k exercises 1 → 2 → 1; the probe's estimate (950) needed no scaling
+    ds2_rate=2000.0,
+)
+
+
+@dataclass
+class Ctx:
+    run_id: str
+    run_dir: Path
+    bootstrap: str
+    db_url: str
+    profile: Profile
+    log: Any = print
+    shared: dict[str, Any] = field(default_factory=dict)
+
+    def name(self, label: str) -> str:
+        return f"bench-{self.run_id}-{label}".replace("_", "-")
+
+
+def _prefill(ctx: Ctx, topic: str, keys: int, words: int = 0) -> int:
+    """Every key once; returns the records written (⌈keys/words⌉ sentences with `words`)."""
+    p = Proc([PY, "-m", "bench.loadgen", "--bootstrap", ctx.bootstrap, "--topic", topic, "--partitions", "2",
+              "--keys", str(keys), "--words", str(words), "--prefill"],
+             ctx.run_dir / "logs" / f"{topic}.prefill.log", "prefill").start()
+    rc = p.wait(timeout=ctx.profile.timeouts_s)
+    if rc != 0:
+        raise RuntimeError(f"prefill of {topic} failed:\n{p.tail()}")
+    return -(-keys // words) if words else keys
+
+
+def _start_gen(ctx: Ctx, topic: str, keys: int, rate_spec: str, label: str, dist: str = "uniform",
+               words: int = 0) -> tuple[Proc, Path]:
+    sched = ctx.run_dir / "data" / f"{label}.schedule.json"
+    sched.parent.mkdir(parents=True, exist_ok=True)
+    p = Proc([PY, "-m", "bench.loadgen", "--bootstrap", ctx.bootstrap, "--topic", topic, "--partitions", "2",
+              "--keys", str(keys), "--rate", rate_spec, "--dist", dist, "--words", str(words),
+              "--schedule-out", str(sched)],
+             ctx.run_dir / "logs" / f"{label}.loadgen.log", "load generator").start()
+    wait_until(sched.exists, 60, "the load generator's schedule", proc=p)
+    return p, sched
+
+
+def _gen_stats(sched: Path) -> dict[str, Any]:
+    return json.loads(sched.read_text()).get("stats", {})
+
+
+def catchup_rate(job: BallastJob, rows_wanted: int) -> dict[str, float]:
+    """Throughput of the catch-up (prefill) phase: epochs >= 1 (epoch 0 pays JVM/Python warm-up)."""
+    eps = [e for e in job.epochs() if e.input_rows > 0]
+    acc, used = 0, []
+    for e in eps:
+        if acc >= rows_wanted:
+            break
+        acc += e.input_rows
+        used.append(e)
+    body = used[1:] if len(used) > 1 else used
+    if not body:
+        return {"rows_per_s": math.nan, "batch_ms_per_1k_rows": math.nan}
+    rows = sum(e.input_rows for e in body)
+    wall = unix(body[-1].ended_at) - unix(used[0].ended_at) if len(used) > 1 else sum(e.batch_ms for e in body) / 1e3
+    wk = job.worker_rows([e.epoch for e in body])
+    useful = sum(w.useful_ms for w in wk)
+    return {"rows": rows, "rows_per_s": rows / wall if wall > 0 else math.nan,
+            "batch_ms_per_1k_rows": 1000 * sum(e.batch_ms for e in body) / rows,
+            "useful_us_per_row": 1000 * useful / max(1, sum(w.records_in for w in wk)),
+            "per_worker_rows_per_useful_s": sum(w.records_in for w in wk) / (useful / 1000) if useful else math.nan,
+            "epochs": len(body)}
+
+
+def wait_steady(ctx: Ctx, job: BallastJob, rate: float, min_s: float, timeout_s: float = 180.0) -> bool:
+    """Sleep `min_s`, then until the job keeps up: the last 3 epochs ended with a backlog below one
+    trigger's worth of input (x2). Returns False (and logs) if it never got there: that migration then
+    starts from a backlog, which the results table shows as a high steady p99."""
+    time.sleep(min_s)
+    limit = max(2 * rate * job.spec.trigger_ms / 1000, 200)
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        tail = job.epochs_tail(3)
+        if len(tail) == 3 and all((e.backlog or 0) <= limit for e in tail):
+            return True
+        time.sleep(0.5)
+    ctx.log(f"[{job.spec.job}] not steady after {timeout_s:.0f}s (backlog > {limit:.0f}); migrating anyway")
+    return False
+
+
+def _read_progress(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _prog_end(p: dict[str, Any]) -> float:
+    from datetime import datetime
+
+    t = datetime.fromisoformat(p["timestamp"].replace("Z", "+00:00")).timestamp()
+    return t + p.get("durationMs", {}).get("triggerExecution", 0) / 1000.0
