@@ -42,14 +42,10 @@ def test_models_match_migrations(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def postgres_url():
-    stack = __import__("sys").modules["ballast_stack"]  # loaded by tests/conftest.py
-
-    try:
-        stack.postgres_up()
-    except stack.StackError as exc:
-        pytest.skip(f"PostgreSQL could not be installed or started here: {exc}")
-    return stack.postgres_url()
+def postgres_url(postgres_base_url: str) -> str:
+    """tests/conftest.py's PostgreSQL (started once, stopped at session end if the session started it;
+    a cluster that cannot start fails the test rather than skipping it)."""
+    return postgres_base_url
 
 
 def _fresh_postgres_db(postgres_url: str, name: str) -> str:
