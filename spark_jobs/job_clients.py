@@ -1,0 +1,103 @@
+"""The runner's service calls inside an epoch: metrics DB and Kafka with outage budgets, Spark's
+Kafka options, offset ranges from Spark's offset log, end offsets and the input's backlog.
+
+A mixin of `spark_jobs.runner.JobRunner`: it reads the runner's `cfg`, `journal`, clients and
+`_stopping`; kept apart so the epoch loop reads as the steps of an epoch.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+from spark_jobs.journal import Journal
+from spark_jobs.offsets import epoch_ranges
+from spark_jobs.run_config import RunConfig
+
+log = logging.getLogger("ballast.runner")
+
+
+class JobClients:
+    """Retrying DB/Kafka calls and the Kafka-side measurements of an epoch."""
+
+    cfg: RunConfig
+    journal: Journal
+    _consumer: Any
+    _stopping: threading.Event
+    _prev_end: tuple[float, int] | None
+
+    def _offset_ranges(self, epoch: int) -> dict[str, dict[int, tuple[int, int]]] | None:
+        """{topic: {partition: (start, end)}} of this epoch, from Spark's offset log (no Spark job)."""
+        return epoch_ranges(self.journal.spark_checkpoint, epoch, self._earliest)
+
+    def _earliest(self, topic: str, p: int) -> int:
+        from kafka import TopicPartition
+
+        tp = TopicPartition(topic, p)
+        return int(self._kafka("offset lookups", self._consumer.beginning_offsets, [tp])[tp])
+
+
+    def _db(self, what: str, fn: Any, *args: Any) -> Any:
+        """A metrics-DB write of the epoch (idempotent: insert-once rows, replaced metrics, one
+        transaction). While the DB is unreachable the epoch waits and retries — it pauses, it
+        never skips or doubles a step — for up to `db_outage_s`, then fails (a restart replays it)."""
+        from migrations_db.db import is_unreachable
+
+        return self._retry("metrics DB", what, self.cfg.db_outage_s, is_unreachable, fn, *args)
+
+    def _kafka(self, what: str, fn: Any, *args: Any) -> Any:
+        """A call of the job's own Kafka clients in the epoch (acks: re-sent acks are harmless;
+        offsets: a read). While the broker is away the epoch waits up to `kafka_outage_s`."""
+        from kafka.errors import KafkaError
+
+        return self._retry("Kafka broker", what, self.cfg.kafka_outage_s, lambda e: isinstance(e, KafkaError), fn,
+                           *args)
+
+    def _retry(self, service: str, what: str, budget_s: float, transient: Any, fn: Any, *args: Any) -> Any:
+        deadline, delay, since = time.time() + budget_s, 1.0, time.time()
+        while True:
+            try:
+                out = fn(*args)
+                if time.time() - since > 1.5:
+                    log.warning("%s reachable again: %s done after %.0fs", service, what, time.time() - since)
+                return out
+            except Exception as exc:
+                if not transient(exc) or time.time() > deadline or self._stopping.is_set():
+                    raise
+                log.warning("%s unreachable while writing %s (%s); the epoch waits and retries in %.0fs",
+                            service, what, str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__, delay)
+                time.sleep(delay)
+                delay = min(delay * 2, 10.0)
+
+    def _spark_kafka_options(self, source: bool) -> dict[str, str]:
+        """Spark's Kafka clients: the job's SASL/TLS settings, and timeouts that ride out a broker
+        outage of up to `kafka_outage_s` (defaults: 60 s for an offset lookup, then the query fails)."""
+        ms = str(int(self.cfg.kafka_outage_s * 1000))
+        opts = {**self.cfg.security.spark_options(), "kafka.default.api.timeout.ms": ms}
+        if not source:
+            opts.update({"kafka.max.block.ms": ms, "kafka.delivery.timeout.ms": ms,
+                         "kafka.request.timeout.ms": "30000"})
+        return opts
+
+
+    def _backlog(self, end_offsets: dict[int, int]) -> tuple[int | None, float | None, dict[str, int]]:
+        from kafka import TopicPartition
+
+        try:
+            parts = self._consumer.partitions_for_topic(self.cfg.input_topic) or set()
+            tps = [TopicPartition(self.cfg.input_topic, p) for p in sorted(parts)]
+            latest = self._consumer.end_offsets(tps)
+        except Exception:
+            log.exception("could not read end offsets of %s", self.cfg.input_topic)
+            return None, None, {}
+        now = time.time()
+        total = sum(latest.values())
+        backlog = sum(max(latest[tp] - end_offsets.get(tp.partition, 0), 0) for tp in tps) if end_offsets else None
+        rate = None
+        if self._prev_end is not None and now > self._prev_end[0]:
+            rate = max(total - self._prev_end[1], 0) / (now - self._prev_end[0])
+        self._prev_end = (now, total)
+        return backlog, rate, {str(tp.partition): int(latest[tp]) for tp in tps}
+

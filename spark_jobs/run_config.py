@@ -1,0 +1,100 @@
+"""A job run's configuration and the topics every job has.
+
+`RunConfig` is what `spark_jobs.cli` builds from its flags and what `JobRunner` runs; the helpers
+here name and create the job's own topics (control, acks, output, dead letters, ticks).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from ballast.kafka_security import KafkaSecurity
+from ballast.protocol import MAX_MESSAGE_BYTES, acks_topic, control_topic
+from ballast.signing import Keyring
+from ballast.topics import create_missing_topics
+from spark_jobs.output import dlq_topic, output_topic
+
+
+@dataclass
+class RunConfig:
+    """Everything a job run needs; `bins` and `operator` are fixed at the first start."""
+
+    job: str
+    input_topic: str
+    checkpoint_dir: str
+    bootstrap: str
+    db_url: str
+    operator: str = "keycount"
+    bins: int = 256
+    workers: int = 2  # initial worker count; on restart the logged map wins
+    state_uri: str | None = None  # durable state; default <checkpoint_dir>/state
+    cache_dir: str | None = None  # workers' local caches; default: each executor's own directory
+    snapshot_every: int = 10  # epochs with changes between snapshots of the durable state
+    trigger_ms: int = 1000
+    max_offsets_per_trigger: int | None = None
+    output_partitions: int = 2
+    max_future_s: float = 86400.0
+    starting_offsets: str = "earliest"
+    fail_on_data_loss: bool = True  # Kafka retention dropping records a replay needs is an error
+    max_workers: int | None = None  # the cluster's capacity in workers (default: asked from the master)
+    master_ui: str | None = None  # standalone master's web UI, for its capacity (default host:8080)
+    max_control_bytes: int = MAX_MESSAGE_BYTES  # a larger control record is rejected unparsed
+    control_keyring: Keyring | None = None  # signed mode (ballast.signing); None = unsigned (local use)
+    kafka_security: KafkaSecurity | None = None  # SASL/TLS of every Kafka client (None: BALLAST_KAFKA_CONFIG)
+    db_outage_s: float = 600.0  # an epoch waits this long for an unreachable metrics DB, then fails
+    kafka_outage_s: float = 300.0  # ... and this long for an unreachable broker (Spark's clients too)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def security(self) -> KafkaSecurity:
+        return self.kafka_security if self.kafka_security is not None else KafkaSecurity.from_env()
+
+    @property
+    def state_location(self) -> str:
+        return self.state_uri or f"{self.checkpoint_dir.rstrip('/')}/state"
+
+    def to_dict(self) -> dict[str, Any]:
+        """For logs and the jobs table: the DB password is masked."""
+        from sqlalchemy.engine import make_url
+
+        d = asdict(self)
+        kr = self.control_keyring  # never the secrets: key ids and limits only
+        d["control_keyring"] = ({"kids": kr.kids, "max_age_s": kr.max_age_s, "max_skew_s": kr.max_skew_s}
+                                if kr else "unsigned")
+        d["kafka_security"] = self.security.describe()  # never the password
+        try:
+            d["db_url"] = make_url(self.db_url).render_as_string(hide_password=True)
+        except Exception:
+            d["db_url"] = "<unparseable>"
+        return d
+
+
+def tick_topic(job: str) -> str:
+    """Where the job sends itself ticks: not `<job>.control`, which only the controller may write."""
+    return f"{control_topic(job)}.ticks"
+
+
+def ensure_job_topics(bootstrap: str, job: str, output_partitions: int, security: KafkaSecurity | None = None) -> None:
+    """Create `<job>.control` (1 partition: steps stay ordered), acks (1), output (N), the
+    dead-letter topic (1) and the ticks topic (1) if missing."""
+    create_missing_topics(bootstrap, {control_topic(job): 1, acks_topic(job): 1, output_topic(job): output_partitions,
+                                      dlq_topic(job): 1, tick_topic(job): 1}, security=security)
+
+
+
+
+def iso(ts: datetime) -> str:
+    return ts.astimezone(UTC).isoformat()
+
+
+def parse_iso(s: str) -> datetime:
+    return datetime.fromisoformat(s)
+
+
+def as_utc(ts: datetime | None) -> datetime | None:
+    """SQLite hands back naive datetimes; everything we store is UTC."""
+    if ts is None:
+        return None
+    return ts.replace(tzinfo=UTC) if ts.tzinfo is None else ts
