@@ -17,6 +17,7 @@ from ballast.kafka_security import ENV_CONFIG, KafkaSecurity
 from ballast.options import settings
 from ballast.protocol import MAX_MESSAGE_BYTES
 from ballast.signing import DEFAULT_MAX_AGE_S, ENV_KEYS, load_keyring
+from spark_jobs.chain import ChainRunner, OperatorSpec
 from spark_jobs.runner import JobRunner, RunConfig
 
 
@@ -25,10 +26,12 @@ def parser() -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="run a job until SIGTERM")
     r.add_argument("--job", required=True, help="job name; topics <job>.control, <job>.control.acks, <job>.output")
-    r.add_argument("--operator", default="keycount",
+    r.add_argument("--operator", action="append", default=None,
                    help="keycount | wordcount | package.module:Class (an Operator or a stateful processor, "
-                        "docs/operators.md)")
-    r.add_argument("--input-topic", required=True)
+                        "docs/operators.md); repeat as NAME=PATH for a chain of operators, each reading the "
+                        "previous one's output (default keycount)")
+    r.add_argument("--input-topic", required=True,
+                   help="the (first) operator's input; several comma-separated topics for a join")
     r.add_argument("--bins", type=int, default=256, help="B = 2^k, fixed at the first start")
     r.add_argument("--workers", type=int, default=2, help="initial W (first start only)")
     r.add_argument("--checkpoint-dir", required=True)
@@ -75,8 +78,10 @@ def parser() -> argparse.ArgumentParser:
 def config_from_args(a: argparse.Namespace) -> RunConfig:
     from migrations_db.db import default_url
 
+    first = (a.operator or ["keycount"])[0]  # NAME=PATH names a single operator too
     return RunConfig(
-        job=a.job, operator=a.operator, input_topic=a.input_topic, bins=a.bins, workers=a.workers,
+        job=a.job, operator=first.partition("=")[0], operator_path=first.partition("=")[2] or None,
+        input_topic=a.input_topic, bins=a.bins, workers=a.workers,
         checkpoint_dir=a.checkpoint_dir, state_uri=a.state_uri, cache_dir=a.cache_dir,
         snapshot_every=a.snapshot_every, fail_on_data_loss=not a.allow_data_loss, max_workers=a.max_workers,
         master_ui=a.master_ui, bootstrap=a.bootstrap,
@@ -88,7 +93,8 @@ def config_from_args(a: argparse.Namespace) -> RunConfig:
     )
 
 
-def run(cfg: RunConfig, master: str | None = None, spark=None) -> int:
+def run(cfg: RunConfig, master: str | None = None, spark=None, chain: list[str] | None = None) -> int:
+    """`chain`: the `--operator` values when there are several (a multi-operator job)."""
     from migrations_db.db import migrate
     from spark_jobs.session import build_spark
 
@@ -96,7 +102,8 @@ def run(cfg: RunConfig, master: str | None = None, spark=None) -> int:
     # upgrading an up-to-date schema is a no-op
     migrate(cfg.db_url)
     spark = spark or build_spark(f"ballast-{cfg.job}", master=master, conf={"spark.ui.showConsoleProgress": "false"})
-    runner = JobRunner(spark, cfg)
+    runner: JobRunner | ChainRunner = (ChainRunner(spark, cfg, [OperatorSpec.parse(o) for o in chain])
+                                       if chain and len(chain) > 1 else JobRunner(spark, cfg))
 
     def on_signal(signum: int, _frame: object) -> None:
         logging.getLogger("ballast.cli").info("signal %d: stopping after the current epoch", signum)
@@ -127,12 +134,15 @@ def main(argv: list[str] | None = None) -> int:
     if a.cmd == "run":
         from spark_jobs.operators import get_operator
 
+        ops = a.operator or ["keycount"]
         try:  # before Spark starts: a wrong import path fails in a second, with what to do
-            get_operator(a.operator)
+            specs = [OperatorSpec.parse(o) for o in ops] if len(ops) > 1 else []
+            for path in [s.path for s in specs] or [ops[0].partition("=")[2] or ops[0]]:
+                get_operator(path)
         except ValueError as exc:
             print(f"ballast-job: error: {exc}", file=sys.stderr)
             return 2
-        return run(config_from_args(a), master=a.master)
+        return run(config_from_args(a), master=a.master, chain=ops)
     if a.cmd == "stop":
         from spark_jobs.storage import Location
 

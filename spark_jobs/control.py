@@ -12,6 +12,7 @@ Rules (docs/protocol.md has the full contract):
 * with a keyring (signed mode): unsigned, forged, unknown-key messages → rejected the same way
   (no checkpoint row: an unauthenticated message must not be able to block a (plan, step)); an
   authentic one issued more than `max_age_s` ago → rejected with a checkpoint row;
+* for another operator of the same job (a multi-operator job's sibling) → skipped, no trace;
 * for another job/operator → rejected the same way (a checkpoint row under our job would be
   misleading, and one under theirs is not ours to write);
 * duplicate of a finished (plan, step) → idempotent: no new checkpoint row, the ack is re-echoed;
@@ -177,8 +178,10 @@ def has_due_step(st: ControlState, now: datetime) -> bool:
 def decide(
     state: ControlState, records: list[ControlRecord], *, epoch: int, now: datetime, job: str,
     operator: str, bins: int, max_future_s: float, max_message_bytes: int = MAX_MESSAGE_BYTES,
-    keyring: Keyring | None = None,
+    keyring: Keyring | None = None, siblings: frozenset[str] = frozenset(),
 ) -> EpochControl:
+    """`siblings`: the job's other operators (a multi-operator job shares `<job>.control`): their
+    steps are skipped here without a trace, the sibling they name decides them."""
     st = copy.deepcopy(state)
     entries: list[Entry] = []
 
@@ -200,6 +203,8 @@ def decide(
         doc = parse_document(rec.value, max_message_bytes)
         kid = keyring.authenticate(doc) if keyring is not None else None
         s = step_from_document(doc)
+        if s.job == job and s.operator in siblings:
+            return
         if s.job != job or s.operator != operator:
             why = (f"signed for {s.job}/{s.operator}, this is {job}/{operator}: replayed from another job?" if kid
                    else f"step is for {s.job}/{s.operator}, this is {job}/{operator}")

@@ -82,22 +82,25 @@ class JobClients:
         return opts
 
 
-    def _backlog(self, end_offsets: dict[int, int]) -> tuple[int | None, float | None, dict[str, int]]:
+    def _backlog(self, end_offsets: dict[tuple[str, int], int]) -> tuple[int | None, float | None, dict[str, int]]:
+        """Rows of the input topics not read yet, their arrival rate, and their latest end offsets
+        ({partition: end} for one input topic, {"topic:partition": end} for several)."""
         from kafka import TopicPartition
 
+        topics = self.cfg.input_topics
         try:
-            parts = self._consumer.partitions_for_topic(self.cfg.input_topic) or set()
-            tps = [TopicPartition(self.cfg.input_topic, p) for p in sorted(parts)]
+            tps = [TopicPartition(t, p) for t in topics for p in sorted(self._consumer.partitions_for_topic(t) or ())]
             latest = self._consumer.end_offsets(tps)
         except Exception:
-            log.exception("could not read end offsets of %s", self.cfg.input_topic)
+            log.exception("could not read end offsets of %s", ",".join(topics))
             return None, None, {}
         now = time.time()
         total = sum(latest.values())
-        backlog = sum(max(latest[tp] - end_offsets.get(tp.partition, 0), 0) for tp in tps) if end_offsets else None
+        backlog = (sum(max(latest[tp] - end_offsets.get((tp.topic, tp.partition), 0), 0) for tp in tps)
+                   if end_offsets else None)
         rate = None
         if self._prev_end is not None and now > self._prev_end[0]:
             rate = max(total - self._prev_end[1], 0) / (now - self._prev_end[0])
         self._prev_end = (now, total)
-        return backlog, rate, {str(tp.partition): int(latest[tp]) for tp in tps}
-
+        name = (lambda tp: str(tp.partition)) if len(topics) == 1 else (lambda tp: f"{tp.topic}:{tp.partition}")
+        return backlog, rate, {name(tp): int(latest[tp]) for tp in tps}

@@ -20,7 +20,7 @@ def main() -> int:
     from pyspark.sql import SparkSession
 
     spark = SparkSession.builder.appName(f"ballast-{args.job}").getOrCreate()
-    return run(config_from_args(args), spark=spark)
+    return run(config_from_args(args), spark=spark, chain=args.operator)
 
 
 if __name__ == "__main__":

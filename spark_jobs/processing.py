@@ -56,13 +56,16 @@ class ProcessorOperator(Operator):
         from pyspark.sql.types import TimestampNTZType, TimestampType
 
         spec = self.spec
-        src = df.select(F.col("key"), F.col("value"), F.col("partition").alias("__p"), F.col("offset").alias("__o"))
+        extra = [F.col("__source").alias(spec.source_column)] if spec.source_column else []
+        src = df.select(F.col("key"), F.col("value"), F.col("partition").alias("__p"), F.col("offset").alias("__o"),
+                        *extra)
+        tail = ["__p", "__o", *([spec.source_column] if spec.source_column else [])]
         if spec.input_schema:
-            rows = src.select(F.from_json(F.col("value").cast("string"), spec.input_schema).alias("__r"), "__p", "__o")
-            rows = rows.select("__r.*", "__p", "__o")
+            rows = src.select(F.from_json(F.col("value").cast("string"), spec.input_schema).alias("__r"), *tail)
+            rows = rows.select("__r.*", *tail)
         else:
             rows = src.select(F.col("key").cast("string").alias("key"), F.col("value").cast("string").alias("value"),
-                              "__p", "__o")
+                              *tail)
         cols = [f for f in rows.schema.fields if f.name not in ("__p", "__o")]
         missing = [g for g in spec.grouping_keys if g not in {f.name for f in cols}]
         if missing or (spec.event_time_column and spec.event_time_column not in {f.name for f in cols}):

@@ -33,13 +33,16 @@ class QuerySpec:
 
     `input_schema` is the DDL of the JSON in each Kafka record's value (None: the columns are the
     record's `key` and `value` as strings); `grouping_keys` are columns of it; `event_time_column`
-    (a timestamp column) and `lateness_ms` define the watermark in EventTime mode."""
+    (a timestamp column) and `lateness_ms` define the watermark in EventTime mode. With several input
+    topics (a join) every topic's JSON is read with the same schema (a side's missing fields are
+    null) and `source_column`, when set, names a column that tells the input's position (0, 1, …)."""
 
     input_schema: str | None = None
     grouping_keys: tuple[str, ...] = ("key",)
     time_mode: str = "None"
     event_time_column: str | None = None
     lateness_ms: int = 0
+    source_column: str | None = None
 
     def __post_init__(self) -> None:
         if self.time_mode not in TIME_MODES:

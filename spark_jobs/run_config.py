@@ -45,11 +45,31 @@ class RunConfig:
     kafka_security: KafkaSecurity | None = None  # SASL/TLS of every Kafka client (None: BALLAST_KAFKA_CONFIG)
     db_outage_s: float = 600.0  # an epoch waits this long for an unreachable metrics DB, then fails
     kafka_outage_s: float = 300.0  # ... and this long for an unreachable broker (Spark's clients too)
+    # multi-operator jobs (spark_jobs.chain): `operator` is then the operator's name in the metrics
+    # DB and the control protocol, `operator_path` what to import (default: `operator`)
+    operator_path: str | None = None
+    output: str | None = None  # output topic (default `<job>.output`); a chain's inner operators write a hand-off
+    handoff_inputs: tuple[str, ...] = ()  # input topics an upstream operator writes: deduplicated by ballast-id
+    siblings: tuple[str, ...] = ()  # the job's other operators: their control steps are not ours, nor rejected
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def security(self) -> KafkaSecurity:
         return self.kafka_security if self.kafka_security is not None else KafkaSecurity.from_env()
+
+    @property
+    def path(self) -> str:
+        """What `get_operator` imports."""
+        return self.operator_path or self.operator
+
+    @property
+    def input_topics(self) -> list[str]:
+        """`input_topic` may list several topics, comma-separated (a join's inputs)."""
+        return [t.strip() for t in self.input_topic.split(",") if t.strip()]
+
+    @property
+    def output_topic(self) -> str:
+        return self.output or output_topic(self.job)
 
     @property
     def state_location(self) -> str:

@@ -31,11 +31,12 @@ from spark_jobs.control import ControlRecord, ControlState, decide, has_due_step
 from spark_jobs.durable import DurableState
 from spark_jobs.epoch_commit import EpochCommit, summarize_moves
 from spark_jobs.executors import ExecutorScaler
+from spark_jobs.inputs import InputRows
 from spark_jobs.job_clients import JobClients
 from spark_jobs.journal import KEEP_EPOCHS, Journal
 from spark_jobs.offsets import committed_epochs
 from spark_jobs.operators import get_operator
-from spark_jobs.output import dlq_topic, output_topic
+from spark_jobs.output import dlq_topic
 from spark_jobs.processing import ProcessorOperator
 from spark_jobs.run_config import RunConfig, ensure_job_topics, tick_topic
 from spark_jobs.timers import ClockLog, EpochClock, TimerSchedule
@@ -58,14 +59,15 @@ class JobRunner(JobClients, EpochCommit, WarmUp):
         self.spark = spark
         self.cfg = cfg
         self.k = bits_for(cfg.bins)
-        self.op = get_operator(cfg.operator)
+        self.op = get_operator(cfg.path)
         self.journal = Journal(cfg.checkpoint_dir)
+        self.inputs = InputRows(cfg.input_topics, cfg.handoff_inputs, self.journal.dir)
         spec = self.op.spec if isinstance(self.op, ProcessorOperator) else None
         # processors: the per-epoch clock (logged, reused on replay) and when timers come due
         self.clocks = ClockLog(self.journal.dir) if spec else None
         self.timers = TimerSchedule(spec.time_mode, spec.lateness_ms) if spec else None
         self.ctl_topic = control_topic(cfg.job)
-        self.out_topic = output_topic(cfg.job)
+        self.out_topic = cfg.output_topic
         self.durable: DurableState | None = None
         self._last_state: dict[int, tuple[int, int]] = {}  # worker -> (keys, bytes), for epochs without tasks
         self.scaler: ExecutorScaler | None = None
@@ -89,7 +91,7 @@ class JobRunner(JobClients, EpochCommit, WarmUp):
     # ---------------------------------------------------------------- lifecycle --------------
     def start(self) -> Any:
         cfg = self.cfg
-        fixed = {"job": cfg.job, "operator": cfg.operator, "bins": cfg.bins, "input_topic": cfg.input_topic}
+        fixed = {"job": cfg.job, "operator": cfg.path, "bins": cfg.bins, "input_topic": cfg.input_topic}
         self.journal.ensure_job(fixed)
         self.durable = DurableState(cfg.state_location, cfg.job, cfg.bins, cfg.snapshot_every)
         self.durable.check_against(max(committed_epochs(self.journal.spark_checkpoint), default=-1))
@@ -125,7 +127,8 @@ class JobRunner(JobClients, EpochCommit, WarmUp):
         reader = (
             self.spark.readStream.format("kafka")
             .option("kafka.bootstrap.servers", cfg.bootstrap)
-            .option("subscribe", f"{cfg.input_topic},{self.ctl_topic},{tick_topic(cfg.job)}")
+            .option("subscribe", ",".join([*cfg.input_topics, self.ctl_topic, tick_topic(cfg.job)]))
+            .option("includeHeaders", "true" if cfg.handoff_inputs else "false")
             .options(**self._spark_kafka_options(source=True))
             .option("startingOffsets", cfg.starting_offsets)
             .option("failOnDataLoss", "true" if cfg.fail_on_data_loss else "false")
@@ -135,7 +138,7 @@ class JobRunner(JobClients, EpochCommit, WarmUp):
         src = reader.load()
         self._warm_up(self._state.workers if self._state else cfg.workers)
         self.query = (
-            src.writeStream.queryName(f"ballast-{cfg.job}")
+            src.writeStream.queryName(f"ballast-{cfg.job}" + (f"-{cfg.operator}" if cfg.siblings else ""))
             .foreachBatch(self._batch)
             .option("checkpointLocation", str(self.journal.spark_checkpoint))
             .trigger(processingTime=f"{cfg.trigger_ms} milliseconds")
@@ -244,12 +247,13 @@ class JobRunner(JobClients, EpochCommit, WarmUp):
             df = df.persist()
             cached = True
             counts = {r["topic"]: r["n"] for r in df.groupBy("topic").agg(F.count("*").alias("n")).collect()}
-            input_rows, control_rows = counts.get(cfg.input_topic, 0), counts.get(self.ctl_topic, 0)
-            end_offsets: dict[int, int] = {}
+            input_rows = sum(counts.get(t, 0) for t in cfg.input_topics)
+            control_rows = counts.get(self.ctl_topic, 0)
+            end_offsets: dict[tuple[str, int], int] = {}
         else:
-            input_rows = sum(e - s for s, e in ranges.get(cfg.input_topic, {}).values())
+            input_rows = sum(e - s for t in cfg.input_topics for s, e in ranges.get(t, {}).values())
             control_rows = sum(e - s for s, e in ranges.get(self.ctl_topic, {}).values())
-            end_offsets = {p: e for p, (_, e) in ranges.get(cfg.input_topic, {}).items()}
+            end_offsets = {(t, p): e for t in cfg.input_topics for p, (_, e) in ranges.get(t, {}).items()}
         records: list[ControlRecord] = []
         if control_rows:
             if not cached:
@@ -266,7 +270,7 @@ class JobRunner(JobClients, EpochCommit, WarmUp):
             before = self.journal.state_before(epoch) or initial_state(cfg.bins, cfg.workers)
             decision = decide(before, records, epoch=epoch, now=started_at, job=cfg.job, operator=cfg.operator,
                               bins=cfg.bins, max_future_s=cfg.max_future_s, max_message_bytes=cfg.max_control_bytes,
-                              keyring=cfg.control_keyring)
+                              keyring=cfg.control_keyring, siblings=frozenset(cfg.siblings))
             if records or decision.entries or before.queue or self.journal.latest_state() is None:
                 self.journal.write_decision(decision)
         if decision.entries:  # also on replay: a crash may have come between the file and the rows
@@ -311,6 +315,7 @@ class JobRunner(JobClients, EpochCommit, WarmUp):
         self.journal.gc(epoch)
         if self.clocks is not None:
             self.clocks.gc(epoch - KEEP_EPOCHS)
+        self.inputs.gc(epoch - KEEP_EPOCHS)
         self.epochs_done += 1
         self.last_epoch = epoch
         self._log_epoch(epoch, decision, moves_doc, input_rows, batch_ms, backlog, replay, worker_docs)
@@ -319,7 +324,6 @@ class JobRunner(JobClients, EpochCommit, WarmUp):
                warm: dict[int, tuple[int, ...]], clock: EpochClock | None = None) -> list[dict[str, Any]]:
         """One Spark job: W tasks (more while a pre-copy warms a worker that does not exist yet),
         then the durable commit of the epoch (manifest). Returns the tasks' metrics."""
-        from pyspark.sql import functions as F
 
         cfg, durable = self.cfg, self.durable
         assert durable is not None
@@ -328,10 +332,10 @@ class JobRunner(JobClients, EpochCommit, WarmUp):
         if self.scaler is not None:
             self.scaler.scale_to(tasks)
         snapshot = durable.snapshot_due(epoch)
-        src = df.where(F.col("topic") == cfg.input_topic)
+        src = self.inputs.rows(df, epoch)
         keyed = self.op.keyed(src)
         acfg = ApplyConfig(
-            epoch=epoch, job=cfg.job, operator=cfg.operator, bins_bits=self.k, workers=tasks,
+            epoch=epoch, job=cfg.job, operator=cfg.path, bins_bits=self.k, workers=tasks,
             assignment=tuple(st.assignment), state_uri=durable.uri, store_id=durable.store_id,
             history=durable.history(before=epoch), output_topic=self.out_topic, dlq_topic=dlq_topic(cfg.job),
             input_topic=cfg.input_topic, cache_dir=self._cache_dir, snapshot=snapshot, warm=warm, moving_in=moving_in,

@@ -31,7 +31,7 @@ class WarmUp:
         modules, the operator) and open the caches, so the first epoch after a (re)start does not
         pay ~10 s for it. A failure here is only logged: the first epoch then pays the cost."""
         t0 = time.perf_counter()
-        fn = _warm_fn(self.cfg.operator, self.cfg.job, self._cache_dir, self.durable.store_id if self.durable else "")
+        fn = _warm_fn(self.cfg.path, self.cfg.job, self._cache_dir, self.durable.store_id if self.durable else "")
         try:
             self.spark.sparkContext.parallelize(range(workers), workers).mapPartitionsWithIndex(fn).collect()
             log.info("warmed %d Python workers and their caches in %.0f ms", workers, (time.perf_counter() - t0) * 1000)

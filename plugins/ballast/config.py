@@ -19,7 +19,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from ballast.options import DEFAULT_MAX_WORKERS, REPO, ConfigError, EmitMode, Launcher, Order, Strategy, settings
 from ballast.policy.ds2 import Aggregation
 
-__all__ = ["REPO", "ConfigError", "JobConfig", "RebalanceConfig", "get_job", "jobs_file", "load_jobs", "schedules"]
+__all__ = ["REPO", "ConfigError", "JobConfig", "OperatorEntry", "RebalanceConfig", "get_job", "jobs_file", "load_jobs",
+           "schedules"]
 
 _STRICT = ConfigDict(frozen=True, extra="forbid")
 TOP_LEVEL = frozenset({"jobs", "schedules"})
@@ -72,14 +73,38 @@ class RebalanceConfig(BaseModel):
     poll_interval_s: float = Field(default=2.0, gt=0, description="how often the await task polls the metrics DB")
 
 
+class OperatorEntry(BaseModel):
+    """One operator of a multi-operator job (`operators:`): each reads the previous one's output."""
+
+    model_config = _STRICT
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,100}$", description="its name in metrics, plans and topics")
+    operator: str = Field(min_length=1, description="shipped name or `package.module:Class`")
+
+    @field_validator("operator")
+    @classmethod
+    def _imports(cls, path: str) -> str:
+        """Checked when the jobs file loads: a wrong path fails there, not at the job's launch."""
+        from spark_jobs.operators import get_operator
+
+        get_operator(path)  # its ValueError says what is wrong and what to do
+        return path
+
+
 class JobConfig(BaseModel):
-    """One migratable operator of one streaming job and how to launch and supervise it."""
+    """One streaming job — one migratable operator, or a chain of them (`operators:`) — and how to
+    launch and supervise it. `operator` is the operator the control-plane stages address (for a
+    chain: the first one unless set; `for_operator(name)` gives the view of another)."""
 
     model_config = _STRICT
 
     job: str = Field(min_length=1, description="job name; topics `<job>.control`, `<job>.control.acks`")
-    operator: str = Field(min_length=1, description="the streaming operator (spark_jobs.operators) whose state moves")
-    input_topic: str = Field(min_length=1, description="Kafka topic the job reads")
+    operator: str = Field(default="", description="the streaming operator (spark_jobs.operators) whose state "
+                          "moves; required unless `operators` is given")
+    input_topic: str = Field(min_length=1, description="Kafka topic the job reads (comma-separated: a join's inputs)")
+    operators: tuple[OperatorEntry, ...] = Field(
+        default=(), description="a chain of operators (`name`, `operator`), each reading the previous one's output"
+    )
     bins: int = Field(default=256, description="state bins, a power of two, fixed at the first start")
     initial_workers: int = Field(default=1, ge=1, description="W at the first start only")
     min_workers: int = Field(default=1, ge=1, description="the rebalancer never goes below this")
@@ -115,6 +140,42 @@ class JobConfig(BaseModel):
     def _args_as_strings(cls, v: Any) -> Any:
         return tuple(str(a) for a in v) if isinstance(v, (list, tuple)) else v
 
+    @model_validator(mode="before")
+    @classmethod
+    def _default_operator(cls, raw: Any) -> Any:
+        if isinstance(raw, dict) and not raw.get("operator") and isinstance(raw.get("operators"), list):
+            first = raw["operators"][0] if raw["operators"] else None
+            if isinstance(first, dict) and first.get("name"):
+                return {**raw, "operator": first["name"]}
+        return raw
+
+    @model_validator(mode="after")
+    def _operator_named(self) -> JobConfig:
+        names = [o.name for o in self.operators]
+        if not self.operator:
+            raise ValueError("operator: required key is missing (or give `operators:`)")
+        if len(set(names)) != len(names):
+            raise ValueError(f"operators: names must be unique, got {names}")
+        if names and self.operator not in names:
+            raise ValueError(f"operator {self.operator!r} is not one of the job's operators {names}")
+        return self
+
+    def operator_names(self) -> list[str]:
+        """Every operator of the job, in chain order."""
+        return [o.name for o in self.operators] or [self.operator]
+
+    def for_operator(self, name: str) -> JobConfig:
+        """The same job seen as operator `name` (its map, metrics and plans)."""
+        if name not in self.operator_names():
+            raise ConfigError(f"job {self.job!r} has no operator {name!r}; it has {self.operator_names()}")
+        return self.model_copy(update={"operator": name})
+
+    def operator_args(self) -> list[str]:
+        """The data plane's `--operator` flags."""
+        if not self.operators:
+            return ["--operator", self.operator]
+        return [a for o in self.operators for a in ("--operator", f"{o.name}={o.operator}")]
+
     @model_validator(mode="after")
     def _worker_bounds(self) -> JobConfig:
         if not self.min_workers <= self.initial_workers <= self.max_workers:
@@ -142,7 +203,8 @@ def _explain(exc: ValidationError, where: str, job: str | None) -> ConfigError:
         key = ".".join(str(p) for p in err["loc"])
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
-            model = RebalanceConfig if key.startswith("rebalance.") else JobConfig
+            model = (RebalanceConfig if key.startswith("rebalance.")
+                     else OperatorEntry if key.startswith("operators.") else JobConfig)
             near = difflib.get_close_matches(key.rsplit(".", 1)[-1], model.model_fields, n=1)
             hint = f"did you mean {near[0]!r}? " if near else ""
             msg = f"unknown key; {hint}allowed: {', '.join(model.model_fields)}"

@@ -62,7 +62,7 @@ def data_plane_args(cfg: JobConfig, bootstrap: str) -> list[str]:
 
     No `--db-url`: the job reads BALLAST_DB_URL from its environment (see `launch`)."""
     return [
-        "--job", cfg.job, "--operator", cfg.operator, "--input-topic", cfg.input_topic,
+        "--job", cfg.job, *cfg.operator_args(), "--input-topic", cfg.input_topic,
         "--bins", str(cfg.bins), "--workers", str(cfg.initial_workers),
         "--checkpoint-dir", cfg.resolved_checkpoint_dir(), "--bootstrap", bootstrap,
         *cfg.extra_args,

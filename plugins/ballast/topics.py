@@ -27,3 +27,9 @@ def create_missing_topics(bootstrap: str, topics: dict[str, int], timeout_ms: in
                 pass
     finally:
         admin.close()
+
+
+def handoff_topic(job: str, operator: str) -> str:
+    """Where operator `operator` of a multi-operator job writes its outputs for the next operator
+    (the last operator writes `<job>.output`). Operator names of such jobs are topic-safe."""
+    return f"{job}.{operator}.out"

@@ -171,11 +171,15 @@ def _diff(got: dict[bytes, int], exp: Counter) -> str:
     return f"state differs: {len(got)} vs {len(exp)} keys; missing {missing} extra {extra} wrong {wrong}"
 
 
-def check_migration_property(db_url: str, job: str) -> int:
-    """Every bin's records at epoch e were applied by map(e, bin)'s worker. Returns rows checked."""
+def check_migration_property(db_url: str, job: str, operator: str | None = None) -> int:
+    """Every bin's records at epoch e were applied by map(e, bin)'s worker. Returns rows checked.
+    `operator`: that operator's maps and bins only (a multi-operator job has one map per operator)."""
+    def mine(model: Any) -> Any:
+        return select(model).where(model.job == job, *([model.operator == operator] if operator else []))
+
     with session_scope(db_url) as s:
-        maps = sorted(s.scalars(select(m.RoutingMap).where(m.RoutingMap.job == job)), key=lambda r: r.map_version)
-        rows = list(s.scalars(select(m.BinMetrics).where(m.BinMetrics.job == job)))
+        maps = sorted(s.scalars(mine(m.RoutingMap)), key=lambda r: r.map_version)
+        rows = list(s.scalars(mine(m.BinMetrics)))
     assert maps and maps[0].map_version == 0
     versions = [r.map_version for r in maps]
     assert versions == list(range(len(versions))), f"map versions not consecutive: {versions}"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ballast import repository as repo
 from ballast.config import JobConfig
-from ballast.control.handoffs import BinLoad, EpochSample, MapState, Resume, Snapshot, WorkerSample
+from ballast.control.handoffs import BinLoad, EpochSample, MapState, OperatorSample, Resume, Snapshot, WorkerSample
 from ballast.errors import BallastError
 
 
@@ -68,12 +68,31 @@ def collect(url: str, cfg: JobConfig, owner: str | None = None) -> Snapshot | Re
         raise NotReady(f"no epoch of {cfg.job}/{cfg.operator} ran under the current map v{current.map_version} "
                        "yet; waiting for metrics")
     workers = repo.worker_window(url, cfg.job, cfg.operator, [e.epoch for e in epochs])
+    names = cfg.operator_names()
     return Snapshot(
         map=MapState(current.map_version, current.epoch, current.workers, current.assignment),
         bins=bins,
-        epochs=tuple(EpochSample(e.epoch, e.input_rows, e.batch_ms, e.input_rate or 0.0, e.backlog or 0)
-                     for e in epochs),
+        epochs=_epoch_samples(epochs),
         workers=tuple(WorkerSample(w.epoch, w.worker, w.records_in, w.records_out, w.useful_ms, w.wall_ms)
                       for w in workers),
         latest_epoch=epochs[-1].epoch,
+        flow=tuple(operator_sample(url, cfg, n) for n in names) if len(names) > 1 else (),
     )
+
+
+def _epoch_samples(rows: list[repo.EpochRow]) -> tuple[EpochSample, ...]:
+    return tuple(EpochSample(e.epoch, e.input_rows, e.batch_ms, e.input_rate or 0.0, e.backlog or 0) for e in rows)
+
+
+def operator_sample(url: str, cfg: JobConfig, name: str) -> OperatorSample:
+    """One operator of a multi-operator job over the rebalance window, under its current map:
+    what DS2 needs to see it as its own node (true rate, selectivity = outputs / inputs). An
+    operator that has not run yet is a node without measurements (DS2 keeps its W)."""
+    current = repo.latest_map(url, cfg.job, name)
+    if current is None:
+        return OperatorSample(name, 1)
+    epochs = [e for e in repo.epoch_window(url, cfg.job, name, cfg.rebalance.window_epochs)
+              if e.workers == current.workers and e.map_version == current.map_version]
+    rows = repo.worker_window(url, cfg.job, name, [e.epoch for e in epochs])
+    return OperatorSample(name, current.workers, _epoch_samples(epochs), tuple(
+        WorkerSample(w.epoch, w.worker, w.records_in, w.records_out, w.useful_ms, w.wall_ms) for w in rows))

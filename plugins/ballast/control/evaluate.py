@@ -55,19 +55,19 @@ def assess(cfg: JobConfig, snap: Snapshot, state: policy.GuardState, now: dateti
     """DS2 on the snapshot's window, the guards on DS2's answer, then a skew check when W stays."""
     rb = cfg.rebalance
     cur = snap.map.workers
-    flow = policy.Dataflow.chain(cfg.input_topic, [(cfg.operator, cur)])
-    rows = [policy.WorkerEpochMetrics(cfg.operator, w.epoch, w.worker, w.records_in, w.records_out, w.useful_ms,
-                                      w.wall_ms) for w in snap.workers]
-    epochs = [policy.EpochMetrics(e.epoch, e.input_rows, e.batch_ms, e.input_rate, e.backlog) for e in snap.epochs]
+    flow, rows, epochs, model = _dataflow(cfg, snap)
     # DS2 sizes for the same utilization the guards' band is centred on
-    res = policy.evaluate(flow, rows, epochs, model=rb.model, batch_budget_s=rb.batch_budget_s,
+    res = policy.evaluate(flow, rows, epochs, model=model, batch_budget_s=rb.batch_budget_s,
                           catch_up_s=rb.catch_up_s, aggregation=rb.aggregation,
                           target_utilization=rb.target_utilization)
     target = res.targets[cfg.operator]
     rates = policy.operator_rates(rows, rb.aggregation)
     true_rate = rates[cfg.operator].true_rate if cfg.operator in rates else None
+    utilization = res.utilization
+    if snap.flow and target.per_instance_rate:  # this operator's own, not the busiest node's
+        utilization = target.target_in_rate / (cur * target.per_instance_rate)
     obs = policy.Observation(now_s=now.timestamp(), epoch=snap.latest_epoch, current_workers=cur,
-                             proposed_workers=target.parallelism, utilization=res.utilization, true_rate=true_rate)
+                             proposed_workers=target.parallelism, utilization=utilization, true_rate=true_rate)
     verdict, new_state = policy.evaluate_guards(obs, state, guard_config(cfg, capacity))
     action: Action = verdict.action
     reason = verdict.reason
@@ -97,8 +97,34 @@ def assess(cfg: JobConfig, snap: Snapshot, state: policy.GuardState, now: dateti
             action = "rebalance"
             reason = (f"{reason}; but worker loads are skewed (max/mean {before.max_over_mean:.2f} > "
                       f"{1 + rb.skew_threshold:.2f}): rebalance bins to {after.max_over_mean:.2f}")
-    return Assessment(action, reason, cur, verdict.proposed_workers, verdict.target_workers, res.utilization,
+    return Assessment(action, reason, cur, verdict.proposed_workers, verdict.target_workers, utilization,
                       true_rate, new_state, inputs)
+
+
+def _dataflow(cfg: JobConfig, snap: Snapshot) -> tuple[policy.Dataflow, list[policy.WorkerEpochMetrics],
+                                                       list[policy.EpochMetrics], Any]:
+    """DS2's view: one node (the job's one operator), or every operator of a multi-operator job
+    as its own node with its measured rates and selectivity, fed by the first operator's source.
+
+    A chain's operators are separate streaming queries running side by side, each with its own
+    micro-batches: DS2's pipelined model is the one that fits them (each node keeps up with the
+    rate its upstream will send once scaled), not the micro-batch model's shared batch budget."""
+    def worker_rows(name: str, samples: Any) -> list[policy.WorkerEpochMetrics]:
+        return [policy.WorkerEpochMetrics(name, w.epoch, w.worker, w.records_in, w.records_out, w.useful_ms,
+                                          w.wall_ms) for w in samples]
+
+    def epoch_rows(samples: Any) -> list[policy.EpochMetrics]:
+        return [policy.EpochMetrics(e.epoch, e.input_rows, e.batch_ms, e.input_rate, e.backlog) for e in samples]
+
+    if not snap.flow:
+        flow = policy.Dataflow.chain(cfg.input_topic, [(cfg.operator, snap.map.workers)])
+        return flow, worker_rows(cfg.operator, snap.workers), epoch_rows(snap.epochs), cfg.rebalance.model
+    nodes = [(o.name, snap.map.workers if o.name == cfg.operator else o.workers) for o in snap.flow]
+    rows = [r for o in snap.flow
+            for r in worker_rows(o.name, snap.workers if o.name == cfg.operator else o.samples)]
+    first = snap.flow[0]
+    source = epoch_rows(snap.epochs if first.name == cfg.operator else first.epochs)
+    return policy.Dataflow.chain(cfg.input_topic, nodes), rows, source, "pipelined"
 
 
 def guard_state(url: str, cfg: JobConfig) -> policy.GuardState:

@@ -75,6 +75,17 @@ class WorkerSample:
 
 
 @dataclass(frozen=True)
+class OperatorSample:
+    """One operator of a multi-operator job as DS2 sees it: its W under its current map, its
+    epochs (the first operator's are the job source's) and its workers' rows over the window."""
+
+    name: str
+    workers: int
+    epochs: tuple[EpochSample, ...] = ()
+    samples: tuple[WorkerSample, ...] = ()
+
+
+@dataclass(frozen=True)
 class BinLoad:
     """Per-bin load over the window and latest size: what placement and planning weigh."""
 
@@ -94,6 +105,7 @@ class Snapshot:
     workers: tuple[WorkerSample, ...] = ()
     latest_epoch: int = 0
     status: Literal["ready"] = "ready"
+    flow: tuple[OperatorSample, ...] = ()  # a multi-operator job: every operator, in chain order
 
     def to_dict(self) -> dict[str, Any]:
         d = json_safe(asdict(self))
@@ -112,6 +124,10 @@ class Snapshot:
             epochs=tuple(_flat(EpochSample, e) for e in d.get("epochs", ())),
             workers=tuple(_flat(WorkerSample, w) for w in d.get("workers", ())),
             latest_epoch=int(d.get("latest_epoch", 0)),
+            flow=tuple(OperatorSample(str(o["name"]), int(o["workers"]),
+                                      tuple(_flat(EpochSample, e) for e in o.get("epochs", ())),
+                                      tuple(_flat(WorkerSample, w) for w in o.get("samples", ())))
+                       for o in d.get("flow", ())),
         )
 
 

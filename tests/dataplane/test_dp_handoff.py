@@ -1,0 +1,52 @@
+"""A chain's hand-off, deduplicated (spark_jobs.inputs): the upstream operator's outputs carry
+`ballast-id` = epoch:worker:seq, and a replay re-emits them. Real Kafka, real Spark: batches cut
+where a crash would cut them — a partial attempt, then the full replay — give every id once, a
+replay of the downstream epoch filters exactly as its first run did, and rows without an id pass."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from kafka import KafkaProducer
+
+from ballast.topics import create_missing_topics
+from spark_jobs.inputs import InputRows
+from spark_jobs.storage import Location
+
+pytestmark = pytest.mark.dataplane
+
+
+def _send(bootstrap: str, topic: str, ids: list[str | None]) -> None:
+    p = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    for i in ids:
+        headers = [("ballast-id", i.encode())] if i else []
+        p.send(topic, key=b"k", value=(i or "plain").encode(), partition=0, headers=headers).get(timeout=30)
+    p.close()
+
+
+def test_replayed_upstream_outputs_are_taken_once(spark, kafka_bootstrap, unique_name, tmp_path):
+    topic = f"{unique_name}.tag.out"
+    create_missing_topics(kafka_bootstrap, {topic: 1})
+    attempt1 = [f"7:0:{s}" for s in range(6)]  # upstream epoch 7, worker 0: a task that died after seq 5
+    replay = [f"7:0:{s}" for s in range(10)] + [f"7:1:{s}" for s in range(3)] + [f"8:0:{s}" for s in range(4)]
+    within = ["8:0:4", "8:0:4", None, "8:0:3"]  # a copy inside one batch, a plain record, an old id
+    _send(kafka_bootstrap, topic, attempt1 + replay + within)
+    cuts = [0, len(attempt1), len(attempt1) + len(replay), len(attempt1) + len(replay) + len(within)]
+    inputs = InputRows([topic], (topic,), Location.of(str(tmp_path / "journal")))
+
+    def batch(i: int) -> list[str]:
+        df = (spark.read.format("kafka").option("kafka.bootstrap.servers", kafka_bootstrap)
+              .option("subscribe", topic).option("includeHeaders", "true")
+              .option("startingOffsets", json.dumps({topic: {"0": cuts[i]}}))
+              .option("endingOffsets", json.dumps({topic: {"0": cuts[i + 1]}})).load())
+        return sorted(bytes(r["value"]).decode() for r in inputs.rows(df, i + 1).collect())
+
+    first = batch(0)
+    assert first == sorted(attempt1)
+    second = batch(1)
+    assert second == sorted([f"7:0:{s}" for s in range(6, 10)] + [f"7:1:{s}" for s in range(3)]
+                            + [f"8:0:{s}" for s in range(4)])
+    assert batch(1) == second, "a replay of the downstream epoch filters as its first run did"
+    assert batch(2) == ["8:0:4", "plain"]
+    assert inputs.mark_before(99) == {f"{topic}|0|0": [8, 4], f"{topic}|0|1": [7, 2]}
