@@ -1,6 +1,7 @@
 """ballast_rebalance__<job>: scheduled DS2 → placement → plan → emit → await (deferrable) → verify.
 
-One DAG per job of dags/ballast_jobs.yaml (tags `ballast`, `job:<job>`), so autoscaling is paused
+One DAG per job of dags/ballast_jobs.yaml (tags `ballast`, `job:<job>`; a multi-operator job: one
+task group per operator, each with its own DS2 decision and plan), so autoscaling is paused
 per job (pause its DAG) and one job's long migration (max_active_runs=1) does not hold the others.
 Thin on purpose: every task calls one function of ballast.controller. An unfinished plan from an
 earlier run is resumed (emission is idempotent by plan and step), never re-planned. How long emit
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from airflow.sdk import DAG, task
+from airflow.sdk import DAG, TaskGroup, task
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from ballast.config import JobConfig, load_jobs, schedules
@@ -24,28 +25,28 @@ def _rebalance_group(cfg: JobConfig) -> None:
     rb = cfg.rebalance
 
     @task(task_id="collect")
-    def collect(job: str = cfg.job) -> dict:
+    def collect(job: str = cfg.job, op: str = cfg.operator) -> dict:
         from ballast import controller
         from ballast.config import get_job
         from ballast.hooks import BallastMetricsDbHook
 
         try:
-            return controller.collect(BallastMetricsDbHook().url(), get_job(job))
+            return controller.collect(BallastMetricsDbHook().url(), get_job(job).for_operator(op))
         except controller.NotReady as exc:
             raise AirflowSkipException(str(exc)) from exc
 
     @task(task_id="evaluate")
-    def evaluate(snap: dict, job: str = cfg.job) -> dict:
+    def evaluate(snap: dict, job: str = cfg.job, op: str = cfg.operator) -> dict:
         from ballast import controller
         from ballast.config import get_job
         from ballast.hooks import BallastMetricsDbHook
 
         if snap["status"] == "resume":
             return {"action": "resume", "plan_id": snap["plan_id"], "reason": snap["reason"]}
-        return controller.evaluate(BallastMetricsDbHook().url(), get_job(job), snap)
+        return controller.evaluate(BallastMetricsDbHook().url(), get_job(job).for_operator(op), snap)
 
     @task(task_id="place_and_plan")
-    def plan(snap: dict, decision: dict, job: str = cfg.job) -> str:
+    def plan(snap: dict, decision: dict, job: str = cfg.job, op: str = cfg.operator) -> str:
         from ballast import controller
         from ballast.config import get_job
         from ballast.hooks import BallastMetricsDbHook
@@ -55,7 +56,7 @@ def _rebalance_group(cfg: JobConfig) -> None:
             return decision["plan_id"]
         if decision["action"] == "no_change":
             raise AirflowSkipException(f"no change: {decision['reason']}")
-        out = controller.plan_rebalance(BallastMetricsDbHook().url(), get_job(job), snap, decision)
+        out = controller.plan_rebalance(BallastMetricsDbHook().url(), get_job(job).for_operator(op), snap, decision)
         if out is None:
             raise AirflowSkipException("placement keeps every bin where it is: nothing to migrate")
         return out["plan_id"]
@@ -97,7 +98,11 @@ def make_dag(cfg: JobConfig, schedule: str | None) -> DAG:
         tags=["ballast", "rebalance", f"job:{cfg.job}"],
         doc_md=__doc__,
     ) as dag:
-        _rebalance_group(cfg)
+        if not cfg.operators:
+            _rebalance_group(cfg)
+        for name in [o.name for o in cfg.operators]:  # a chain: each operator decided and migrated on its own
+            with TaskGroup(group_id=name):
+                _rebalance_group(cfg.for_operator(name))
     return dag
 
 

@@ -74,3 +74,22 @@ def _write(tmp_path, text: str):  # type: ignore[no-untyped-def]
     p = tmp_path / "jobs.yaml"
     p.write_text(text)
     return p
+
+
+def test_the_rebalance_dag_decides_each_operator_of_a_chain(airflow_db, tmp_path, monkeypatch, unique_name):
+    import inspect
+    from pathlib import Path
+
+    from airflow.dag_processing.dagbag import DagBag
+
+    monkeypatch.setenv("BALLAST_JOBS_FILE", str(_write(tmp_path, JOBS.format(job=unique_name))))
+    bag = DagBag(dag_folder=str(Path(__file__).resolve().parents[2] / "dags"))
+    assert bag.import_errors == {}
+    dag = bag.get_dag(f"ballast_rebalance__{unique_name}")
+    ids = {t.task_id for t in dag.tasks}
+    for op in ("split", "counts"):  # one group per operator: its own collect, DS2 decision, plan, emit, await
+        assert {f"{op}.collect", f"{op}.evaluate", f"{op}.place_and_plan", f"{op}.emit",
+                f"{op}.await_checkpoints"} <= ids
+        for task in ("collect", "evaluate", "place_and_plan"):
+            fn = dag.get_task(f"{op}.{task}").python_callable
+            assert inspect.signature(fn).parameters["op"].default == op
