@@ -164,8 +164,9 @@ class EpochCommit:
         moved = (f" moved {moves_doc['bins']} bins/{moves_doc['keys']} keys/{moves_doc['bytes']} B "
                  f"in {moves_doc['ms']:.0f} ms" if moves_doc else "")
         useful = max((float(w["useful_ms"]) for w in worker_docs), default=0.0)
-        log.info("epoch %d%s: rows=%d W=%d map=v%d steps: %s%s; batch %.0f ms (max worker useful %.0f ms) "
-                 "backlog=%s queued=%d", epoch, " (replay)" if replay else "", rows, st.workers, st.map_version,
+        who = f"{self.cfg.operator} " if self.cfg.siblings else ""  # a chain: which operator's epoch
+        log.info("%sepoch %d%s: rows=%d W=%d map=v%d steps: %s%s; batch %.0f ms (max worker useful %.0f ms) "
+                 "backlog=%s queued=%d", who, epoch, " (replay)" if replay else "", rows, st.workers, st.map_version,
                  steps, moved, batch_ms, useful, backlog, len(st.queue))
 
 

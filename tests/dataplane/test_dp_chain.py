@@ -6,6 +6,7 @@ rows in the metrics DB (DS2 sees both, with their selectivity)."""
 
 from __future__ import annotations
 
+import random
 import sys
 from collections import Counter
 from pathlib import Path
@@ -15,11 +16,12 @@ from sqlalchemy import select
 
 from ballast.topics import create_missing_topics, handoff_topic
 from dp_helpers import check_migration_property, checkpoints, plan_maps, produce, steps_from_maps
+from kill_runs import StepSender, cli_env, final_run, killed_runs
 from migrations_db import models as m
 from migrations_db.db import session_scope
 from spark_jobs.chain import OperatorSpec, start_chain
-from spark_jobs.output import read_deduplicated_output
-from spark_jobs.runner import RunConfig
+from spark_jobs.output import read_deduplicated_output, read_output
+from spark_jobs.runner import RunConfig, ensure_job_topics
 from tests.helpers.control import send_control
 from tests.helpers.wait import wait_until
 
@@ -44,12 +46,6 @@ def test_chain_migrates_the_second_operator_while_the_first_runs(spark, kafka_bo
     chain = start_chain(spark, base, [OperatorSpec.parse("tag=chain_ops:Tag"), OperatorSpec.parse("keycount")])
     steps = steps_from_maps(job, "keycount", "plan-2nd", BINS, plan_maps(BINS))
 
-    def final_counts() -> dict[bytes, int]:
-        last: dict[bytes, int] = {}
-        for o in sorted(read_deduplicated_output(kafka_bootstrap, f"{job}.output"), key=lambda o: o.epoch):
-            last[o.key] = int(o.value)
-        return last
-
     try:
         produce(kafka_bootstrap, topic, users[: n // 2], 2, cats[: n // 2])
         wait_until(lambda: (chain.runner("keycount").epochs_done or 0) > 2, 180, "the second operator runs")
@@ -58,7 +54,8 @@ def test_chain_migrates_the_second_operator_while_the_first_runs(spark, kafka_bo
             if i == 2:
                 produce(kafka_bootstrap, topic, users[n // 2:], 2, cats[n // 2:])
             wait_until(lambda s=s: (s.plan_id, s.step) in checkpoints(db_url, job), 120, f"step {s.step} applied")
-        wait_until(lambda: final_counts() == dict(expected), 240, "every category counted exactly once")
+        wait_until(lambda: _final_counts(kafka_bootstrap, job) == dict(expected), 240,
+                   "every category counted exactly once")
         assert all(r.query.exception() is None for r in chain.runners)
     finally:
         chain.stop()
@@ -76,3 +73,44 @@ def test_chain_migrates_the_second_operator_while_the_first_runs(spark, kafka_bo
     assert tag_in == n and tag_out == n, "the first operator's selectivity is 1 here"
     assert check_migration_property(db_url, job, "keycount") > 0 and check_migration_property(db_url, job, "tag") > 0
     assert handoff_topic(job, "tag") == f"{job}.tag.out"
+
+
+def test_chain_exactly_once_across_driver_kills(kafka_bootstrap, make_topics, unique_name, tmp_path, db_url):
+    """The same chain run by the CLI, SIGKILLed after an epoch's outputs were written but before its
+    manifest (twice), inside a worker before its cache commits, and at a random moment, while the
+    plan moves the second operator's bins: a replayed `tag` epoch re-emits its hand-off records
+    (998 copies in one run), and `keycount` takes each once (spark_jobs.inputs)."""
+    job, topic = unique_name, f"{unique_name}.in"
+    make_topics({topic: 2})
+    n = 6000
+    cats = [b"cat-%02d" % (i * 13 % 40) for i in range(n)]
+    produce(kafka_bootstrap, topic, [b"u%03d" % (i * 7 % 50) for i in range(n)], 2, cats)
+    ensure_job_topics(kafka_bootstrap, job, 2)
+    steps = steps_from_maps(job, "keycount", "plan-kill", BINS, plan_maps(BINS))
+    ckpt_dir, faults_file, logs = tmp_path / "ckpt", tmp_path / "faults", tmp_path / "logs"
+    logs.mkdir()
+    cmd = [sys.executable, "-m", "spark_jobs.cli", "run", "--job", job, "--input-topic", topic,
+           "--operator", "tag=chain_ops:Tag", "--operator", "keycount", "--bins", str(BINS), "--workers", "2",
+           "--checkpoint-dir", str(ckpt_dir), "--bootstrap", kafka_bootstrap, "--db-url", db_url,
+           "--trigger-ms", "200", "--max-offsets-per-trigger", "500"]
+    env = cli_env(faults_file, HERE)
+    sender = StepSender(kafka_bootstrap, job, "keycount", steps, ckpt_dir / "keycount" / "spark", db_url)
+    # before_manifest: outputs written, epoch not committed — a replay re-emits them (for `tag`: hand-off copies)
+    killed_runs(cmd, env, logs, faults_file, sender, random.Random(41),
+                faults=("before_manifest 2", "worker_before_commit 3", "before_manifest 5", None))
+    final_run(cmd, env, logs / "final.log", lambda: (sender(), sender.all_applied)[1]
+              and _final_counts(kafka_bootstrap, job) == dict(Counter(cats)))
+    cps = checkpoints(db_url, job)
+    assert sorted(cps) == [("plan-kill", s.step) for s in steps] and all(c.status == "applied" for c in cps.values())
+    assert check_migration_property(db_url, job, "keycount") > 0
+    handed, copies = read_output(kafka_bootstrap, handoff_topic(job, "tag"))  # same id, same value: checked
+    assert len(handed) == n, "tag emitted one record per input, each id once after deduplication"
+    print(f"hand-off copies dropped by keycount: {copies}")
+
+
+def _final_counts(bootstrap: str, job: str) -> dict[bytes, int]:
+    """Each category's last count in `<job>.output` (deduplicated, in epoch order)."""
+    last: dict[bytes, int] = {}
+    for o in sorted(read_deduplicated_output(bootstrap, f"{job}.output"), key=lambda o: o.epoch):
+        last[o.key] = int(o.value)
+    return last
