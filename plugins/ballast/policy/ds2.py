@@ -10,244 +10,46 @@ Two models share the same inputs and the same topological propagation of target 
   overhead must fit the batch time budget. Derivation in docs/policy.md.
 
 Everything here is a pure function of plain dataclasses that mirror metrics DB rows, so the
-Airflow DAG stays thin and the model is unit-tested in milliseconds.
+Airflow DAG stays thin and the model is unit-tested in milliseconds. The inputs are in
+`ballast.policy.dataflow`, the measured rates in `ballast.policy.rates`; their names are
+re-exported here, the module callers import DS2 from.
 """
 
 from __future__ import annotations
 
 import math
-from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-Aggregation = Literal["sum", "max"]
+from ballast.policy.dataflow import (
+    Dataflow,
+    EpochMetrics,
+    OperatorNode,
+    OperatorRates,
+    SourceLoad,
+    WorkerEpochMetrics,
+)
+from ballast.policy.rates import (
+    DEFAULT_OVERHEAD_S,
+    Aggregation,
+    estimate_overhead_s,
+    operator_rates,
+    source_expansion,
+    source_load,
+)
 
-#: Fixed cost of one Spark micro-batch (docs/operations.md, "Traps": ~0.2-0.3 s on a 2-core machine).
-DEFAULT_OVERHEAD_S = 0.25
-
-
-# --------------------------------------------------------------------------- inputs
-
-
-@dataclass(frozen=True)
-class WorkerEpochMetrics:
-    """One metrics DB row: what worker `worker` of `operator` did in epoch `epoch`."""
-
-    operator: str
-    epoch: int
-    worker: int
-    records_in: int
-    records_out: int
-    useful_ms: float  # time inside the operator's work, excluding waiting
-    wall_ms: float
-
-
-@dataclass(frozen=True)
-class EpochMetrics:
-    """One metrics DB row per epoch: the source side, measured independently of backpressure."""
-
-    epoch: int
-    input_rows: int
-    batch_ms: float
-    input_rate: float  # rows/s from Kafka end-offset growth (what arrives, not what we read)
-    backlog: int  # rows not yet read at the end of the epoch
-
-
-@dataclass(frozen=True)
-class OperatorNode:
-    """An operator of the job's dataflow; `inputs` names sources or upstream operators.
-
-    `adjustable=False` marks a stage whose parallelism Ballast does not control (e.g. the Kafka
-    read stage): the micro-batch model charges its time to the budget but never resizes it.
-    """
-
-    name: str
-    inputs: tuple[str, ...]
-    parallelism: int
-    adjustable: bool = True
-
-
-@dataclass(frozen=True)
-class Dataflow:
-    """Sources plus operators forming a DAG (today: one source and a chain)."""
-
-    sources: tuple[str, ...]
-    operators: tuple[OperatorNode, ...]
-
-    @staticmethod
-    def chain(source: str, operators: Sequence[tuple[str, int]]) -> Dataflow:
-        """source -> op1 -> op2 ...; `operators` are (name, current parallelism)."""
-        nodes, prev = [], source
-        for name, p in operators:
-            nodes.append(OperatorNode(name, (prev,), p))
-            prev = name
-        return Dataflow((source,), tuple(nodes))
-
-    def node(self, name: str) -> OperatorNode:
-        for op in self.operators:
-            if op.name == name:
-                return op
-        raise KeyError(name)
-
-    def topological_order(self) -> list[OperatorNode]:
-        """Kahn's algorithm; ties broken by declaration order so results are deterministic."""
-        names = [op.name for op in self.operators]
-        known = set(names) | set(self.sources)
-        if len(set(names)) != len(names) or set(names) & set(self.sources):
-            raise ValueError("operator and source names must be unique")
-        for op in self.operators:
-            for i in op.inputs:
-                if i not in known:
-                    raise ValueError(f"operator {op.name!r} reads unknown input {i!r}")
-        done: set[str] = set(self.sources)
-        order: list[OperatorNode] = []
-        pending = list(self.operators)
-        while pending:
-            ready = [op for op in pending if all(i in done for i in op.inputs)]
-            if not ready:
-                raise ValueError("dataflow has a cycle")
-            op = ready[0]
-            order.append(op)
-            done.add(op.name)
-            pending.remove(op)
-        return order
-
-
-@dataclass(frozen=True)
-class SourceLoad:
-    """What a source must be served at: its arrival rate and the backlog to catch up on."""
-
-    rate: float  # rows/s
-    backlog: float = 0.0  # rows
-
-    def target_rate(self, catch_up_s: float) -> float:
-        """DS2's source rate plus Flink's catch-up term: drain the backlog within catch_up_s."""
-        return self.rate + (self.backlog / catch_up_s if catch_up_s > 0 else 0.0)
-
-
-@dataclass(frozen=True)
-class OperatorRates:
-    """Measured rates of one operator over a window of epochs (rows/s)."""
-
-    operator: str
-    instances: int
-    true_rate_per_instance: float  # capacity of one instance, rows in / useful second
-    true_rate: float  # o[λp]: sum over instances (or instances * per-instance for "max")
-    true_output_rate: float  # o[λo]
-    observed_rate: float  # rows in / wall second of the busiest instance (<= true rate)
-    selectivity: float  # o[λo] / o[λp]: rows out per row in
-    useful_s: float
-    wall_s: float
-
-
-# --------------------------------------------------------------------------- measurement
+__all__ = [
+    "DEFAULT_OVERHEAD_S", "Aggregation", "DS2Result", "Dataflow", "EpochMetrics", "OperatorNode", "OperatorRates",
+    "OperatorTarget", "SourceLoad", "WorkerEpochMetrics", "advise_budget_s", "backlog_growth",
+    "bottleneck_outside_operators", "ds2_microbatch", "ds2_pipelined", "estimate_overhead_s", "evaluate",
+    "microbatch_duration_s", "microbatch_max_rate", "operator_rates", "source_expansion", "source_load",
+]
 
 
 def _ceil(x: float) -> int:
     """ceil that forgives float noise: 1e6/min / 1e5/min must give 10, not 11."""
     return max(0, math.ceil(x - 1e-9 * max(1.0, abs(x))))
-
-
-def operator_rates(
-    rows: Iterable[WorkerEpochMetrics], aggregation: Aggregation = "sum"
-) -> dict[str, OperatorRates]:
-    """True rates per operator over all epochs in `rows` (a window).
-
-    `sum` is DS2's definition: o[λp] = Σ_k records_in_k / useful_k, per instance = o[λp] / p.
-    `max` is the Flink autoscaler's: the busiest instance's useful time stands for all, i.e.
-    per instance = Σ records_in / (p · max_k useful_k). It is the conservative choice under skew:
-    in a micro-batch the stage ends when its slowest worker ends. Equal to `sum` when balanced.
-    Workers with no useful time are idle instances: counted in p, they add no rate.
-    """
-    per_op: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(lambda: [0, 0, 0.0, 0.0]))
-    for r in rows:
-        acc = per_op[r.operator][r.worker]
-        acc[0] += r.records_in
-        acc[1] += r.records_out
-        acc[2] += r.useful_ms / 1000.0
-        acc[3] += r.wall_ms / 1000.0
-    out: dict[str, OperatorRates] = {}
-    for op, workers in per_op.items():
-        p = len(workers)
-        rin = sum(a[0] for a in workers.values())
-        rout = sum(a[1] for a in workers.values())
-        useful = [a[2] for a in workers.values()]
-        wall = [a[3] for a in workers.values()]
-        if max(useful) <= 0:
-            continue  # rates undefined (DS2: W_u = 0); the caller keeps the current parallelism
-        if aggregation == "sum":
-            tr = sum(a[0] / a[2] for a in workers.values() if a[2] > 0)
-            to = sum(a[1] / a[2] for a in workers.values() if a[2] > 0)
-        elif aggregation == "max":
-            tr = rin / max(useful)
-            to = rout / max(useful)
-        else:
-            raise ValueError(f"unknown aggregation {aggregation!r}")
-        out[op] = OperatorRates(
-            operator=op,
-            instances=p,
-            true_rate_per_instance=tr / p,
-            true_rate=tr,
-            true_output_rate=to,
-            observed_rate=rin / max(wall) if max(wall) > 0 else 0.0,
-            selectivity=to / tr if tr > 0 else 0.0,
-            useful_s=sum(useful),
-            wall_s=sum(wall),
-        )
-    return out
-
-
-def source_load(epochs: Sequence[EpochMetrics]) -> SourceLoad:
-    """Mean arrival rate over the window and the latest backlog (what is still to catch up)."""
-    if not epochs:
-        raise ValueError("no epoch metrics")
-    latest = max(epochs, key=lambda e: e.epoch)
-    return SourceLoad(rate=sum(e.input_rate for e in epochs) / len(epochs), backlog=latest.backlog)
-
-
-def source_expansion(flow: Dataflow, rows: Iterable[WorkerEpochMetrics], epochs: Sequence[EpochMetrics],
-                     source: str) -> float:
-    """Records the source's first operator receives per source row, measured over the window.
-
-    Source rates are counted in input rows (Kafka offsets), operator rates in the records a worker
-    folds. They differ when the key extractor flat-maps (word count: a sentence is many words);
-    without this factor DS2 would under-provision such a job by the words per sentence.
-    1.0 when unmeasured (no rows, or the first operator saw nothing).
-    """
-    firsts = {op.name for op in flow.operators if source in op.inputs}
-    rows = [r for r in rows if r.operator in firsts]
-    both = {e.epoch for e in epochs} & {r.epoch for r in rows}  # epochs measured on both sides
-    got = sum(r.records_in for r in rows if r.epoch in both)
-    sent = sum(e.input_rows for e in epochs if e.epoch in both)
-    # two decimals: per-worker counts that do not add up exactly (a window edge) must not nudge
-    # a 1:1 job's target rate by 0.04 % and with it a rounded-up parallelism
-    return round(got / sent, 2) if got > 0 and sent > 0 else 1.0
-
-
-def estimate_overhead_s(
-    epochs: Sequence[EpochMetrics], rows: Iterable[WorkerEpochMetrics], default: float = DEFAULT_OVERHEAD_S
-) -> float:
-    """Fixed cost per batch = median over epochs of (batch time − Σ_stage slowest worker's wall).
-
-    Why the median: a single GC pause or slow commit must not inflate the overhead of every batch.
-    """
-    stage_wall: dict[int, dict[str, float]] = defaultdict(dict)
-    for r in rows:
-        d = stage_wall[r.epoch]
-        d[r.operator] = max(d.get(r.operator, 0.0), r.wall_ms / 1000.0)
-    samples = sorted(
-        max(0.0, e.batch_ms / 1000.0 - sum(stage_wall[e.epoch].values()))
-        for e in epochs
-        if e.epoch in stage_wall
-    )
-    if not samples:
-        return default
-    n = len(samples)
-    return samples[n // 2] if n % 2 else (samples[n // 2 - 1] + samples[n // 2]) / 2
-
-
-# --------------------------------------------------------------------------- decisions
 
 
 @dataclass(frozen=True)
