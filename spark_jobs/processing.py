@@ -63,6 +63,10 @@ class ProcessorOperator(Operator):
         if spec.input_schema:
             rows = src.select(F.from_json(F.col("value").cast("string"), spec.input_schema).alias("__r"), *tail)
             rows = rows.select("__r.*", *tail)
+        if spec.where:
+            rows = rows.where(F.expr(spec.where))
+        for name, expr in spec.columns:
+            rows = rows.withColumn(name, F.expr(expr))
         else:
             rows = src.select(F.col("key").cast("string").alias("key"), F.col("value").cast("string").alias("value"),
                               *tail)

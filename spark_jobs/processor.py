@@ -35,7 +35,11 @@ class QuerySpec:
     record's `key` and `value` as strings); `grouping_keys` are columns of it; `event_time_column`
     (a timestamp column) and `lateness_ms` define the watermark in EventTime mode. With several input
     topics (a join) every topic's JSON is read with the same schema (a side's missing fields are
-    null) and `source_column`, when set, names a column that tells the input's position (0, 1, …)."""
+    null) and `source_column`, when set, names a column that tells the input's position (0, 1, …).
+    `where` (a Spark SQL predicate) and `columns` ((name, Spark SQL expression) pairs, applied in order,
+    generators such as explode allowed) run on the parsed rows before routing: a stateless query
+    (a filter, a projection) or a key computed from the row (e.g. a NEXMark join key) needs no code
+    in the processor."""
 
     input_schema: str | None = None
     grouping_keys: tuple[str, ...] = ("key",)
@@ -43,6 +47,8 @@ class QuerySpec:
     event_time_column: str | None = None
     lateness_ms: int = 0
     source_column: str | None = None
+    where: str | None = None
+    columns: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         if self.time_mode not in TIME_MODES:

@@ -1,0 +1,79 @@
+"""Q5 (hot items) and Q7 (highest bid): per event-time window, keyed by the window's start.
+
+Keying by window makes each query one operator: the window's whole answer (the top auction(s) by
+bid count, the top bid(s) by price) is in one key's state and is emitted by one event-time timer
+at the window's end. The trade-off: a window's bids all go to one key, so a job has only as much
+parallelism as open windows (2-3 here) and a hot window is a hot key; keying by auction spreads
+the counting but needs a second operator for the per-window maximum (a chain, as Q4/Q6 do).
+Q5's sliding windows (10 s every 5 s) are made before routing: each bid is exploded into the two
+windows that contain it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from spark_jobs.nexmark import BID, KIND, LATENESS_MS, PERIOD_MS, SCHEMA, WINDOW_MS
+from spark_jobs.processor import StatefulProcessor, StatefulProcessorHandle, query
+
+
+class HotItems(StatefulProcessor):
+    """Q5: bid count per auction in the window; the auction(s) with the most bids at its end."""
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.handle = handle
+        self.counts = handle.get_map_state("counts")
+
+    def handle_input_rows(self, key: tuple, rows: Iterator[Any], timer_values: Any) -> Iterator[Any]:
+        for r in rows:
+            (n,) = self.counts.get_value((r.auction,)) or (0,)
+            self.counts.update_value((r.auction,), (n + 1,))
+        self.handle.register_timer(key[0] + WINDOW_MS)
+        return iter(())
+
+    def handle_expired_timer(self, key: tuple, timer_values: Any, expired_timer_info: Any) -> Iterator[Any]:
+        counts = {k[0]: v[0] for k, v in self.counts.iterator()}
+        self.counts.clear()
+        if not counts:
+            return iter(())
+        top = max(counts.values())
+        start = key[0]
+        return iter([{"window_start": start, "window_end": start + WINDOW_MS, "auction": a, "count": n}
+                     for a, n in sorted(counts.items()) if n == top])
+
+
+class HighestBid(StatefulProcessor):
+    """Q7: the bid(s) with the highest price in the tumbling window, at its end."""
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.handle = handle
+        self.top = handle.get_list_state("top")
+
+    def handle_input_rows(self, key: tuple, rows: Iterator[Any], timer_values: Any) -> Iterator[Any]:
+        top = list(self.top.get())
+        for r in rows:
+            bid = (r.price, r.auction, r.bidder, r.date_time)
+            if not top or bid[0] > top[0][0]:
+                top = [bid]
+            elif bid[0] == top[0][0]:
+                top.append(bid)
+        self.top.put(top)
+        self.handle.register_timer(key[0] + WINDOW_MS)
+        return iter(())
+
+    def handle_expired_timer(self, key: tuple, timer_values: Any, expired_timer_info: Any) -> Iterator[Any]:
+        top = sorted(self.top.get())
+        self.top.clear()
+        start = key[0]
+        return iter([{"window_start": start, "window_end": start + WINDOW_MS, "auction": a, "bidder": b,
+                      "price": p, "date_time": t} for p, a, b, t in top])
+
+
+_EVENT_TIME: dict[str, Any] = {"input_schema": SCHEMA, "source_column": KIND, "grouping_keys": ("window_start",),
+                               "time_mode": "EventTime", "event_time_column": "date_time",
+                               "lateness_ms": LATENESS_MS, "where": f"{KIND} = {BID}"}
+_LAST = f"date_time - date_time % {PERIOD_MS}"
+Q5 = query(HotItems, **_EVENT_TIME, columns=(
+    ("window_start", f"explode(sequence({_LAST} - {WINDOW_MS - PERIOD_MS}, {_LAST}, {PERIOD_MS}))"),))
+Q7 = query(HighestBid, **_EVENT_TIME, columns=(("window_start", f"date_time - date_time % {WINDOW_MS}"),))
