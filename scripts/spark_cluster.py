@@ -9,6 +9,8 @@
 
 `python scripts/spark_cluster.py up|down|status --dir D [--workers N]` does the same for people
 (`up` leaves the cluster running and records it in D/cluster.json; `down` stops it).
+Its processes are found through /proc in spark_cluster_procs; the spark-submit line is built in
+spark_cluster_submit; both modules' public names are re-exported here.
 
 SPARK_HOME is the pyspark wheel's directory: it has `bin/spark-class` but no `sbin/start-*.sh`,
 so the master and every worker are started here with `spark-class`. Every port is chosen free at
@@ -37,7 +39,6 @@ import atexit
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -49,108 +50,36 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from ballast.errors import BallastError
-from ballast.options import settings
+if str(Path(__file__).resolve().parent) not in sys.path:  # the modules beside this file,
+    sys.path.insert(0, str(Path(__file__).resolve().parent))  # however this file is loaded
 
-HOST = "127.0.0.1"
-TAG_VAR = "BALLAST_SPARK_CLUSTER"
+from spark_cluster_procs import (  # noqa: E402
+    HOST,
+    TAG_VAR,
+    all_pids,
+    arg,
+    cmdline,
+    descendants,
+    free_port,
+    has_tag,
+    pid_alive,
+    signal_group,
+    tail,
+    wait_until,
+)
+from spark_cluster_submit import spark_home, spark_submit_cmd, submit_env  # noqa: E402
+
+from ballast.errors import BallastError  # noqa: E402
+from ballast.options import settings  # noqa: E402
+
+__all__ = ["HOST", "TAG_VAR", "ClusterError", "Executor", "SparkCluster", "Worker", "free_port", "main", "pid_alive",
+           "spark_home", "spark_submit_cmd", "start_cluster", "submit_env", "wait_until"]
 EXECUTOR_CLASS = "CoarseGrainedExecutorBackend"
 STATE_FILE = "cluster.json"
 
 
 class ClusterError(BallastError, RuntimeError):
     """The cluster (or one of its processes) did not come up; the message has the log tail."""
-
-
-def spark_home() -> str:
-    import pyspark
-
-    return os.path.dirname(pyspark.__file__)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
-
-
-def wait_until(check: Callable[[], Any], timeout: float, what: str, interval: float = 0.25) -> Any:
-    """Poll `check` until it returns something truthy (returned); TimeoutError after `timeout` s."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what}: not reached within {timeout:.0f}s")
-        time.sleep(interval)
-
-
-def _tail(path: Path, chars: int = 3000) -> str:
-    try:
-        return path.read_text(errors="replace")[-chars:]
-    except OSError:
-        return "(no log)"
-
-
-# ------------------------------------------------------------------------ /proc, by pid only --
-def _stat(pid: int) -> tuple[int, int, str] | None:
-    """(ppid, pgid, state) of a process, or None when it is gone."""
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    parts = raw[raw.rindex(")") + 2:].split()
-    return int(parts[1]), int(parts[2]), parts[0]
-
-
-def pid_alive(pid: int) -> bool:
-    st = _stat(pid)
-    return st is not None and st[2] not in ("Z", "X")
-
-
-def _cmdline(pid: int) -> list[str]:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
-    except OSError:
-        return []
-
-
-def _all_pids() -> list[int]:
-    return [int(p) for p in os.listdir("/proc") if p.isdigit()]
-
-
-def _descendants(root: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for pid in _all_pids():
-        st = _stat(pid)
-        if st is not None:
-            children.setdefault(st[0], []).append(pid)
-    out, todo = [], [root]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child)
-    return out
-
-
-def _has_tag(pid: int, token: str) -> bool:
-    try:
-        env = Path(f"/proc/{pid}/environ").read_bytes()
-    except OSError:
-        return False
-    return f"{TAG_VAR}={token}".encode() in env.split(b"\0")
-
-
-def _arg(cmd: list[str], flag: str) -> str | None:
-    return cmd[cmd.index(flag) + 1] if flag in cmd[:-1] else None
-
-
-def _signal_group(pid: int, sig: int) -> None:
-    try:
-        os.killpg(pid, sig)  # every process here leads its own group (start_new_session)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 # ------------------------------------------------------------------------------- the cluster --
@@ -241,14 +170,14 @@ class SparkCluster:
         """Wait for `check`; ClusterError with the log tail if the process dies or time runs out."""
         def _check() -> Any:
             if not pid_alive(pid):
-                raise ClusterError(f"{what} exited during start-up; last lines of {log}:\n{_tail(log)}")
+                raise ClusterError(f"{what} exited during start-up; last lines of {log}:\n{tail(log)}")
             return check()
 
         try:
             return wait_until(_check, self.start_timeout, what, interval=0.3)
         except TimeoutError:
             raise ClusterError(
-                f"{what} not up within {self.start_timeout:.0f}s; last lines of {log}:\n{_tail(log)}"
+                f"{what} not up within {self.start_timeout:.0f}s; last lines of {log}:\n{tail(log)}"
             ) from None
 
     def _start_master(self) -> None:
@@ -354,11 +283,11 @@ class SparkCluster:
         for w in self.workers:
             if not pid_alive(w.pid):
                 continue
-            for pid in _descendants(w.pid):
-                cmd = _cmdline(pid)
+            for pid in descendants(w.pid):
+                cmd = cmdline(pid)
                 if not any(EXECUTOR_CLASS in a for a in cmd) or not pid_alive(pid):
                     continue
-                ex = Executor(pid, w.index, _arg(cmd, "--executor-id") or "?", _arg(cmd, "--app-id") or "?")
+                ex = Executor(pid, w.index, arg(cmd, "--executor-id") or "?", arg(cmd, "--app-id") or "?")
                 if app_id is None or ex.app_id == app_id:
                     out.append(ex)
         return sorted(out, key=lambda e: (e.app_id, int(e.executor_id) if e.executor_id.isdigit() else -1))
@@ -379,8 +308,8 @@ class SparkCluster:
         for pid in [self.master_pid, *(w.pid for w in self.workers)]:
             if pid and pid_alive(pid):
                 pids.add(pid)
-                pids.update(p for p in _descendants(pid) if pid_alive(p))
-        pids.update(p for p in _all_pids() if p != os.getpid() and _has_tag(p, self.token) and pid_alive(p))
+                pids.update(p for p in descendants(pid) if pid_alive(p))
+        pids.update(p for p in all_pids() if p != os.getpid() and has_tag(p, self.token) and pid_alive(p))
         return sorted(pids)
 
     # ------------------------------------------------------------------------------ stop --
@@ -394,10 +323,10 @@ class SparkCluster:
         if self._stopped:
             return
         leaders = [w.pid for w in self.workers] + ([self.master_pid] if self.master_pid else [])
-        leaders = [p for p in leaders if p in self._procs or _has_tag(p, self.token)]
+        leaders = [p for p in leaders if p in self._procs or has_tag(p, self.token)]
         everything = set(self.processes())
         for pid in leaders:  # workers first: their shutdown hook stops their executors
-            _signal_group(pid, signal.SIGTERM)
+            signal_group(pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             self._reap()
@@ -405,9 +334,9 @@ class SparkCluster:
                 break
             time.sleep(0.2)
         for pid in leaders:
-            _signal_group(pid, signal.SIGKILL)
+            signal_group(pid, signal.SIGKILL)
         for pid in everything | set(self.processes()):  # e.g. PySpark daemons (own group)
-            if pid_alive(pid) and (pid in self._procs or _has_tag(pid, self.token)):
+            if pid_alive(pid) and (pid in self._procs or has_tag(pid, self.token)):
                 os.kill(pid, signal.SIGKILL)
         for proc in self._procs.values():
             proc.wait(timeout=10)
@@ -452,58 +381,6 @@ def start_cluster(
         ref = weakref.ref(cluster)
         atexit.register(lambda: ref() is not None and ref().stop())  # type: ignore[union-attr]
     return cluster.start(workers)
-
-
-# -------------------------------------------------------------------------------- submitting --
-def submit_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """Environment for running `spark_submit_cmd`: the driver binds to 127.0.0.1 only."""
-    env = os.environ.copy()
-    env.pop("SPARK_CONF_DIR", None)
-    env.update(SPARK_HOME=spark_home(), SPARK_LOCAL_IP=HOST, PYSPARK_PYTHON=sys.executable)
-    env.update(extra or {})
-    return env
-
-
-def spark_submit_cmd(
-    cluster_or_master_url: SparkCluster | str,
-    app: str,
-    app_args: list[str],
-    *,
-    py_files: Iterable[str] = (),
-    conf: dict[str, str] | None = None,
-    jars: list[str] | None = None,
-    name: str = "ballast",
-) -> list[str]:
-    """A client-mode spark-submit command line (run it with env=submit_env()).
-
-    `jars=None` adds the Kafka connector (.cache/jars/spark-kafka); `conf` overrides the defaults
-    (this venv's Python on both sides, driver on 127.0.0.1, 1-core 512m executors, no driver UI).
-    """
-    master = cluster_or_master_url if isinstance(cluster_or_master_url, str) else cluster_or_master_url.master_url
-    if jars is None:
-        from spark_jobs.session import connector_jars
-
-        jars = connector_jars()
-    settings = {
-        "spark.pyspark.python": sys.executable,
-        "spark.pyspark.driver.python": sys.executable,
-        "spark.driver.host": HOST,
-        "spark.driver.bindAddress": HOST,
-        "spark.executor.cores": "1",
-        "spark.executor.memory": "512m",
-        "spark.ui.enabled": "false",
-        **(conf or {}),
-    }
-    cmd = [os.path.join(spark_home(), "bin", "spark-submit"), "--master", master, "--deploy-mode", "client",
-           "--name", name]
-    if jars:
-        cmd += ["--jars", ",".join(jars)]
-    py_files = list(py_files)
-    if py_files:
-        cmd += ["--py-files", ",".join(py_files)]
-    for key, value in settings.items():
-        cmd += ["--conf", f"{key}={value}"]
-    return [*cmd, app, *app_args]
 
 
 # ----------------------------------------------------------------------------------------- CLI --
