@@ -1,5 +1,5 @@
 """The experiments, one module each (`migration` and `bins`, `native`, `ds2`, `latency`; `cluster` is
-bench/cluster.py). Each writes its CSVs, PNGs and a Markdown section under its own directory of the
+the bench.cluster package). Each writes its CSVs, PNGs and a Markdown section under its own directory of the
 run and returns the figures that go into summary.json. What they share is in `common`.
 """
 
