@@ -1,5 +1,6 @@
 """Spark's own stateful aggregation, as the baseline: `groupBy(key).count()` over the same Kafka
-input, RocksDB state store, update mode, noop sink (`python -m bench.native_job run ...`).
+input, RocksDB state store, update mode, noop sink (`python -m bench.native_job run ...`), or a Kafka
+sink (`--output-topic`: key, count as text) when the latency of its answers is measured.
 
 Every finished micro-batch's progress (StreamingQueryProgress JSON) is appended to a JSONL file,
 which is what the benchmark reads: rows, durations, state-operator partitions, source offsets.
@@ -43,7 +44,13 @@ def run(a: argparse.Namespace) -> int:
     if a.max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", str(a.max_offsets_per_trigger))
     counts = reader.load().groupBy(F.col("key")).count()
-    q_builder = (counts.writeStream.format("noop").outputMode("update").option("checkpointLocation", a.checkpoint)
+    if a.output_topic:  # the answers, visible to a consumer: what the latency benchmark times
+        sink = (counts.select(F.col("key"), F.col("count").cast("string").alias("value")).writeStream
+                .format("kafka").option("kafka.bootstrap.servers", a.bootstrap).option("topic", a.output_topic))
+    else:
+        sink = counts.writeStream.format("noop")
+    # trigger 0: as fast as possible (the next batch starts as soon as the previous one ends)
+    q_builder = (sink.outputMode("update").option("checkpointLocation", a.checkpoint)
                  .trigger(processingTime=f"{a.trigger_ms} milliseconds"))
     out = Path(a.progress)
     stop = threading.Event()
@@ -57,7 +64,8 @@ def run(a: argparse.Namespace) -> int:
 
     class Progress(StreamingQueryListener):  # every finished micro-batch, in order, none missed
         def onQueryStarted(self, event):  # type: ignore[no-untyped-def]
-            pass
+            # the query runs: a benchmark may start its load now (the start-up is not measured)
+            Path(f"{a.progress}.started").write_text(str(time.time()))
 
         def onQueryProgress(self, event):  # type: ignore[no-untyped-def]
             p = json.loads(event.progress.json)
@@ -129,6 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--trigger-ms", type=int, default=500)
     r.add_argument("--max-offsets-per-trigger", type=int, default=None)
     r.add_argument("--progress", required=True)
+    r.add_argument("--output-topic", default=None, help="write the counts to this Kafka topic (default: noop sink)")
     r.add_argument("--until-rows", type=int, default=None, help="stop once this many rows were read")
     r.add_argument("--duration-s", type=float, default=None)
     rp = sub.add_parser("repartition")

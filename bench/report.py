@@ -185,3 +185,18 @@ def md_table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
     out = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     out += ["| " + " | ".join(f(r.get(c)) for c in columns) + " |" for r in rows]
     return "\n".join(out)
+
+
+def plot_stacked(path: Path, parts: dict[str, dict[str, float]], title: str) -> Path:
+    """One stacked bar per series (e.g. a system and trigger): its named parts (NaN counts as 0)."""
+    names = sorted({k for d in parts.values() for k in d if k != "batch_ms"})
+    fig, ax = plt.subplots(figsize=(8, 4))
+    bottom = [0.0] * len(parts)
+    for i, name in enumerate(names):
+        vals = [float(d.get(name) or 0.0) if d.get(name) == d.get(name) else 0.0 for d in parts.values()]
+        ax.bar(list(parts), vals, bottom=bottom, label=name, color=f"C{i % 10}")
+        bottom = [b + v for b, v in zip(bottom, vals)]
+    ax.set_ylabel("ms")
+    ax.legend(fontsize=7)
+    ax.set_title(title, fontsize=10)
+    return _save(fig, path)

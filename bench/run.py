@@ -23,19 +23,20 @@ from typing import Any
 from bench import cluster as cl
 from bench import experiments as ex
 from bench import report as rp
-from bench.experiments import ds2, migration, native
+from bench.experiments import ds2, latency, migration, native
 from bench.infra import REPO, git_commit, kafka_up, machine_info
 
 RESULTS = REPO / "bench" / "results"
 PUBLISH = REPO / "bench" / "report"
-ORDER = ("migration", "native", "bins", "ds2", "cluster")
+ORDER = ("migration", "native", "bins", "ds2", "latency", "cluster")
 RUNNERS = {"migration": migration.exp_migration, "native": native.exp_native, "bins": migration.exp_bins,
-           "ds2": ds2.exp_ds2,
+           "ds2": ds2.exp_ds2, "latency": latency.exp_latency,
            "cluster": cl.exp_cluster}
 # what each experiment contributes to summary.json and to the run directory (for a partial publish)
 SUMMARY_KEYS = {"migration": ("migration",), "native": ("throughput", "reconfig"), "bins": ("bins",),
-                "ds2": ("ds2",), "cluster": ("cluster",)}
+                "ds2": ("ds2",), "latency": ("latency",), "cluster": ("cluster",)}
 RUN_DIRS = {"migration": ("migration-b*",), "native": ("native",), "bins": ("bins", "bins-b*"), "ds2": ("ds2",),
+            "latency": ("latency",),
             "cluster": ("cluster",)}
 
 # Every key summary.json must have (dotted paths); tests/bench checks them.
@@ -46,7 +47,7 @@ REQUIRED_KEYS = (
     "cluster.durable_vs_local.batch_ms_ratio", "cluster.durable_vs_local.useful_ms_ratio",
     "cluster.precopy.cutover_ms_ratio", "cluster.precopy.cutover_batch_ms_ratio", "cluster.recovery.ballast_s",
     "cluster.recovery.native_s", "cluster.scale_out.throughput_before", "cluster.scale_out.throughput_after",
-    "cluster.scale_out.max_epoch_gap_s",
+    "cluster.scale_out.max_epoch_gap_s", "latency.ballast_p99_over_native_worst", "latency.by_trigger_rate",
 )
 
 
@@ -120,6 +121,9 @@ def build_summary(ctx: ex.Ctx, results: dict[str, Any], errors: dict[str, str], 
     s["ds2"] = {"decisions_to_converge": d.get("decisions_to_converge", {}), "phases": d.get("phases", []),
                 "rate": d.get("rate"), "changes": d.get("changes", []), "decisions_evaluated": d.get("decisions")}
     s["bins"] = results.get("bins", {}).get("rows", [])
+    lat = dict(results.get("latency") or {})
+    lat.pop("runs", None)  # the per-run detail stays in latency/README.md and the CSVs
+    s["latency"] = lat or {"ballast_p99_over_native_worst": nan, "by_trigger_rate": {}}
     s["cluster"] = results.get("cluster", {}).get("summary") or cl.summarize(cl.profile_for(ctx), {}, {})
     return s
 

@@ -52,16 +52,28 @@ class Profile:
     # rate that needs a second worker stays within what one Python generator sends on 2 cores
     ds2_words: int = 10
     ds2_probe_s: float = 15.0  # calibration at W=1 before the measured schedule
+    # latency side by side (Spark native vs Ballast, same open-loop input): one job per system and
+    # trigger runs the rates one after the other, then is stopped, a backlog written, and restarted
+    latency_rates: tuple[float, ...] = (1000.0,)
+    latency_segment_s: float = 20.0  # seconds per rate
+    latency_triggers: tuple[int, ...] = (500,)  # 0: as fast as possible
+    latency_keys: int = 10_000
+    latency_bins: int = 64
+    latency_first_s: float = 10.0  # "the first minute after start" (full: 60 s)
+    latency_backlog_rows: int = 20_000  # written while the job is stopped: the restart's catch-up
+    latency_max_offsets: int = 5_000  # maxOffsetsPerTrigger of both jobs
     timeouts_s: float = 900.0
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-SMOKE = Profile(name="smoke")
+SMOKE = Profile(name="smoke", ds2_phase_s=(20.0, 30.0, 30.0))  # ds2 shortened for the latency run
 FULL = Profile(
     name="full", keys=2_000_000, bins=(256, 1024), rate=5_000.0, batch_steps=8, gap_s=2.0, steady_s=10.0,
     settle_s=4.0, catchup_max_offsets=200_000, bins_sweep=(1, 16, 64, 256, 1024, 4096), sweep_keys=400_000,
     sweep_max_steps=32, ds2_keys=50_000, ds2_bins=256, ds2_phase_s=(60.0, 90.0, 90.0), ds2_max_rate=3000.0,
-    timeouts_s=3600.0,
+    timeouts_s=3600.0, latency_rates=(1000.0, 5000.0, 10000.0), latency_segment_s=60.0, latency_triggers=(0, 500),
+    latency_keys=100_000, latency_bins=256, latency_first_s=60.0, latency_backlog_rows=200_000,
+    latency_max_offsets=20_000,
     # measured on the reference machine (bench/REPORT.md, run full-2-ds2c): one worker sustains ~1.9k
     # sentences/s, so 2k → 4k → 2k exercises 1 → 2 → 1; the probe's estimate (950) needed no scaling
     ds2_rate=2000.0,
