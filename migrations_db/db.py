@@ -87,7 +87,7 @@ def downgrade(url: str | None = None, revision: str = "base") -> None:
 
 
 def main() -> None:
-    """`python -m migrations_db [upgrade|downgrade] [revision]` for operators and the Makefile."""
+    """`python -m migrations_db [upgrade|downgrade] [revision]` for the on-call and the Makefile."""
     import sys
 
     action = sys.argv[1] if len(sys.argv) > 1 else "upgrade"

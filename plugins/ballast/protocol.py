@@ -302,7 +302,7 @@ def step_from_document(doc: dict[str, Any]) -> ControlStep:
 
 @dataclass(frozen=True)
 class CheckpointMessage:
-    """Completion checkpoint of one step: what the controller waits on.
+    """Step checkpoint: the completion record of one step, what the controller waits on.
 
     For a message that could not even be parsed, plan_id is "" and step is 0; `message_offset`
     then names the control record (partition:offset) so an operator can find it.

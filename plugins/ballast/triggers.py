@@ -1,4 +1,4 @@
-"""CheckpointTrigger: waits in the triggerer for a plan's completion checkpoints.
+"""CheckpointTrigger: waits in the triggerer for a plan's step checkpoints.
 
 Why a trigger: a migration can take minutes (steps spaced by gaps, slow epochs); polling from a
 worker slot for that long wastes the slot and risks the long-task failures in docs/operations.md ("Traps"). The

@@ -21,7 +21,7 @@ DEFAULT_EPOCH_MS = 500.0
 
 @dataclass(frozen=True)
 class CheckpointSample:
-    """The numbers of one applied step's completion checkpoint."""
+    """The numbers of one applied step's step checkpoint."""
 
     bytes_moved: int
     keys_moved: int
