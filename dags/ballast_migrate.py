@@ -108,7 +108,7 @@ def make_dag(jobs: dict[str, JobConfig], approval_timeout: timedelta = APPROVAL_
         @task(task_id="validate_and_plan")
         def plan(params: dict | None = None, ti=None) -> str:  # type: ignore[no-untyped-def]
             from ballast import controller
-            from ballast import repository as repo
+            from ballast import store as repo
             from ballast.config import ConfigError, get_job
             from ballast.deadlines import DeadlineTooLong, check_fits, for_plan
             from ballast.hooks import BallastMetricsDbHook
@@ -153,7 +153,7 @@ def make_dag(jobs: dict[str, JobConfig], approval_timeout: timedelta = APPROVAL_
 
         @task(task_id="mark_approved")
         def approved(plan_id: str, params: dict | None = None, ti=None) -> str:  # type: ignore[no-untyped-def]
-            from ballast import repository as repo
+            from ballast import store as repo
             from ballast.hooks import BallastMetricsDbHook
 
             url = BallastMetricsDbHook().url()
@@ -176,7 +176,7 @@ def make_dag(jobs: dict[str, JobConfig], approval_timeout: timedelta = APPROVAL_
         def cancel(plan_id: str | None, ti=None) -> str:  # type: ignore[no-untyped-def]
             """Teardown: a plan still awaiting approval when the run ends (rejected, timed out, or the
             approval task failed) is cancelled, so it never counts as open and is never emitted."""
-            from ballast import repository as repo
+            from ballast import store as repo
             from ballast.hooks import BallastMetricsDbHook
 
             url = BallastMetricsDbHook().url()

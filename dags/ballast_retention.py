@@ -1,7 +1,7 @@
 """ballast_retention: daily pruning of the per-epoch metrics tables (bin, worker and epoch metrics).
 
 Keeps the last `keep_hours` hours and at least the last `keep_epochs` epochs of every job, and
-every bin's newest row (ballast.retention says why each bound is what the controller and the
+every bin's newest row (ballast.store.retention says why each bound is what the controller and the
 console need). Decisions, plans, checkpoints and events are not per-epoch and are not touched.
 """
 
@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 
 from airflow.sdk import DAG, Param, task
 
-from ballast.retention import DEFAULT_KEEP, DEFAULT_KEEP_EPOCHS
+from ballast.store.retention import DEFAULT_KEEP, DEFAULT_KEEP_EPOCHS
 
 with DAG(
     dag_id="ballast_retention",
@@ -37,7 +37,7 @@ with DAG(
         from dataclasses import asdict
 
         from ballast.hooks import BallastMetricsDbHook
-        from ballast.retention import prune_epoch_metrics
+        from ballast.store.retention import prune_epoch_metrics
 
         assert params is not None
         out = prune_epoch_metrics(BallastMetricsDbHook().url(), keep=timedelta(hours=float(params["keep_hours"])),

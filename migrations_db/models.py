@@ -226,7 +226,7 @@ class PlanStep(Base):
     kafka_offset: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     predicted_ms: Mapped[float | None] = mapped_column(Float, nullable=True)
     # the emitter that claimed the step for sending and when: another emitter does not send it
-    # while the claim is fresh (ballast.repository.claim_step_emission)
+    # while the claim is fresh (ballast.store.plans.claim_step_emission)
     claimed_by: Mapped[str | None] = mapped_column(String(300), nullable=True)
     claimed_at: Mapped[datetime | None] = mapped_column(nullable=True)
 

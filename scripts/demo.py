@@ -239,7 +239,7 @@ def show_decision(d: Any) -> None:
 def ask_ds2(af: Airflow, dag_id: str, why: str) -> Any:
     """Trigger the rebalance DAG and return the decision its run stored (a scale-up or -down runs
     its plan inside the same run; that plan is printed too)."""
-    from ballast import repository as repo
+    from ballast import store as repo
 
     say(f"asking DS2 ({dag_id}) {why}")
     since = datetime.now(UTC)

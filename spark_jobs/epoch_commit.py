@@ -14,9 +14,8 @@ from datetime import datetime
 from typing import Any
 
 from ballast.protocol import CheckpointMessage, acks_topic, message_key, utcnow
+from ballast.store import writer as mx
 from migrations_db import models as m
-from migrations_db.db import session_scope
-from spark_jobs import metrics as mx
 from spark_jobs.control import EpochControl
 from spark_jobs.executors import ExecutorScaler
 from spark_jobs.run_config import RunConfig, as_utc, iso, parse_iso
@@ -59,7 +58,7 @@ class EpochCommit:
         decided_at = parse_iso(d.decided_at)
         acks: list[bytes] = []
         migration_ms = float(moves_doc["ms"]) if moves_doc else 0.0
-        with session_scope(cfg.db_url) as s:
+        with mx.epoch_transaction(cfg.db_url) as s:
             # routing map in force from this epoch (version 0 at the first epoch)
             applied = d.applied
             mx.ensure_routing_map(s, cfg.job, cfg.operator, st.map_version, epoch, st.workers, st.assignment,
@@ -96,7 +95,7 @@ class EpochCommit:
                         applied_epoch=None, applied_at=None, completed_at=decided_at, reason=e.reason,
                         message_offset=e.offset).to_json())
                 elif e.reecho:
-                    done = s.get(m.StepCheckpoint, (cfg.job, cfg.operator, e.plan_id, e.step))
+                    done = mx.existing_checkpoint(s, cfg.job, cfg.operator, e.plan_id, e.step)
                     if done is not None:
                         acks.append(self._ack(done, e.offset, duplicate=True))
             wrows = []

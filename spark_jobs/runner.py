@@ -24,8 +24,8 @@ import time
 from typing import Any
 
 from ballast.protocol import acks_topic, control_topic, message_key, utcnow
+from ballast.store import writer as mx
 from spark_jobs import faults
-from spark_jobs import metrics as mx
 from spark_jobs.bins import bits_for, spark_columns
 from spark_jobs.control import ControlRecord, ControlState, decide, has_due_step, initial_state, tick_message
 from spark_jobs.durable import DurableState

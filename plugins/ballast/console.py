@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from ballast import repository as repo
+from ballast import store as repo
 
 WINDOWS = {"15m": 900, "1h": 3600, "24h": 86400}
 HOT_FACTOR = 2.0  # a bin is hot when it carries at least this many times the mean bin's load

@@ -5,7 +5,7 @@ Only wiring here. Each stage is a module with typed, frozen hand-offs (ballast.c
 these functions take and return their `to_dict()` forms because that is what crosses Airflow task
 boundaries as XCom. Every decision is stored, "no change" included; every plan and step is
 stored before anything is emitted, so an interrupted run resumes from the DB, never from memory;
-one open plan per operator is enforced by the DB (ballast.plan_store). Pure of Airflow so a test
+one open plan per operator is enforced by the DB (ballast.store.plans). Pure of Airflow so a test
 (or a shell) can drive a whole rebalance against a real broker and metrics DB.
 """
 

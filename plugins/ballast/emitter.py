@@ -4,7 +4,7 @@ Why kafka-python and not the Airflow Kafka provider: its ProduceToTopicOperator 
 failures (docs/operations.md, "Traps"); a control step must be acknowledged by every in-sync replica (acks=all) and
 we wait on each send's future before recording it as emitted.
 
-Idempotency: a step is sent only by the emitter that claimed it (ballast.plan_store: the claim
+Idempotency: a step is sent only by the emitter that claimed it (ballast.store.plans: the claim
 records who and when in one conditional UPDATE), and a step whose plan_steps row has `emitted_at`
 is never sent again, whatever the mode; a re-run of an interrupted plan therefore starts at the
 first step that was not emitted, and in flow-control mode waits for the checkpoint of the step in
@@ -12,7 +12,7 @@ flight instead of re-sending it. Two emitters racing on one plan send each step 
 window left is a crash between the claim and the DB write of the ack: once the claim expires the
 step is sent a second time, which the data plane treats as a duplicate (docs/protocol.md).
 
-Ownership (ballast.plan_store, "owner"): an emitter refuses a plan that another live Airflow run
+Ownership (ballast.store.plans, "owner"): an emitter refuses a plan that another live Airflow run
 drives, naming that run. A plan of a shell (`cli:` owner) or of a run whose lease lapsed is taken
 over by an emitter started on its id, and the takeover is recorded (`plan_taken_over` event): being
 handed that plan id is the explicit act (a scheduled rebalance is handed one only by
@@ -32,7 +32,7 @@ import logging
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from ballast import repository as repo
+from ballast import store as repo
 from ballast.errors import BallastError
 from ballast.kafka_security import KafkaSecurity, client_kwargs
 from ballast.options import EMIT_MODES, EmitMode

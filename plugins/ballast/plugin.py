@@ -32,7 +32,7 @@ from fastapi.exceptions import HTTPException as FastAPIHTTPException
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
 
 from ballast import console
-from ballast import repository as repo
+from ballast import store as repo
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from typing import Any
 from airflow.sdk import BaseSensorOperator
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
-from ballast import repository as repo
+from ballast import store as repo
 from ballast.deadlines import Deadline, for_plan
 from ballast.hooks import BallastMetricsDbHook
 from ballast.triggers import CheckpointTrigger

@@ -27,7 +27,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from ballast import repository as repo
+from ballast import store as repo
 from ballast.config import REPO, JobConfig
 from ballast.errors import BallastError
 from ballast.kafka_security import KafkaSecurity

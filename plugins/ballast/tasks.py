@@ -92,7 +92,7 @@ class EmitPlanOperator(BaseOperator):
 
     def _wait_inline(self, url: str, steps: Sequence[int], deadline: str) -> bool:
         """True when every step in `steps` has a checkpoint within `inline_wait_s` (and the deadline)."""
-        from ballast import repository as repo
+        from ballast import store as repo
 
         left = (datetime.fromisoformat(deadline) - datetime.now(UTC)).total_seconds()
         end = time.monotonic() + max(0.0, min(self.inline_wait_s, left))
@@ -153,14 +153,14 @@ class EmitPlanOperator(BaseOperator):
 
     def _event(self, url: str, kind: str, message: str) -> None:
         """An events row for the console (the outage shows next to the plan), best effort."""
-        from ballast import repository as repo
+        from ballast import store as repo
 
         plan = repo.get_plan(url, self.plan_id)
         if plan is not None:
             repo.add_event(url, plan.job, plan.operator, "warning", kind, message, details={"plan_id": self.plan_id})
 
     def _step(self, deadline: str) -> Any:
-        from ballast import repository as repo
+        from ballast import store as repo
 
         url = BallastMetricsDbHook(self.db_conn_id).url()
         plan = repo.get_plan(url, self.plan_id)

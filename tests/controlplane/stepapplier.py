@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 
 from kafka import KafkaConsumer, TopicPartition
 
-from ballast import repository as repo
+from ballast import store as repo
 from ballast.protocol import ProtocolError, control_topic, parse_control
 from migrations_db import models as m
 from migrations_db.db import session_scope

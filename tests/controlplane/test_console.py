@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from ballast import console, controller
-from ballast import repository as repo
+from ballast import store as repo
 from ballast.config import get_job
 from ballast.policy import GuardConfig, GuardState, Observation, evaluate_guards
 from migrations_db import models as m

@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import func, select
 
 from ballast import controller, policy
-from ballast import repository as repo
+from ballast import store as repo
 from ballast.config import get_job
 from ballast.control import collect, evaluate, manual, place, plan, render, verify
 from ballast.control.handoffs import Placement, Resume, ScalingDecision, Snapshot, StoredPlan, Verified

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from ballast import controller
-from ballast import repository as repo
+from ballast import store as repo
 from ballast.config import load_jobs
 from migrations_db import models as m
 from migrations_db.db import session_scope

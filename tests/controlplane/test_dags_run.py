@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ballast import repository as repo
+from ballast import store as repo
 from ballast.config import load_jobs
 from ballast.emitter import ensure_control_topics
 from stepapplier import StepApplier, seed_job

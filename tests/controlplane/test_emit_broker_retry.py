@@ -16,7 +16,7 @@ import pytest
 from airflow.sdk.exceptions import AirflowFailException
 
 from ballast import controller
-from ballast import repository as repo
+from ballast import store as repo
 from ballast.config import get_job
 from ballast.emitter import ensure_control_topics
 from ballast.tasks import EmitPlanOperator, backoff_s

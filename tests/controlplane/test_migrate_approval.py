@@ -24,7 +24,7 @@ from urllib.parse import quote
 
 import pytest
 
-from ballast import repository as repo
+from ballast import store as repo
 from ballast.config import load_jobs
 from stepapplier import StepApplier
 from test_dags_run import _load

@@ -19,7 +19,7 @@ from sqlalchemy import update
 
 import dialects
 from ballast import controller
-from ballast import repository as repo
+from ballast import store as repo
 from ballast.config import get_job
 from ballast.emitter import ControlEmitter, EmitError, ensure_control_topics
 from ballast.protocol import control_topic, parse_control

@@ -127,7 +127,7 @@ def _cmdline(pid: int) -> str:
 @pytest.mark.parametrize("launcher", ["cli", "spark-submit"])
 def test_launch_keeps_secrets_off_argv_and_events_and_stack_down_stops_it(
         launcher, secret_db_url, kafka_bootstrap, make_topics, unique_name, tmp_path, monkeypatch, airflow_db):
-    from ballast import repository as repo
+    from ballast import store as repo
     from ballast import supervisor
 
     state = tmp_path / "state"

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from kafka import KafkaProducer
 
-from ballast import repository as repo
+from ballast import store as repo
 from ballast import supervisor
 from ballast.config import load_jobs
 from ballast.emitter import ControlEmitter
@@ -176,7 +176,7 @@ def test_interrupted_plan_resumes_without_re_emitting_on_real_job(real_job):
     # a new process picks the plan up from the DB alone (as a retried Airflow task would)
     code = (
         "import sys,time\n"
-        "from ballast.emitter import ControlEmitter\nfrom ballast import repository as repo\n"
+        "from ballast.emitter import ControlEmitter\nfrom ballast import store as repo\n"
         f"url, plan = {url!r}, {plan_id!r}\nsent = []\n"
         f"with ControlEmitter({bootstrap!r}, url) as em:\n"
         "    while True:\n"

@@ -9,8 +9,8 @@ import pytest
 from sqlalchemy import func, select
 
 import dialects
-from ballast import repository as repo
-from ballast.retention import prune_epoch_metrics
+from ballast import store as repo
+from ballast.store.retention import prune_epoch_metrics
 from migrations_db import models as m
 from migrations_db.db import session_scope
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ballast import repository as repo
+from ballast import store as repo
 from migrations_db import models as m
 from test_retention import _count, _seed
 

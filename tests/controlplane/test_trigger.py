@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from ballast import controller
-from ballast import repository as repo
+from ballast import store as repo
 from ballast.config import get_job
 from ballast.triggers import CheckpointTrigger
 from migrations_db import models as m

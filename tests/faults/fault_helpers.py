@@ -10,7 +10,7 @@ from typing import Any
 
 from sqlalchemy import select
 
-from ballast import repository as repo
+from ballast import store as repo
 from dp_helpers import (
     check_migration_property,
     check_state,

@@ -33,7 +33,7 @@ ERRORS = [
     ("ballast.control.plan", "PlanFailed", RuntimeError),
     ("ballast.deadlines", "DeadlineTooLong", ValueError),
     ("ballast.emitter", "EmitError", RuntimeError),
-    ("ballast.plan_store", "PlanConflict", RuntimeError),
+    ("ballast.store.plans", "PlanConflict", RuntimeError),
     ("ballast.supervisor", "LaunchError", RuntimeError),
 ]
 

@@ -17,7 +17,7 @@ from spark_jobs import ship
 pytestmark = pytest.mark.foundation
 REPO = Path(__file__).resolve().parents[2]
 PACKAGES = ("ballast", "spark_jobs", "migrations_db")
-MUST_SHIP = ["spark_jobs/worker.py", "ballast/protocol.py", "ballast/policy/ds2.py",
+MUST_SHIP = ["spark_jobs/worker.py", "ballast/protocol.py", "ballast/policy/ds2.py", "ballast/store/writer.py",
              "migrations_db/alembic/env.py", "migrations_db/alembic/script.py.mako", "migrations_db/alembic.ini"]
 
 

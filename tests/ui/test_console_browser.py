@@ -23,7 +23,7 @@ import pytest
 from kafka import KafkaProducer
 
 from ballast import controller, supervisor
-from ballast import repository as repo
+from ballast import store as repo
 from ballast.config import load_jobs
 from tests.helpers.wait import wait_until
 

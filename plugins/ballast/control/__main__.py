@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ballast import repository as repo
+from ballast import store as repo
 
 
 def main(argv: list[str] | None = None) -> int:

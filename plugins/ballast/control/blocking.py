@@ -8,7 +8,7 @@ import logging
 import time
 from typing import Any
 
-from ballast import repository as repo
+from ballast import store as repo
 from ballast.control.plan import PlanFailed
 from ballast.control.verify import fail_plan, progress, verify
 

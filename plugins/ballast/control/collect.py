@@ -3,7 +3,7 @@ this run must resume instead of deciding anew (its steps expect map versions a n
 
 from __future__ import annotations
 
-from ballast import repository as repo
+from ballast import store as repo
 from ballast.config import JobConfig
 from ballast.control.handoffs import BinLoad, EpochSample, MapState, OperatorSample, Resume, Snapshot, WorkerSample
 from ballast.errors import BallastError
@@ -22,7 +22,7 @@ def open_plan_for(url: str, cfg: JobConfig, owner: str | None = None) -> Resume 
     """What a scheduled run does about an open plan of its operator: None (there is none), or resume it.
 
     Resumed: a plan this run owns, or one an earlier run of the same DAG left behind whose owner
-    has not been seen for the lease (ballast.plan_store.OWNER_LEASE_S): that run is gone and the
+    has not been seen for the lease (ballast.store.plans.OWNER_LEASE_S): that run is gone and the
     takeover is recorded (owner changes, `plan_taken_over` event). Anything else (a live owner, a
     manual plan, one awaiting approval) raises NotReady naming the plan, its owner and what to do:
     a stale manual plan is taken over only by a person (ballast_migrate take_over).

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ballast import policy
-from ballast import repository as repo
+from ballast import store as repo
 from ballast.config import JobConfig
 from ballast.control.handoffs import Action, ScalingDecision, Snapshot, json_safe
 

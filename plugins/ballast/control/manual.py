@@ -7,7 +7,7 @@ import logging
 from typing import Any
 
 from ballast import policy
-from ballast import repository as repo
+from ballast import store as repo
 from ballast.config import JobConfig
 from ballast.control.collect import NotReady, current_state
 from ballast.control.handoffs import BinLoad, MapState

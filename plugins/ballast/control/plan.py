@@ -1,7 +1,7 @@
 """Stage 4, plan: the planner's steps from the current map to a placement, checked to compose to
 it, then stored with every step's control message in one transaction before anything is sent.
 
-Storing is where the one-open-plan-per-operator rule bites (ballast.plan_store): a run that
+Storing is where the one-open-plan-per-operator rule bites (ballast.store.plans): a run that
 loses gets PlanConflict naming the plan in the way.
 """
 
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from ballast import policy
-from ballast import repository as repo
+from ballast import store as repo
 from ballast.config import JobConfig
 from ballast.control.handoffs import BinLoad, MapState, StoredPlan
 from ballast.errors import BallastError

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ballast import repository as repo
+from ballast import store as repo
 
 
 def summary_table(url: str, plan_id: str) -> str:

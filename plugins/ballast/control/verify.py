@@ -11,7 +11,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ballast import repository as repo
+from ballast import store as repo
 from ballast.control.handoffs import Verified
 from ballast.control.plan import PlanFailed
 from ballast.control.render import summary_table

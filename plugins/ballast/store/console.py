@@ -1,8 +1,7 @@
 """What the operator console reads from the metrics DB: bounded, aggregated reads over a time
 window or an epoch range, so a page refresh costs the same with a day of metrics as with a minute.
 
-Split out of ballast.repository (which still answers `repository.bin_range` & co., lazily) to keep
-each module to one concern; the record types it shares with the controller stay there.
+The record types it shares with the controller live in their own store modules.
 """
 
 from __future__ import annotations
@@ -15,7 +14,9 @@ from typing import Any
 from sqlalchemy import func, select
 
 from ballast.dbtime import as_utc as _utc
-from ballast.repository import CheckpointRow, DecisionRecord, MapSnapshot, _cp
+from ballast.store.decisions import DecisionRecord
+from ballast.store.maps import MapSnapshot
+from ballast.store.step_checkpoints import CheckpointRow, checkpoint_row
 from migrations_db import models as m
 from migrations_db.db import session_scope
 
@@ -264,4 +265,4 @@ def rejected_checkpoints(url: str, job: str, since: datetime, limit: int = 200) 
             select(c).where(c.job == job, c.status != "applied", c.completed_at >= since)
             .order_by(c.completed_at.desc()).limit(limit)
         ).all()
-        return [_cp(r) for r in rows]
+        return [checkpoint_row(r) for r in rows]

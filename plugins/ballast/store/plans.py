@@ -272,7 +272,7 @@ def claim_step_emission(url: str, plan_id: str, step: int, payload: dict[str, An
             .values(payload=payload, effective_at=effective_at, claimed_by=claimant or new_claimant(),
                     claimed_at=now)
         )
-        return res.rowcount == 1  # type: ignore[attr-defined]
+        return bool(res.rowcount == 1)  # type: ignore[attr-defined]
 
 
 def release_step_claim(url: str, plan_id: str, step: int, claimant: str) -> None:

@@ -4,7 +4,7 @@
 W rows and `epoch_metrics` one. What the readers need, and so what is kept:
 * the controller reads the last `rebalance.window_epochs` epochs (tens);
 * the console reads a time window of at most 24 h (console.WINDOWS) and looks a bin's last size
-  up to 500 epochs back (repository.bin_range);
+  up to 500 epochs back (ballast.store.console.bin_range);
 * a cold bin's last row is its only size record: it is kept whatever its age.
 Other tables are not per epoch and are left alone: `step_decisions` and `checkpoints` grow per
 control step (the data plane replays from them), `decisions`, `plans`, `events` per controller run.
@@ -19,7 +19,7 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import ColumnElement, delete, func, select
 
-from ballast.console_reads import epoch_at_or_after, latest_epoch, list_jobs
+from ballast.store.console import epoch_at_or_after, latest_epoch, list_jobs
 from migrations_db import models as m
 from migrations_db.db import session_scope
 

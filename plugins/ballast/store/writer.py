@@ -1,4 +1,9 @@
-"""Everything the data plane writes to the metrics DB, idempotent per epoch.
+"""Everything the data plane writes to the metrics DB, idempotent per epoch (was spark_jobs/metrics.py).
+
+The epoch commit (spark_jobs/epoch_commit.py) opens ONE transaction with `epoch_transaction` and
+calls the `Session`-taking writers below in its fixed order (map, checkpoints/events, metrics,
+heartbeat): the checkpoint and the metrics of an epoch land together or not at all, which is
+what exactly-once rests on (docs/dataplane.md, "Commit").
 
 A replayed epoch rewrites its own rows: per-epoch metric rows are replaced (delete + insert in
 one transaction, portable across SQLite and Postgres), routing maps, checkpoints and events are
@@ -9,13 +14,28 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import delete, insert, select
+from sqlalchemy.orm import Session
 
 from migrations_db import models as m
 from migrations_db.db import session_scope
+
+
+@contextmanager
+def epoch_transaction(url: str) -> Iterator[Session]:
+    """The epoch's one transaction: committed on exit, rolled back on any error."""
+    with session_scope(url) as s:
+        yield s
+
+
+def existing_checkpoint(s: Session, job: str, operator: str, plan_id: str, step: int) -> m.StepCheckpoint | None:
+    """The (plan, step)'s one checkpoint row, if written (a re-sent step is acked from it)."""
+    return s.get(m.StepCheckpoint, (job, operator, plan_id, step))
 
 
 def ensure_job_row(url: str, job: str, operator: str, bins: int, config: dict[str, Any], now: datetime) -> None:
@@ -41,14 +61,14 @@ def write_step_decisions(url: str, job: str, operator: str, epoch: int, entries:
             ))
 
 
-def ensure_routing_map(s: Any, job: str, operator: str, version: int, epoch: int, workers: int,
+def ensure_routing_map(s: Session, job: str, operator: str, version: int, epoch: int, workers: int,
                        assignment: list[int], now: datetime, plan_id: str | None, step: int | None) -> None:
     if s.get(m.RoutingMap, (job, operator, version)) is None:
         s.add(m.RoutingMap(job=job, operator=operator, map_version=version, epoch=epoch, workers=workers,
                            assignment=list(assignment), created_at=now, plan_id=plan_id, step=step))
 
 
-def insert_checkpoint_once(s: Any, row: m.StepCheckpoint) -> bool:
+def insert_checkpoint_once(s: Session, row: m.StepCheckpoint) -> bool:
     """True when written now; False when the (plan, step) already has its one row."""
     if s.get(m.StepCheckpoint, (row.job, row.operator, row.plan_id, row.step)) is not None:
         return False
@@ -56,7 +76,7 @@ def insert_checkpoint_once(s: Any, row: m.StepCheckpoint) -> bool:
     return True
 
 
-def insert_event_once(s: Any, ev: m.Event) -> None:
+def insert_event_once(s: Session, ev: m.Event) -> None:
     exists = s.execute(select(m.Event.id).where(
         m.Event.job == ev.job, m.Event.operator == ev.operator, m.Event.kind == ev.kind,
         m.Event.epoch == ev.epoch, m.Event.message == ev.message)).first()
@@ -64,7 +84,7 @@ def insert_event_once(s: Any, ev: m.Event) -> None:
         s.add(ev)
 
 
-def replace_epoch_metrics(s: Any, job: str, operator: str, epoch: int, epoch_row: m.EpochMetrics,
+def replace_epoch_metrics(s: Session, job: str, operator: str, epoch: int, epoch_row: m.EpochMetrics,
                           workers: list[m.WorkerMetrics], bins: list[dict[str, Any]]) -> None:
     """`bins` are plain row dicts, inserted as one executemany: with B=4096 an epoch touches
     thousands of bins, and ORM objects cost ~0.3 s per epoch there (Core: a few tens of ms)."""
@@ -77,7 +97,7 @@ def replace_epoch_metrics(s: Any, job: str, operator: str, epoch: int, epoch_row
         s.execute(insert(m.BinMetrics), bins)
 
 
-def heartbeat(s: Any, job: str, operator: str, *, epoch: int, map_version: int, workers: int,
+def heartbeat(s: Session, job: str, operator: str, *, epoch: int, map_version: int, workers: int,
               now: datetime, started_at: datetime, status: str, executors: int | None = None,
               capacity: int | None = None) -> None:
     row = s.get(m.Heartbeat, (job, operator))
