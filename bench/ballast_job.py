@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from ballast.store import CheckpointRow, EpochRow, JobStore, WorkerRow
 from bench.infra import PY, Proc, unix, wait_until
 from bench.loadgen import Schedule
 from spark_jobs.offsets import read_offset_file
@@ -76,100 +77,38 @@ class BallastJob:
             self._producer = None
 
     # ------------------------------------------------------------------------- metrics DB
-    def epochs(self, since: int = -1) -> list[Any]:
-        from sqlalchemy import select
+    @property
+    def store(self) -> JobStore:
+        """The metrics store bound to this job (every read below goes through it)."""
+        return JobStore(self.spec.db_url, self.spec.job, self.spec.operator)
 
-        from migrations_db import models as m
-        from migrations_db.db import session_scope
+    def epochs(self, since: int = -1) -> list[EpochRow]:
+        return self.store.epoch_metrics(since + 1)
 
-        with session_scope(self.spec.db_url) as sess:
-            rows = sess.execute(select(m.EpochMetrics).where(
-                m.EpochMetrics.job == self.spec.job, m.EpochMetrics.epoch > since).order_by(m.EpochMetrics.epoch)
-            ).scalars().all()
-            for r in rows:
-                sess.expunge(r)
-            return list(rows)
-
-    def worker_rows(self, epochs: list[int]) -> list[Any]:
-        from sqlalchemy import select
-
-        from migrations_db import models as m
-        from migrations_db.db import session_scope
-
-        if not epochs:
-            return []
-        with session_scope(self.spec.db_url) as sess:
-            rows = sess.execute(select(m.WorkerMetrics).where(
-                m.WorkerMetrics.job == self.spec.job, m.WorkerMetrics.epoch.in_(epochs))).scalars().all()
-            for r in rows:
-                sess.expunge(r)
-            return list(rows)
+    def worker_rows(self, epochs: list[int]) -> list[WorkerRow]:
+        return self.store.worker_window(epochs)
 
     def bin_stats(self, last_epochs: int = 20) -> tuple[list[float], list[int]]:
         """Per-bin records (load) over the last epochs and the latest known state bytes per bin."""
-        from sqlalchemy import func, select
-
-        from migrations_db import models as m
-        from migrations_db.db import session_scope
-
-        B = self.spec.bins
-        load, size = [0.0] * B, [0] * B
-        with session_scope(self.spec.db_url) as sess:
-            last = sess.execute(select(func.max(m.BinMetrics.epoch)).where(m.BinMetrics.job == self.spec.job)).scalar()
-            if last is None:
-                return load, size
-            rows = sess.execute(select(m.BinMetrics).where(m.BinMetrics.job == self.spec.job,
-                                                           m.BinMetrics.epoch > last - last_epochs)).scalars().all()
-            latest: dict[int, int] = {}
-            for r in rows:
-                load[r.bin] += r.records
-                if r.epoch >= latest.get(r.bin, -1):
-                    latest[r.bin] = r.epoch
-                    size[r.bin] = r.state_bytes
-        return load, size
+        st = self.store.bin_stats(self.spec.bins, last_epochs)
+        return list(st.load), list(st.bytes)
 
     def last_epoch(self) -> int:
         rows = self.epochs_tail(1)
         return rows[-1].epoch if rows else -1
 
-    def epochs_tail(self, n: int) -> list[Any]:
-        from sqlalchemy import select
-
-        from migrations_db import models as m
-        from migrations_db.db import session_scope
-
-        with session_scope(self.spec.db_url) as sess:
-            rows = sess.execute(select(m.EpochMetrics).where(m.EpochMetrics.job == self.spec.job)
-                                .order_by(m.EpochMetrics.epoch.desc()).limit(n)).scalars().all()
-            for r in rows:
-                sess.expunge(r)
-            return list(reversed(rows))
+    def epochs_tail(self, n: int) -> list[EpochRow]:
+        return self.store.epoch_window(n)
 
     def current_map(self) -> tuple[int, int, list[int]]:
-        from sqlalchemy import select
+        snap = self.store.latest_map()
+        if snap is None:
+            raise RuntimeError(f"job {self.spec.job} has no routing map yet")
+        return snap.map_version, snap.workers, list(snap.assignment)
 
-        from migrations_db import models as m
-        from migrations_db.db import session_scope
-
-        with session_scope(self.spec.db_url) as sess:
-            r = sess.execute(select(m.RoutingMap).where(m.RoutingMap.job == self.spec.job)
-                             .order_by(m.RoutingMap.map_version.desc()).limit(1)).scalars().first()
-            if r is None:
-                raise RuntimeError(f"job {self.spec.job} has no routing map yet")
-            return r.map_version, r.workers, list(r.assignment)
-
-    def checkpoints(self, plan_id: str) -> list[Any]:
-        from sqlalchemy import select
-
-        from migrations_db import models as m
-        from migrations_db.db import session_scope
-
-        with session_scope(self.spec.db_url) as sess:
-            rows = sess.execute(select(m.StepCheckpoint).where(m.StepCheckpoint.plan_id == plan_id)
-                                .order_by(m.StepCheckpoint.step)).scalars().all()
-            for r in rows:
-                sess.expunge(r)
-            return list(rows)
+    def checkpoints(self, plan_id: str) -> list[CheckpointRow]:
+        by_step = self.store.checkpoints(plan_id)
+        return [by_step[k] for k in sorted(by_step)]
 
     def wait_epochs(self, n: int, timeout: float) -> int:
         """Wait until `n` more epochs have committed; returns the last epoch."""

@@ -39,7 +39,8 @@ sys.path.insert(0, str(REPO / "scripts"))
 import stack  # noqa: E402
 
 from ballast.options import settings  # noqa: E402
-from migrations_db.db import default_url, session_scope  # noqa: E402
+from ballast.store import JobStore  # noqa: E402
+from migrations_db.db import default_url  # noqa: E402
 
 JOB, OPERATOR = "clicks", "keycount"
 API = f"http://{stack.HOST}:{stack.AIRFLOW_PORT}"
@@ -132,21 +133,9 @@ class Airflow:
         raise SystemExit(f"{dag_id} run {run_id} did not finish within {timeout_s:.0f}s; see the Airflow UI")
 
 
-def heartbeat() -> Any:
-    from migrations_db.models import Heartbeat
-
-    with session_scope() as s:
-        return s.get(Heartbeat, (JOB, OPERATOR))
-
-
-def current_map() -> Any:
-    from sqlalchemy import select
-
-    from migrations_db.models import RoutingMap
-
-    with session_scope() as s:
-        return s.scalars(select(RoutingMap).where(RoutingMap.job == JOB)
-                         .order_by(RoutingMap.map_version.desc()).limit(1)).first()
+def job_store() -> JobStore:
+    """The metrics store bound to the demo's job (the DB the stack's jobs file names)."""
+    return JobStore(default_url(), JOB, OPERATOR)
 
 
 class Load:
@@ -196,25 +185,18 @@ class Load:
 
 def show_plan(plan_id: str | None = None) -> str | None:
     """Print a plan's steps (the newest plan of the job by default); returns its status."""
-    from sqlalchemy import select
-
-    from migrations_db.models import Plan, StepCheckpoint
-
-    with session_scope() as s:
-        q = select(Plan).where(Plan.job == JOB)
-        q = q.where(Plan.plan_id == plan_id) if plan_id else q.order_by(Plan.created_at.desc())
-        plan = s.scalars(q).first()
-        if plan is None:
-            return None
-        cps = s.scalars(select(StepCheckpoint).where(StepCheckpoint.plan_id == plan.plan_id)
-                        .order_by(StepCheckpoint.step)).all()
-        say(f"plan {plan.plan_id} ({plan.strategy}, {plan.steps} steps, {plan.source_workers} -> "
-            f"{plan.target_workers} workers): {plan.status}")
-        say(f"  {'step':>4} {'status':9} {'epoch':>6} {'bins':>4} {'keys':>8} {'bytes':>10} {'ms':>8}")
-        for c in cps:
-            say(f"  {c.step:>4} {c.status:9} {c.applied_epoch!s:>6} {c.bins_moved:>4} {c.keys_moved:>8} "
-                f"{c.bytes_moved:>10} {c.migration_ms:>8.1f}")
-        return str(plan.status)
+    store = job_store()
+    plan = store.get_plan(plan_id) if plan_id else store.latest_plan()
+    if plan is None:
+        return None
+    cps = store.checkpoints(plan.plan_id)
+    say(f"plan {plan.plan_id} ({plan.strategy}, {plan.steps} steps, {plan.source_workers} -> "
+        f"{plan.target_workers} workers): {plan.status}")
+    say(f"  {'step':>4} {'status':9} {'epoch':>6} {'bins':>4} {'keys':>8} {'bytes':>10} {'ms':>8}")
+    for _, c in sorted(cps.items()):
+        say(f"  {c.step:>4} {c.status:9} {c.applied_epoch!s:>6} {c.bins_moved:>4} {c.keys_moved:>8} "
+            f"{c.bytes_moved:>10} {c.migration_ms:>8.1f}")
+    return plan.status
 
 
 def _num(inputs: dict[str, Any], key: str, fmt: str) -> str:
@@ -267,12 +249,7 @@ def wait_out_warmup(after: datetime) -> None:
 
 
 def latest_epoch() -> int:
-    from sqlalchemy import func, select
-
-    from migrations_db.models import EpochMetrics
-
-    with session_scope() as s:
-        return int(s.scalar(select(func.max(EpochMetrics.epoch)).where(EpochMetrics.job == JOB)) or 0)
+    return job_store().latest_epoch() or 0
 
 
 def wait_for_window(timeout_s: float = 180) -> None:
@@ -302,18 +279,18 @@ def main() -> int:
     rate = settings().demo_rate
     # the load starts first: an idle job runs no epochs, and epochs are what write its heartbeat
     with Load(rate, 50_000) as gen:
-        hb = heartbeat()
+        hb = job_store().heartbeat()
         if hb is None or hb.status != "running" or time.time() - hb.updated_at.timestamp() > 60:
             say(f"launching the key-count job through {supervise}")
             af.wait_run(supervise, af.trigger(supervise, {}), 300)
             deadline = time.time() + 300
-            while (hb := heartbeat()) is None or time.time() - hb.updated_at.timestamp() > 30:
+            while (hb := job_store().heartbeat()) is None or time.time() - hb.updated_at.timestamp() > 30:
                 if time.time() > deadline:
                     raise SystemExit(f"the job wrote no heartbeat in 5 min: see .state/jobs/{JOB}/driver.log")
                 time.sleep(3)
         say(f"job {JOB} is running: epoch {hb.last_epoch}, {hb.workers} worker(s), map version {hb.map_version}")
         time.sleep(20)  # a few epochs of metrics under load
-        before = current_map()
+        before = job_store().latest_map()
         target = before.workers + 1 if before.workers < 4 else 1
         say(f"map version {before.map_version}: {before.workers} worker(s); migrating live to {target}")
         # one plan at a time per job: hold the scheduled rebalance while the manual plan runs
@@ -322,7 +299,7 @@ def main() -> int:
                                                           "strategy": "batched", "dry_run": False,
                                                           "reason": "make demo"}), 900, approve=True)
         show_plan()
-        after = current_map()
+        after = job_store().latest_map()
         say(f"final map version {after.map_version}: {after.workers} workers, bins per worker "
             f"{[after.assignment.count(w) for w in range(after.workers)]}")
         if state != "success":

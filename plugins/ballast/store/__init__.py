@@ -153,6 +153,9 @@ from ballast.store.plans import (
     last_finished_plan as last_finished_plan,
 )
 from ballast.store.plans import (
+    latest_plan as latest_plan,
+)
+from ballast.store.plans import (
     mark_step_emitted as mark_step_emitted,
 )
 from ballast.store.plans import (

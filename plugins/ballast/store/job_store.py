@@ -93,6 +93,12 @@ class JobStore:
         return event_log.events(self.url, self.job, self.operator, kind, limit)
 
     # plans
+    def get_plan(self, plan_id: str) -> plans.PlanRecord | None:
+        return plans.get_plan(self.url, plan_id)
+
+    def latest_plan(self) -> plans.PlanRecord | None:
+        return plans.latest_plan(self.url, self.job, self.operator)
+
     def open_plans(self) -> list[plans.PlanRecord]:
         return plans.open_plans(self.url, self.job, self.operator)
 

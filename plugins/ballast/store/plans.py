@@ -205,6 +205,14 @@ def recent_plans(url: str, limit: int = 50, job: str | None = None) -> list[Plan
         return [_plan(r) for r in s.scalars(q).all()]
 
 
+def latest_plan(url: str, job: str, operator: str) -> PlanRecord | None:
+    """The operator's newest plan, whatever its status."""
+    with session_scope(url) as s:
+        r = s.scalars(select(m.Plan).where(m.Plan.job == job, m.Plan.operator == operator)
+                      .order_by(m.Plan.created_at.desc()).limit(1)).first()
+        return _plan(r) if r else None
+
+
 def last_finished_plan(url: str, job: str, operator: str) -> PlanRecord | None:
     with session_scope(url) as s:
         r = s.scalars(
