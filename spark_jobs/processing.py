@@ -63,13 +63,13 @@ class ProcessorOperator(Operator):
         if spec.input_schema:
             rows = src.select(F.from_json(F.col("value").cast("string"), spec.input_schema).alias("__r"), *tail)
             rows = rows.select("__r.*", *tail)
+        else:
+            rows = src.select(F.col("key").cast("string").alias("key"), F.col("value").cast("string").alias("value"),
+                              *tail)
         if spec.where:
             rows = rows.where(F.expr(spec.where))
         for name, expr in spec.columns:
             rows = rows.withColumn(name, F.expr(expr))
-        else:
-            rows = src.select(F.col("key").cast("string").alias("key"), F.col("value").cast("string").alias("value"),
-                              *tail)
         cols = [f for f in rows.schema.fields if f.name not in ("__p", "__o")]
         missing = [g for g in spec.grouping_keys if g not in {f.name for f in cols}]
         if missing or (spec.event_time_column and spec.event_time_column not in {f.name for f in cols}):
