@@ -16,7 +16,6 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from ballast.options import settings
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 ALEMBIC_DIR = Path(__file__).resolve().parent / "alembic"
 VERSION_TABLE = "ballast_alembic_version"  # Airflow's metadata DB has its own alembic_version
 

@@ -145,10 +145,6 @@ class ControlStep:
     reason: str = ""
     precopy: bool = False  # warm the incoming bins at their new owners first; cut over an epoch later
 
-    @property
-    def step_id(self) -> tuple[str, int]:
-        return (self.plan_id, self.step)
-
     def to_dict(self) -> dict[str, Any]:
         return {
             "schema": SCHEMA,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import random
 import time
-from collections import Counter, defaultdict
+from collections import Counter
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -193,13 +193,6 @@ def check_migration_property(db_url: str, job: str, operator: str | None = None)
 
 def outputs_as_set(outs: list[Any]) -> set[tuple[int, bytes, int]]:
     return {(o.epoch, o.key, int(o.value)) for o in outs}
-
-
-def by_epoch(outs: list[Any]) -> dict[int, int]:
-    d: dict[int, int] = defaultdict(int)
-    for o in outs:
-        d[o.epoch] += 1
-    return d
 
 
 def future(seconds: float) -> datetime:
