@@ -1,0 +1,42 @@
+"""The cluster experiment's pure parts (bench.cluster): the plan it sends, the runner's phase lines
+it parses, and the files it writes when a half of the run failed (no figures, NaNs everywhere)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from bench.cluster import CLUSTER_SMOKE, report_section, summarize
+from bench.cluster.local import epoch_phases, precopy_moves
+from bench.cluster.writeup import write_files
+
+pytestmark = pytest.mark.bench
+
+
+def test_precopy_moves_swap_a_fraction_of_the_bins_between_two_workers() -> None:
+    assignment = [b % 2 for b in range(64)]
+    moves = precopy_moves(assignment, 0.25)
+    assert len(moves) == 16 and len({b for b, _, _ in moves}) == 16
+    assert all(assignment[b] == src and dst == 1 - src for b, src, dst in moves)
+    assert sum(1 for _, src, _ in moves if src == 0) == 8
+
+
+def test_epoch_phases_reads_the_runners_debug_lines(tmp_path: Path) -> None:
+    log = tmp_path / "job.log"
+    log.write_text("noise\nepoch 7 phases: pre-apply+apply 120 ms, db 30 ms, acks 4 ms\n"
+                   "epoch 8 phases: pre-apply+apply 90 ms, db 25 ms, acks 3 ms\n")
+    assert epoch_phases(log) == {7: {"apply_ms": 120.0, "db_ms": 30.0, "acks_ms": 4.0},
+                                 8: {"apply_ms": 90.0, "db_ms": 25.0, "acks_ms": 3.0}}
+    assert epoch_phases(tmp_path / "missing.log") == {}
+
+
+def test_a_run_without_figures_still_writes_its_files(tmp_path: Path) -> None:
+    summary = summarize(CLUSTER_SMOKE, {}, {})
+    assert math.isnan(summary["durable_vs_local"]["batch_ms_ratio"])
+    write_files(tmp_path, CLUSTER_SMOKE, {}, {}, summary)
+    written = {p.name for p in tmp_path.iterdir()}
+    assert {"README.md", "durable_vs_local_epochs.csv", "precopy.csv", "durable_vs_local.png"} <= written
+    section = report_section(summary)
+    assert section.startswith("| figure | baseline |") and "local-only" in section
