@@ -53,9 +53,9 @@ def run_old_job(ctx: Ctx, C: ClusterProfile, wt: Path, topic: str, rows_before: 
                    ctx.run_dir / "logs" / f"{job}.log", f"old data plane {job}", env, wt).start()
     gen = None
     try:
-        wait_rows(db_url, job, rows_before, C.timeout_s, proc, f"{job} to read {rows_before} rows")
+        wait_rows(db_url, job, rows_before, C.timeout_s, proc, f"{job} to read {rows_before} rows", legacy=True)
         gen, sched = _start_gen(ctx, topic, C.keys, f"{C.rate}:100000", "cl-old")
-        t0, t1 = measured_window(db_url, job, C, proc)
+        t0, t1 = measured_window(db_url, job, C, proc, legacy=True)
     finally:
         if gen is not None:
             gen.stop(timeout=30)
@@ -64,9 +64,9 @@ def run_old_job(ctx: Ctx, C: ClusterProfile, wt: Path, topic: str, rows_before: 
     # the job that ran must be the old one: its effective configuration has state_dir, no state_uri
     if '"state_dir"' not in log or '"state_uri"' in log:
         raise RuntimeError(f"the job in {proc.log} is not the {OLD_COMMIT} data plane (check PYTHONPATH/cwd)")
-    cost = epoch_cost(db_url, job, t0 + C.skip_s, t1)
+    cost = epoch_cost(db_url, job, t0 + C.skip_s, t1, legacy=True)
     return {"job": job, "db_url": db_url, "t0": t0, "t1": t1, "generator": _gen_stats(sched), **cost,
-            "rows_read": sum(e["input_rows"] for e in read_epochs(db_url, job))}
+            "rows_read": sum(e["input_rows"] for e in read_epochs(db_url, job, legacy=True))}
 
 
 def emit_step(job: BallastJob, moves: list[tuple[int, int, int]], precopy: bool, plan_id: str) -> float:
