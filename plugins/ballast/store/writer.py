@@ -22,8 +22,13 @@ from typing import Any
 from sqlalchemy import delete, insert, select
 from sqlalchemy.orm import Session
 
+from ballast.errors import BallastError
 from migrations_db import models as m
 from migrations_db.db import session_scope
+
+
+class BinsMismatch(BallastError, RuntimeError):
+    """A job restarted with another bin count than its metrics DB records."""
 
 
 @contextmanager
@@ -44,7 +49,8 @@ def ensure_job_row(url: str, job: str, operator: str, bins: int, config: dict[st
         if row is None:
             s.add(m.Job(job=job, operator=operator, bins=bins, created_at=now, config=config))
         elif row.bins != bins:
-            raise RuntimeError(f"metrics DB has job {job}/{operator} with {row.bins} bins, this start has {bins}")
+            raise BinsMismatch(f"metrics DB has job {job}/{operator} with {row.bins} bins, this start has {bins}: "
+                               f"start it with --bins {row.bins}, or under a new job name (B is fixed for a job)")
         else:
             row.config = config
 
