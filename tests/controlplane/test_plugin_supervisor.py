@@ -15,7 +15,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from sqlalchemy import select
 
 from ballast.config import JobConfig, get_job
 from migrations_db import models as m
@@ -154,8 +153,7 @@ def test_launch_keeps_secrets_off_argv_and_events_and_stack_down_stops_it(
             assert PASSWORD not in _cmdline(p), f"password on the command line of pid {p}: {_cmdline(p)}"
         environ = Path(f"/proc/{drivers[-1]}/environ").read_bytes().decode(errors="replace")
         assert f"BALLAST_DB_URL={secret_db_url}" in environ  # it reached the driver by environment
-        with session_scope(secret_db_url) as s:
-            stored = json.dumps([(e.kind, e.message, e.details) for e in s.scalars(select(m.Event)).all()])
+        stored = json.dumps([(e.kind, e.message, e.details) for e in repo.events(secret_db_url, job, limit=10_000)])
         assert "launch" in stored and PASSWORD not in stored
         launch = repo.events(secret_db_url, job, "keycount", kind="launch")[0]
         assert launch.details["pid"] == pid and "--db-url" not in launch.details["cmd"]

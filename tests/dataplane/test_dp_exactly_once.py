@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
+from ballast.store import JobStore
 from dp_helpers import (
     check_migration_property,
     check_state,
@@ -143,9 +144,9 @@ def test_sigkill_anywhere_then_restart_is_exactly_once(kafka_bootstrap, make_top
     with session_scope(db_url) as s:
         applies = list(s.scalars(select(m.StepDecision).where(m.StepDecision.job == job,
                                                               m.StepDecision.action == "apply")))
-        hb = s.get(m.Heartbeat, (job, "keycount"))
+    hb = JobStore(db_url, job, "keycount").heartbeat()
     assert sorted((d.plan_id, d.step) for d in applies) == sorted(cps), "each step decided 'apply' exactly once"
-    assert hb.status == "stopped"
+    assert hb is not None and hb.status == "stopped"
     check_migration_property(db_url, job)
 
     epochs = committed_epochs(spark_ckpt)

@@ -13,8 +13,8 @@ from typing import Any
 
 import yaml
 
+from ballast.store import writer
 from migrations_db import models as m
-from migrations_db.db import session_scope
 
 #: the rebalance settings every test job shares: act from the first epochs, move bins in batches
 BASE_REBALANCE: dict[str, Any] = {
@@ -52,21 +52,20 @@ def seed_job(db_url: str, job: str, bins: int = 16, workers: int = 1, input_rate
     """
     now = datetime.now(UTC)
     assignment = [b * workers // bins for b in range(bins)]
-    with session_scope(db_url) as s:
-        s.add(m.Job(job=job, operator=operator, bins=bins, created_at=now, config={}))
-        s.add(m.RoutingMap(job=job, operator=operator, map_version=0, epoch=0, workers=workers,
-                           assignment=assignment, created_at=now))
-        for e in range(1, epochs + 1):
-            rows = int(input_rate)  # one second of input per epoch
-            s.add(m.EpochMetrics(job=job, operator=operator, epoch=e, map_version=0, workers=workers,
-                                 input_rows=rows, batch_ms=1000.0 * rows / (per_worker_rate * workers) + 100.0,
-                                 input_rate=input_rate, backlog=0, started_at=now, ended_at=now))
-            for w in range(workers):
-                rin = rows // workers
-                useful = 1000.0 * rin / per_worker_rate
-                s.add(m.WorkerMetrics(job=job, operator=operator, epoch=e, worker=w, records_in=rin, records_out=rin,
-                                      useful_ms=useful, wall_ms=useful, state_keys=1000, state_bytes=100000))
-            for b in range(bins):
-                s.add(m.BinMetrics(job=job, operator=operator, epoch=e, bin=b, worker=assignment[b],
-                                   records=rows // bins + (b % 4) * 10, state_keys=100 + b,
-                                   state_bytes=10000 + 100 * b))
+    writer.ensure_job_row(db_url, job, operator, bins, {}, now)
+    for e in range(1, epochs + 1):  # each epoch through the data plane's own commit path
+        rows = int(input_rate)  # one second of input per epoch
+        rin = rows // workers
+        useful = 1000.0 * rin / per_worker_rate
+        with writer.epoch_transaction(db_url) as s:
+            writer.ensure_routing_map(s, job, operator, 0, 0, workers, assignment, now, None, None)
+            erow = m.EpochMetrics(job=job, operator=operator, epoch=e, map_version=0, workers=workers,
+                                  input_rows=rows, batch_ms=1000.0 * rows / (per_worker_rate * workers) + 100.0,
+                                  input_rate=input_rate, backlog=0, started_at=now, ended_at=now)
+            wrows = [m.WorkerMetrics(job=job, operator=operator, epoch=e, worker=w, records_in=rin, records_out=rin,
+                                     useful_ms=useful, wall_ms=useful, state_keys=1000, state_bytes=100000)
+                     for w in range(workers)]
+            brows = [{"job": job, "operator": operator, "epoch": e, "bin": b, "worker": assignment[b],
+                      "records": rows // bins + (b % 4) * 10, "state_keys": 100 + b, "state_bytes": 10000 + 100 * b}
+                     for b in range(bins)]
+            writer.replace_epoch_metrics(s, job, operator, e, erow, wrows, brows)
