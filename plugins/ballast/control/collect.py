@@ -47,11 +47,12 @@ def open_plan_for(url: str, cfg: JobConfig, owner: str | None = None) -> Resume 
 
 def current_state(url: str, cfg: JobConfig) -> tuple[repo.MapSnapshot, BinLoad]:
     """The map in force and each bin's load/size over the rebalance window (manual plans need no more)."""
-    current = repo.latest_map(url, cfg.job, cfg.operator)
+    store = repo.JobStore(url, cfg.job, cfg.operator)
+    current = store.latest_map()
     if current is None:
         raise NotReady(f"job {cfg.job}/{cfg.operator} has no routing map in the metrics DB yet: it has not run. "
                        "Start it with the ballast_supervise DAG.")
-    st = repo.bin_stats(url, cfg.job, cfg.operator, current.bins, cfg.rebalance.window_epochs)
+    st = store.bin_stats(current.bins, cfg.rebalance.window_epochs)
     return current, BinLoad(st.load, st.bytes, st.keys, st.epochs)
 
 
@@ -62,12 +63,13 @@ def collect(url: str, cfg: JobConfig, owner: str | None = None) -> Snapshot | Re
     if resume is not None:
         return resume
     current, bins = current_state(url, cfg)
-    epochs = [e for e in repo.epoch_window(url, cfg.job, cfg.operator, cfg.rebalance.window_epochs)
+    store = repo.JobStore(url, cfg.job, cfg.operator)
+    epochs = [e for e in store.epoch_window(cfg.rebalance.window_epochs)
               if e.workers == current.workers and e.map_version == current.map_version]
     if not epochs:
         raise NotReady(f"no epoch of {cfg.job}/{cfg.operator} ran under the current map v{current.map_version} "
                        "yet; waiting for metrics")
-    workers = repo.worker_window(url, cfg.job, cfg.operator, [e.epoch for e in epochs])
+    workers = store.worker_window([e.epoch for e in epochs])
     names = cfg.operator_names()
     return Snapshot(
         map=MapState(current.map_version, current.epoch, current.workers, current.assignment),
@@ -88,11 +90,12 @@ def operator_sample(url: str, cfg: JobConfig, name: str) -> OperatorSample:
     """One operator of a multi-operator job over the rebalance window, under its current map:
     what DS2 needs to see it as its own node (true rate, selectivity = outputs / inputs). An
     operator that has not run yet is a node without measurements (DS2 keeps its W)."""
-    current = repo.latest_map(url, cfg.job, name)
+    store = repo.JobStore(url, cfg.job, name)
+    current = store.latest_map()
     if current is None:
         return OperatorSample(name, 1)
-    epochs = [e for e in repo.epoch_window(url, cfg.job, name, cfg.rebalance.window_epochs)
+    epochs = [e for e in store.epoch_window(cfg.rebalance.window_epochs)
               if e.workers == current.workers and e.map_version == current.map_version]
-    rows = repo.worker_window(url, cfg.job, name, [e.epoch for e in epochs])
+    rows = store.worker_window([e.epoch for e in epochs])
     return OperatorSample(name, current.workers, _epoch_samples(epochs), tuple(
         WorkerSample(w.epoch, w.worker, w.records_in, w.records_out, w.useful_ms, w.wall_ms) for w in rows))

@@ -129,14 +129,15 @@ def _dataflow(cfg: JobConfig, snap: Snapshot) -> tuple[policy.Dataflow, list[pol
 
 def guard_state(url: str, cfg: JobConfig) -> policy.GuardState:
     """Guard state lives in the latest decision's inputs; warm-up counts from the end of the last plan."""
-    last = repo.latest_decision(url, cfg.job, cfg.operator)
+    store = repo.JobStore(url, cfg.job, cfg.operator)
+    last = store.latest_decision()
     state = policy.GuardState.from_dict(last.inputs.get(GUARD_STATE_KEY) if last else None)
-    done = repo.last_finished_plan(url, cfg.job, cfg.operator)
+    done = store.last_finished_plan()
     if done and done.finished_at:
         fin = done.finished_at.timestamp()
         if state.last_change_at is None or fin > state.last_change_at:
             state.last_change_at = fin
-            cps = repo.checkpoints(url, done.plan_id)
+            cps = store.checkpoints(done.plan_id)
             epochs = [c.applied_epoch for c in cps.values() if c.applied_epoch is not None]
             if epochs:
                 state.last_change_epoch = max(epochs)
@@ -146,12 +147,13 @@ def guard_state(url: str, cfg: JobConfig) -> policy.GuardState:
 def evaluate(url: str, cfg: JobConfig, snap: Snapshot, now: datetime | None = None) -> ScalingDecision:
     """`assess` with the guards' stored state and the cluster's capacity; stores the decision."""
     now = now or datetime.now(UTC)
-    hb = repo.heartbeat(url, cfg.job, cfg.operator)
+    store = repo.JobStore(url, cfg.job, cfg.operator)
+    hb = store.heartbeat()
     a = assess(cfg, snap, guard_state(url, cfg), now, hb.capacity if hb else None)
     inputs = {**a.inputs, GUARD_STATE_KEY: a.state.to_dict()}
-    decision_id = repo.save_decision(url, cfg.job, cfg.operator, current_workers=a.current_workers,
-                                     proposed_workers=a.proposed_workers, target_workers=a.target_workers,
-                                     action=a.action, reason=a.reason, inputs=json_safe(inputs), at=now)
+    decision_id = store.save_decision(current_workers=a.current_workers, proposed_workers=a.proposed_workers,
+                                      target_workers=a.target_workers, action=a.action, reason=a.reason,
+                                      inputs=json_safe(inputs), at=now)
     log.info("decision #%d for %s/%s: %s (%d -> %d workers; DS2 proposes %d, utilization %.2f): %s",
              decision_id, cfg.job, cfg.operator, a.action, a.current_workers, a.target_workers,
              a.proposed_workers, a.utilization, a.reason)
