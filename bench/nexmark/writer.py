@@ -35,6 +35,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from ballast.options import settings
 from bench.nexmark.generator import Delivered, deliveries
 from bench.nexmark.model import KINDS, Event, NexmarkConfig, key_of, kind_of, to_json
 
@@ -162,7 +163,7 @@ def run(bootstrap: str, topic_prefix: str, partitions: int, config: NexmarkConfi
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="bench.nexmark.writer", description=__doc__.splitlines()[0])
-    ap.add_argument("--bootstrap", default="127.0.0.1:9092")
+    ap.add_argument("--bootstrap", default=settings().kafka_bootstrap)
     ap.add_argument("--topic-prefix", required=True, help="topics <prefix>.person/.auction/.bid (must exist)")
     ap.add_argument("--partitions", type=int, default=2)
     ap.add_argument("--rate", type=float, required=True, help="events per second")

@@ -90,8 +90,8 @@ def test_query_output_equals_reference(query, kafka_bootstrap, make_topics, uniq
 
     def consumed() -> int:
         eps = committed_epochs(spark_ckpt)
-        end = read_end_offsets(spark_ckpt, eps[-1]) if eps else {}
-        return sum(sum(end.get(t, {}).values()) for t in topics(job).values())
+        end: dict[str, dict[str, int]] = (read_end_offsets(spark_ckpt, eps[-1]) if eps else None) or {}
+        return sum(n for t in topics(job).values() for n in end.get(t, {}).values())
 
     def outputs() -> list[dict]:
         return [json.loads(o.value) for o in read_output(kafka_bootstrap, f"{job}.output")[0]]
