@@ -180,6 +180,15 @@ def _cold(eps: list[dict[str, Any]], after: float) -> dict[str, float]:
     return {"first_ms": data[0]["batch_ms"], "steady_ms": steady, "ratio": data[0]["batch_ms"] / steady}
 
 
+def _caught_up(job: Any, since: float, rows: int, trigger_ms: int) -> bool:
+    """The restart read its backlog (rows, not offsets: a topic's offsets may include markers) and
+    then stayed idle for a few triggers."""
+    eps = [e for e in job.epochs() if e["started_at"] >= since - 1]
+    read = sum(e["input_rows"] for e in eps)
+    last = max((e["ended_at"] for e in eps if e["input_rows"]), default=time.time())
+    return read >= 0.99 * rows and time.time() - last > max(3.0, 4 * trigger_ms / 1000)
+
+
 def run_one(ctx: Ctx, system: str, trigger_ms: int) -> dict[str, Any]:
     P = ctx.profile
     label = f"lat-{system}-t{trigger_ms}"
@@ -192,15 +201,15 @@ def run_one(ctx: Ctx, system: str, trigger_ms: int) -> dict[str, Any]:
         t_started = job.start()
         gen, sched_path = _start_gen(ctx, topic, P.latency_keys, rates, label)
         gen.wait(timeout=len(P.latency_rates) * P.latency_segment_s + 300)
-        time.sleep(max(3.0, 3 * trigger_ms / 1000))  # the last rows are answered
+        sched = Schedule.load(sched_path)
+        # every scheduled row answered before the stop (a slow first epoch must not be cut short)
+        wait_until(lambda: _caught_up(job, t_started, sched.total, trigger_ms), P.timeouts_s,
+                   f"{label} to answer the open loop", poll=1.0)
         job.stop()
         _prefill(ctx, topic, P.latency_backlog_rows)  # the backlog the restart catches up on
         t_restart = job.start()
-        sched = Schedule.load(sched_path)
-        total = sched.total + P.latency_backlog_rows
-        wait_until(lambda: sum(e["input_rows"] for e in job.epochs()) >= total, P.timeouts_s,
+        wait_until(lambda: _caught_up(job, t_restart, P.latency_backlog_rows, trigger_ms), P.timeouts_s,
                    f"{label} to catch up after the restart", poll=1.0)
-        time.sleep(2)
     finally:
         if gen is not None:
             gen.stop(timeout=60)
@@ -225,7 +234,7 @@ def run_one(ctx: Ctx, system: str, trigger_ms: int) -> dict[str, Any]:
     body = [e for e in eps if e["started_at"] >= t_restart - 1 and e["input_rows"] > 0][1:]
     span = body[-1]["ended_at"] - body[0]["started_at"] if len(body) > 1 else math.nan
     res["saturation_rows_per_s"] = sum(e["input_rows"] for e in body) / span if span == span and span > 0 else math.nan
-    parts = [k for k in eps[0] if k.endswith("_ms") and k != "batch_ms"] if eps else []
+    parts = [k for k in eps[0] if k not in ("epoch", "started_at", "ended_at", "input_rows", "batch_ms")] if eps else []
     steady_eps = [e for e in eps if t0 + P.latency_first_s <= e["started_at"] < t_restart - 5 and e["input_rows"]]
     nxt = {e["epoch"]: e["started_at"] for e in eps}
     for e in eps:  # idle: from this epoch's end to the next one's start (commit, acks, trigger wait)

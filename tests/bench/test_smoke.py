@@ -82,6 +82,8 @@ def test_files(smoke_run: Path) -> None:
         "bins": ["bins.csv", "latency_vs_duration.png", "cost_per_record.png", "README.md"],
         "native": ["throughput.csv", "reconfig.csv", "native_vs_ballast.png", "reconfig_backlog.png", "README.md"],
         "ds2": ["decisions.csv", "phases.csv", "epochs.csv", "ds2_timeline.png", "README.md"],
+        "latency": ["latency.csv", "latency_p99.png", "epoch_breakdown.png", "lat-native-t500.epochs.csv",
+                    "lat-ballast-t500.epochs.csv", "README.md"],
         "cluster": ["durable_vs_local_epochs.csv", "precopy.csv", "recovery_timeline.csv", "scale_out_epochs.csv",
                     "durable_vs_local.png", "precopy.png", "recovery.png", "scale_out.png", "README.md"],
     }.items():
@@ -109,3 +111,18 @@ def test_cluster_shapes(smoke_run: Path) -> None:
     assert pos(r["ballast_s"]) and pos(r["native_s"]), r
     assert pos(so["throughput_before"]) and pos(so["throughput_after"]) and pos(so["max_epoch_gap_s"]), so
     assert (so["executors_before"], so["executors_after"]) == (2, 4), so
+
+
+@pytest.mark.timeout(3100)
+def test_latency_shapes(smoke_run: Path) -> None:
+    """Experiment 6 at smoke scale: every latency figure and ratio
+    (Ballast / native p99, first epoch / steady, saturation) is measured for both systems; values are reported,
+    not asserted (a shared 2-core machine)."""
+    lat = json.loads((smoke_run / "summary.json").read_text())["latency"]
+    row = lat["by_trigger_rate"]["t500@1000"]
+    for k in ("native_p99_ms", "ballast_p99_ms", "p99_ratio", "native_max_ms", "ballast_max_ms"):
+        assert isinstance(row[k], (int, float)) and math.isfinite(row[k]) and row[k] > 0, (k, row)
+    t = lat["t500"]
+    for sys_ in ("native", "ballast"):
+        assert t["saturation_rows_per_s"][sys_] > 0 and t["cold_restart_ratio"][sys_] > 0, t
+        assert t["breakdown_median_ms"][sys_]["batch_ms"] > 0, t
