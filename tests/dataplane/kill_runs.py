@@ -100,12 +100,13 @@ class StepSender:
         return self.sent == len(self.steps) and len(checkpoints(self.db_url, self.job)) == len(self.steps)
 
 
-def check_plan_applied(db_url: str, job: str, plan_id: str, steps: list[Any]) -> None:
-    """Every step of the plan has its one checkpoint, applied, and the migration property held."""
+def check_plan_applied(db_url: str, job: str, plan_id: str, steps: list[Any], operator: str | None = None) -> None:
+    """Every step of the plan has its one checkpoint, applied, and the migration property held
+    (for `operator`'s maps and bins only when given: each operator of a chain has its own map)."""
     cps = checkpoints(db_url, job)
     assert sorted(cps) == [(plan_id, s.step) for s in steps]
     assert all(c.status == "applied" for c in cps.values())
-    check_migration_property(db_url, job)
+    check_migration_property(db_url, job, operator)
 
 
 def keys_with_state(state_uri: str, column: str) -> set[Any]:
