@@ -122,7 +122,7 @@ class StepDecision(Base):
 
 
 class StepCheckpoint(Base):
-    """Completion checkpoint of one step (docs/protocol.md): exactly one row per (plan, step)."""
+    """Step checkpoint: the completion record of one step (docs/protocol.md): exactly one row per (plan, step)."""
 
     __tablename__ = "checkpoints"
     job: Mapped[str] = mapped_column(String(200), primary_key=True)

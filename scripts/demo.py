@@ -8,7 +8,7 @@
    scale the job to 2 workers with the batched strategy; the demo prints the plan the approval
    request shows and approves it (REST `hitlDetails`, as a person would in the UI); the job
    migrates bins live.
-5. The demo prints every step's completion checkpoint and the final routing map, waits out DS2's
+5. The demo prints every step's step checkpoint and the final routing map, waits out DS2's
    warm-up after that change, and asks the rebalance DAG for DS2's decision under load (a
    scale-up runs as a plan of its own); then it lowers the load and asks again, so the demo ends
    on a real DS2 decision with its numbers (a proposed scale-down, held or not by the guards),

@@ -1,4 +1,4 @@
-"""What the operator console shows, as plain JSON-ready dicts (no Airflow import: plugin.py serves it).
+"""What the console shows, as plain JSON-ready dicts (no Airflow import: plugin.py serves it).
 
 Every function takes the metrics DB URL and reads through `repository`; the page (static/console.js)
 draws what these return. Times are ISO 8601 UTC strings; sizes are bytes; loads are records per epoch.

@@ -1,4 +1,4 @@
-"""AirflowPlugin `ballast`: the operator console, a FastAPI app mounted by the api-server at /ballast.
+"""AirflowPlugin `ballast`: the console, a FastAPI app mounted by the api-server at /ballast.
 
 * Server-side page `/ballast/` (jobs table, job header) that static/console.js brings to life with
   Plotly charts (plotly.js served from the installed `plotly` package: no CDN), polling the JSON
@@ -310,7 +310,7 @@ def index(request: Request, job: str | None = None, operator: str | None = None,
 <script src="{e(root)}/static/plotly.min.js"></script>
 </head><body>
 <header class="top">
-  <h1>Ballast <span class="sub">operator console</span></h1>
+  <h1>Ballast <span class="sub">console</span></h1>
   <div class="controls">
     <span class="label">window</span>
     <span class="seg" id="window">{"".join(

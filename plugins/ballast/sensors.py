@@ -55,7 +55,7 @@ def handle_checkpoint_event(db_url: str, event: dict[str, Any], log: Any) -> Non
 
 
 class CheckpointSensor(BaseSensorOperator):
-    """Wait for the completion checkpoints of `plan_id` (all steps unless `steps` is given).
+    """Wait for the step checkpoints of `plan_id` (all steps unless `steps` is given).
 
     `plan_id` is templated (typically pulled from the plan task's XCom); an empty plan_id means
     there is nothing to wait for and the task is skipped. Deferrable by default: it frees its

@@ -3,7 +3,7 @@
 It does what the data plane does with control messages, minus the state: consumes the real
 `<job>.control` topic, checks each step's expected map version and move sources (rejecting with
 a reason, never half-applying), honours effective_at, records the new routing map version and a
-completion checkpoint in the metrics DB. It also records every message it saw, so tests can
+step checkpoint in the metrics DB. It also records every message it saw, so tests can
 assert that nothing was emitted twice. It is not a fake of the controller under test: the emitter,
 trigger, sensor and verifier all run for real against the broker and the DB.
 """

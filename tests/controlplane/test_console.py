@@ -1,4 +1,4 @@
-"""The operator console's JSON API and page, in process (the auth manager is stood in for here;
+"""The console's JSON API and page, in process (the auth manager is stood in for here;
 tests/ui/ checks the real one in front of the real api-server)."""
 
 from __future__ import annotations

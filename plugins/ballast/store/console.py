@@ -1,4 +1,4 @@
-"""What the operator console reads from the metrics DB: bounded, aggregated reads over a time
+"""What the console reads from the metrics DB: bounded, aggregated reads over a time
 window or an epoch range, so a page refresh costs the same with a day of metrics as with a minute.
 
 The record types it shares with the controller live in their own store modules.
