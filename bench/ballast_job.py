@@ -45,6 +45,7 @@ class JobSpec:
     trigger_ms: int = 500
     max_offsets_per_trigger: int | None = None
     operator: str = OPERATOR
+    log_level: str = "INFO"  # DEBUG adds the runner's per-epoch phase line
 
     @property
     def checkpoint_dir(self) -> Path:
@@ -66,7 +67,8 @@ class BallastJob:
                 "--trigger-ms", str(s.trigger_ms)]
         if s.max_offsets_per_trigger:
             args += ["--max-offsets-per-trigger", str(s.max_offsets_per_trigger)]
-        self.proc = Proc(args, s.run_dir / "logs" / f"{s.job}.log", f"ballast job {s.job}").start()
+        self.proc = Proc(args, s.run_dir / "logs" / f"{s.job}.log", f"ballast job {s.job}",
+                         extra_env={"BALLAST_LOG_LEVEL": s.log_level}).start()
         return self
 
     def stop(self) -> None:

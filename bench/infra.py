@@ -49,14 +49,16 @@ def env() -> dict[str, str]:
 class Proc:
     """A child process with its output in a log file; `stop()` sends SIGTERM, then SIGKILL."""
 
-    def __init__(self, args: list[str], log: Path, name: str) -> None:
+    def __init__(self, args: list[str], log: Path, name: str, extra_env: dict[str, str] | None = None) -> None:
         self.args, self.log, self.name = args, log, name
+        self.extra_env = extra_env or {}
         self.p: subprocess.Popen[bytes] | None = None
 
     def start(self) -> Proc:
         self.log.parent.mkdir(parents=True, exist_ok=True)
         fh = open(self.log, "ab")
-        self.p = subprocess.Popen(self.args, stdout=fh, stderr=subprocess.STDOUT, env=env(), cwd=str(REPO),
+        self.p = subprocess.Popen(self.args, stdout=fh, stderr=subprocess.STDOUT, env={**env(), **self.extra_env},
+                                  cwd=str(REPO),
                                   start_new_session=True)
         fh.close()
         return self

@@ -12,7 +12,6 @@ metrics DB and the runner's phase log line.
 from __future__ import annotations
 
 import math
-import os
 import re
 import statistics
 import time
@@ -107,22 +106,14 @@ class _Ballast:
         self.ctx, self.topic = ctx, topic
         self.spec = JobSpec(job=ctx.name(label), input_topic=topic, bins=P.latency_bins, workers=2,
                             db_url=ctx.db_url, bootstrap=ctx.bootstrap, run_dir=ctx.run_dir, trigger_ms=trigger_ms,
-                            max_offsets_per_trigger=P.latency_max_offsets)
+                            max_offsets_per_trigger=P.latency_max_offsets, log_level="DEBUG")
         self.job = BallastJob(self.spec)
         self.tail = OffsetLogTail(self.spec.checkpoint_dir, topic)
         self.log = ctx.run_dir / "logs" / f"{self.spec.job}.log"
 
     def start(self) -> float:
         mark = self.log.stat().st_size if self.log.exists() else 0
-        old = os.environ.get("BALLAST_LOG_LEVEL")
-        os.environ["BALLAST_LOG_LEVEL"] = "DEBUG"  # the runner's per-epoch phase line
-        try:
-            self.job = BallastJob(self.spec).start()
-        finally:
-            if old is None:
-                os.environ.pop("BALLAST_LOG_LEVEL", None)
-            else:
-                os.environ["BALLAST_LOG_LEVEL"] = old
+        self.job = BallastJob(self.spec).start()
 
         def ready() -> bool:  # warm-up done: the query starts right after it
             if not self.log.exists():
