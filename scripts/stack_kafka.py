@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -291,10 +292,17 @@ def ensure_topics(topics: dict[str, int], bootstrap: str | None = None, security
     create_missing_topics(bootstrap, topics, security=security)
     admin = KafkaAdminClient(bootstrap_servers=bootstrap, **client_kwargs(security))
     try:
-        for desc in admin.describe_topics(list(topics)):
-            name = desc.get("name") or desc.get("topic")
-            want, have = topics[name], len(desc["partitions"])
-            if have != want:
-                raise StackError(f"topic {name} has {have} partitions, expected {want}")
+        deadline = time.monotonic() + 15.0
+        while True:
+            have = {(d.get("name") or d.get("topic")): len(d.get("partitions") or [])
+                    for d in admin.describe_topics(list(topics))}
+            # a topic created a moment ago may be described with no partitions yet: wait for them
+            pending = [t for t in topics if have.get(t, 0) == 0]
+            if not pending or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        for name, want in topics.items():
+            if have.get(name, 0) != want:
+                raise StackError(f"topic {name} has {have.get(name, 0)} partitions, expected {want}")
     finally:
         admin.close()

@@ -39,7 +39,8 @@ class QuerySpec:
     `where` (a Spark SQL predicate) and `columns` ((name, Spark SQL expression) pairs, applied in order,
     generators such as explode allowed) run on the parsed rows before routing: a stateless query
     (a filter, a projection) or a key computed from the row (e.g. a NEXMark join key) needs no code
-    in the processor."""
+    in the processor. The watermark follows the rows that pass `where` (as a filter before Spark's
+    `withWatermark` would)."""
 
     input_schema: str | None = None
     grouping_keys: tuple[str, ...] = ("key",)

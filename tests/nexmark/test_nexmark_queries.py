@@ -3,9 +3,15 @@ topics: each job's deduplicated output equals bench.nexmark.reference on the sam
 stateful queries run through an 8-step batched migration of their bins and a SIGKILL of the
 driver's process group at a random moment while the steps are sent, then to the end.
 
-A flush bid (no auction, far in event time) is written once everything else was consumed: it
-moves the watermark past every window and auction of the real events without being answered
-itself (its window never closes), so the reference is taken with until_ms = its time - lateness.
+Flush events (a person, an auction and a bid that match nothing, far in event time) are written
+once everything else was consumed. A processor's watermark follows the rows it reads (after its
+`where`), so there is one of each kind: whichever kinds a query reads, they move its watermark
+past every window and auction of the real events without being answered themselves (their
+window never closes, the auction never expires), and the reference is taken with
+until_ms = their time - lateness.
+
+The final run stops at the reference's answer, or once it is quiet (every input row read, the
+plan applied, no new output for QUIET_S): a wrong answer fails in seconds with its diff.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ import pytest
 
 from bench.nexmark import reference
 from bench.nexmark.generator import events
-from bench.nexmark.model import Auction, Bid, Event, NexmarkConfig, key_of, kind_of, to_json
+from bench.nexmark.model import Auction, Bid, Event, NexmarkConfig, Person, key_of, kind_of, to_json
 from bench.nexmark.writer import topics
 from dp_helpers import plan_maps, produce, steps_from_maps
 from kill_runs import StepSender, check_plan_applied, cli_env, final_run, killed_runs
@@ -45,12 +51,18 @@ QUERIES = {
     "q7": [f"{MOD}.windows:Q7"], "q8": [f"{MOD}.q8:Q8"],
 }
 STATELESS = ("q1", "q2")
+QUIET_S = 20.0
 
 
-def flush_bid(evs: list[Event]) -> Bid:
-    """A bid on no auction, late enough in event time that every window and auction has closed."""
+def flush_events(evs: list[Event]) -> list[Event]:
+    """One event of each kind that matches nothing, late enough in event time that every window
+    and auction of `evs` has closed once the watermark follows them."""
     last = max(max(e.date_time for e in evs), max(e.expires for e in evs if isinstance(e, Auction)))
-    return Bid(auction=-1, bidder=-1, price=0, date_time=last + LATENESS_MS + 2 * WINDOW_MS, extra="")
+    t = last + LATENESS_MS + 2 * WINDOW_MS
+    return [Person(id=-2, name="", email_address="", credit_card="", city="", state="", date_time=t, extra=""),
+            Auction(id=-1, item_name="", description="", initial_bid=0, reserve=0, date_time=t,
+                    expires=t + 10 * WINDOW_MS, seller=-3, category=-1, extra=""),
+            Bid(auction=-1, bidder=-1, price=0, date_time=t, extra="")]
 
 
 def write(bootstrap: str, prefix: str, evs: list[Event]) -> None:
@@ -63,24 +75,15 @@ def write(bootstrap: str, prefix: str, evs: list[Event]) -> None:
         produce(bootstrap, topic, [b"%d" % key_of(e) for e in rows], PARTITIONS, [to_json(e) for e in rows])
 
 
-#: known failures, each run (strict: the test fails once the query is fixed, so the mark cannot rot)
-KNOWN = {
-    "q8": "Q8 misses the pairs of the windows starting at +10 s and +20 s (10 of the reference's rows; no "
-          "unexpected rows): cause not found yet (a lateness drop across the three topics or NewUsers' "
-          "timers) — issue 10",
-}
-
-
-@pytest.mark.parametrize("query", [pytest.param(q, marks=pytest.mark.xfail(reason=KNOWN[q], strict=True))
-                                   if q in KNOWN else q for q in sorted(QUERIES)])
+@pytest.mark.parametrize("query", sorted(QUERIES))
 def test_query_output_equals_reference(query, kafka_bootstrap, make_topics, unique_name, tmp_path, db_url):
     job = unique_name
     make_topics({t: PARTITIONS for t in topics(job).values()})
     evs = events(CONFIG, EVENTS)
     write(kafka_bootstrap, job, evs)
-    flush = flush_bid(evs)
-    expected = reference.QUERIES[query](evs + [flush], **({} if query in ("q1", "q2", "q3") else
-                                                        {"until_ms": flush.date_time - LATENESS_MS}))
+    flush = flush_events(evs)
+    expected = reference.QUERIES[query](evs + flush, **({} if query in ("q1", "q2", "q3") else
+                                                      {"until_ms": flush[0].date_time - LATENESS_MS}))
     ensure_job_topics(kafka_bootstrap, job, 2)
     ops = QUERIES[query]
     first = ops[0].partition("=")[0] if len(ops) > 1 else ops[0]
@@ -108,14 +111,23 @@ def test_query_output_equals_reference(query, kafka_bootstrap, make_topics, uniq
     if stateful:
         killed_runs(cmd, env, logs, faults_file, sender, random.Random(sum(map(ord, query))), faults=(None,))
 
+    quiet = {"rows": -1, "since": time.time()}
+
     def done() -> bool:
         nonlocal flushed
         if stateful:
             sender()
         if not flushed and consumed() == len(evs):
-            write(kafka_bootstrap, job, [flush])
+            write(kafka_bootstrap, job, flush)
             flushed = True
-        return flushed and (sender.all_applied or not stateful) and reference.diff(query, expected, outputs()) is None
+        if not (flushed and (sender.all_applied or not stateful)):
+            return False
+        got = outputs()
+        if reference.diff(query, expected, got) is None:
+            return True
+        if len(got) != quiet["rows"] or consumed() < len(evs) + len(flush):
+            quiet.update(rows=len(got), since=time.time())
+        return time.time() - quiet["since"] > QUIET_S  # quiet and wrong: the assertion below shows the diff
 
     t0 = time.time()
     final_run(cmd, env, logs / "final.log", done, timeout_s=420, linger_s=2.0)
