@@ -34,7 +34,7 @@ lint: setup ## ruff (style, imports, bugbear, pyupgrade) and mypy (strict on the
 	@$(PY) -m mypy
 
 test: setup ## the whole suite, against real Kafka, Spark, SQLite, PostgreSQL and Airflow
-	@$(PY) -m pytest $(PYTEST_ARGS)
+	@$(PY) -m pytest --durations=30 $(PYTEST_ARGS)
 
 test-fast: setup ## the policy unit tests only (milliseconds)
 	@$(PY) -m pytest -m "controlplane and not slow" tests/policy $(PYTEST_ARGS)

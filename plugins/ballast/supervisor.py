@@ -217,39 +217,74 @@ def group_members(pgid: int) -> list[int]:
     return out
 
 
-def _terminate(pid: int, timeout_s: float) -> str:
-    """SIGTERM to the process group led by `pid`, SIGKILL after `timeout_s`; says which it took.
+def _drivers(pgid: int) -> list[int]:
+    """The Python driver(s) in the group: `python -m spark_jobs.cli` (local mode, the group's
+    leader) or the application file spark_jobs/main.py (under spark-submit's JVM)."""
+    app = str(REPO / "spark_jobs" / "main.py").encode()
+    out = []
+    for member in group_members(pgid):
+        try:
+            argv = Path(f"/proc/{member}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if app in argv or b"spark_jobs.cli" in argv[1:3]:
+            out.append(member)
+    return out
 
-    Waits for the whole group (the JVM of a PySpark driver outlives its Python parent briefly)."""
+
+def _terminate(pid: int, timeout_s: float) -> str:
+    """Stop the process group led by `pid`; says how: "SIGTERM" (the driver stopped and took its
+    group along), "SIGTERM to the group" or "SIGKILL after Ns".
+
+    The group is the Python driver → its JVM (local mode), or launcher → spark-submit JVM → Python
+    driver. SIGTERM goes to the driver first: it stops after its current epoch and exits, the JVM
+    ends with it (and the launcher returns).
+    Signalling the whole group at once kills the JVM under the driver's feet, which then retries
+    py4j calls until SIGKILL. What is left after half the timeout gets SIGTERM, SIGKILL at the end."""
     def gone() -> bool:
         return not _alive(pid) and not group_members(pid)
 
+    def wait(until: float) -> bool:
+        while time.monotonic() < until:
+            if gone():
+                return True
+            time.sleep(0.3)
+        return gone()
+
+    start = time.monotonic()
+    if gone():
+        return "already gone"
+    drivers = _drivers(pid)
+    for d in drivers:
+        try:
+            os.kill(d, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    if drivers and wait(start + timeout_s / 2):
+        return "SIGTERM"
     try:
         os.killpg(pid, signal.SIGTERM)
     except ProcessLookupError:
-        return "already gone"
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if gone():
-            return "SIGTERM"
-        time.sleep(0.3)
+        return "SIGTERM"
+    if wait(start + timeout_s):
+        return "SIGTERM to the group"
     try:
         os.killpg(pid, signal.SIGKILL)
     except ProcessLookupError:
-        return "SIGTERM"
-    while not gone() and time.monotonic() < deadline + 10:
-        time.sleep(0.1)
+        return "SIGTERM to the group"
+    wait(start + timeout_s + 10)
     return f"SIGKILL after {timeout_s:.0f}s"
 
 
-def stop(cfg: JobConfig, timeout_s: float = 30.0) -> bool:
-    """Stop the driver we launched (SIGTERM to its process group, SIGKILL after timeout)."""
+def stop(cfg: JobConfig, timeout_s: float = 30.0) -> str | None:
+    """Stop the driver we launched (`_terminate`); returns how it stopped, None if it was not running."""
     pid = _our_process(cfg)
     if pid is None:
-        return False
-    _terminate(pid, timeout_s)
+        return None
+    how = _terminate(pid, timeout_s)
     _pid_file(cfg).unlink(missing_ok=True)
-    return True
+    log.info("job %s: stopped pid %d (%s)", cfg.job, pid, how)
+    return how
 
 
 def stop_all(state_base: Path, timeout_s: float = 30.0) -> list[str]:

@@ -194,3 +194,17 @@ def test_interrupted_plan_resumes_without_re_emitting_on_real_job(real_job):
     emitted = Counter(_control_steps(bootstrap, job))
     assert all(emitted[(plan_id, s)] == 1 for s in range(1, n + 1)), emitted
     assert sum(1 for (p, _s) in emitted if p == plan_id) == n
+
+
+def test_stop_is_graceful_and_leaves_nothing(real_job):
+    """Last in this module: the supervisor's stop ends the job with one SIGTERM to the Python
+    driver — it finishes its epoch and exits, spark-submit and the launcher with it; no process of
+    the group is left and the driver log has no py4j retries against a dead JVM."""
+    cfg, pid = real_job["cfg"], real_job["pid"]
+    started = time.monotonic()
+    assert supervisor.stop(cfg, timeout_s=60) == "SIGTERM"
+    took = time.monotonic() - started
+    assert not supervisor.group_members(pid), "a process of the driver's group outlived the stop"
+    log_text = (cfg.state_dir() / "driver.log").read_text(errors="replace")
+    assert "ConnectionRefusedError" not in log_text, log_text[-3000:]
+    print(f"stopped by SIGTERM in {took:.1f}s")
