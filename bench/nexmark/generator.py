@@ -236,6 +236,19 @@ def deliveries(cfg: NexmarkConfig, count: int | None = None) -> Iterator[Deliver
         position += 1
 
 
+def delivery_numbers(cfg: NexmarkConfig, count: int) -> list[int]:
+    """The event number at each delivery position 0..count-1, without generating the events.
+
+    The same order as `deliveries` (the same jitter stream, ordered by (n + u·D, n)), for a
+    benchmark that maps a Kafka offset back to its scheduled time on millions of events."""
+    d = cfg.max_disorder
+    if not d:
+        return list(range(count))
+    jitter = random.Random(cfg.seed ^ _DISORDER_SALT).random
+    keys = [n + jitter() * d for n in range(count)]
+    return sorted(range(count), key=lambda n: (keys[n], n))
+
+
 def events(cfg: NexmarkConfig, count: int) -> list[Event]:
     """The first `count` events in delivery order."""
     return [d.event for d in deliveries(cfg, count)]

@@ -36,8 +36,18 @@ from pathlib import Path
 from typing import Any
 
 from ballast.options import settings
-from bench.nexmark.generator import Delivered, deliveries
-from bench.nexmark.model import KINDS, Event, NexmarkConfig, key_of, kind_of, to_json
+from bench.nexmark.generator import Delivered, deliveries, delivery_numbers
+from bench.nexmark.model import (
+    AUCTION_PROPORTION,
+    KINDS,
+    PERSON_PROPORTION,
+    PROPORTION_DENOMINATOR,
+    Event,
+    NexmarkConfig,
+    key_of,
+    kind_of,
+    to_json,
+)
 
 
 def topics(prefix: str) -> dict[str, str]:
@@ -72,6 +82,39 @@ class NexmarkSchedule:
     @classmethod
     def load(cls, path: str | Path) -> NexmarkSchedule:
         return cls(**json.loads(Path(path).read_text())["schedule"])
+
+
+class OffsetClock:
+    """The scheduled time of any record the writer sent, from its topic, partition and offset.
+
+    A benchmark times a job's epochs by the input offsets they read (Spark's offset log), as
+    bench.loadgen.Schedule does for one topic; here the k-th record of a kind is at partition
+    k mod P, offset base + k div P, and carries the delivery position of the k-th event of that
+    kind in delivery order (numbers only: nothing is generated, so millions of events take seconds)."""
+
+    def __init__(self, sched: NexmarkSchedule) -> None:
+        import numpy as np
+
+        nums = np.asarray(delivery_numbers(sched.nexmark_config, sched.count), dtype=np.int64)
+        rem = nums % PROPORTION_DENOMINATOR
+        kind = np.where(rem < PERSON_PROPORTION, 0, np.where(rem < PERSON_PROPORTION + AUCTION_PROPORTION, 1, 2))
+        names = topics(sched.topic_prefix)
+        self.positions = {names[k]: np.flatnonzero(kind == i) for i, k in enumerate(KINDS)}
+        self.sched = sched
+        self.delay_us = sched.nexmark_config.inter_event_delay_us
+
+    def times_s(self, topic: str, partition: int, lo: int, hi: int) -> Any:
+        """Scheduled times (unix s, a numpy array) of offsets [lo, hi); offsets the writer did not
+        write (before its base, beyond what it planned) are left out."""
+        import numpy as np
+
+        pos = self.positions.get(topic)
+        if pos is None or partition >= self.sched.partitions:
+            return np.array([])
+        base = self.sched.base[topic][partition]
+        k = (np.arange(max(lo, base), hi, dtype=np.int64) - base) * self.sched.partitions + partition
+        k = k[k < pos.size]
+        return (self.sched.t0_us + pos[k] * self.delay_us) / 1e6
 
 
 def _shifted_json(event: Event, base_ms: int) -> bytes:
