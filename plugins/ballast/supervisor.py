@@ -237,8 +237,8 @@ def _terminate(pid: int, timeout_s: float) -> str:
     group along), "SIGTERM to the group" or "SIGKILL after Ns".
 
     The group is the Python driver → its JVM (local mode), or launcher → spark-submit JVM → Python
-    driver. SIGTERM goes to the driver first: it stops after its current epoch and exits, the JVM
-    ends with it (and the launcher returns).
+    driver. SIGTERM goes to the driver first (to the leader when no driver is recognised): it stops
+    after its current epoch and exits, the JVM ends with it (and the launcher returns).
     Signalling the whole group at once kills the JVM under the driver's feet, which then retries
     py4j calls until SIGKILL. What is left after half the timeout gets SIGTERM, SIGKILL at the end."""
     def gone() -> bool:
@@ -254,13 +254,12 @@ def _terminate(pid: int, timeout_s: float) -> str:
     start = time.monotonic()
     if gone():
         return "already gone"
-    drivers = _drivers(pid)
-    for d in drivers:
+    for target in _drivers(pid) or [pid]:  # no driver recognised: the leader, as a shell would
         try:
-            os.kill(d, signal.SIGTERM)
+            os.kill(target, signal.SIGTERM)
         except ProcessLookupError:
             pass
-    if drivers and wait(start + timeout_s / 2):
+    if wait(start + timeout_s / 2):
         return "SIGTERM"
     try:
         os.killpg(pid, signal.SIGTERM)
