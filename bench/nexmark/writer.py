@@ -7,7 +7,8 @@ keys are the id a query joins on first (person id, auction id, a bid's auction: 
 Q3/Q8 key auctions by seller instead; Ballast routes by a column it computes, not by the Kafka key.
 
 Open loop, as in bench/loadgen.py: delivery position i has the scheduled time
-t0 + i · inter_event_delay, fixed before the run; the writer never waits for the job, and every
+t0 + i · inter_event_delay (or 1/--send-rate: a backlog sent faster than its event time advances),
+fixed before the run; the writer never waits for the job, and every
 record's Kafka CreateTime is its scheduled time (ms), so latency = visible − scheduled. Event
 time starts at t0 too (config.base_time_ms = t0 in ms unless given), so an event's event time is
 its scheduled time, give or take the configured disorder. Placement is deterministic: the k-th
@@ -65,14 +66,20 @@ class NexmarkSchedule:
     topic_prefix: str
     config: dict[str, Any]
     base: dict[str, list[int]]  # topic -> offset of the kind's record 0..P-1 in each partition
+    send_delay_us: int = 0  # between two sends; 0: the event-time spacing (config.rate)
 
     @property
     def nexmark_config(self) -> NexmarkConfig:
         return NexmarkConfig.from_dict(self.config)
 
+    @property
+    def delay_us(self) -> int:
+        """Scheduled time between two delivery positions."""
+        return self.send_delay_us or self.nexmark_config.inter_event_delay_us
+
     def sched_us(self, position: int) -> int:
         """Scheduled time (µs since the epoch) of delivery position `position`."""
-        return self.t0_us + position * self.nexmark_config.inter_event_delay_us
+        return self.t0_us + position * self.delay_us
 
     def deliveries(self, sent: int | None = None) -> list[Delivered]:
         """The events of the first `sent` positions (default all planned): what a job read, for the
@@ -101,7 +108,7 @@ class OffsetClock:
         names = topics(sched.topic_prefix)
         self.positions = {names[k]: np.flatnonzero(kind == i) for i, k in enumerate(KINDS)}
         self.sched = sched
-        self.delay_us = sched.nexmark_config.inter_event_delay_us
+        self.delay_us = sched.delay_us
 
     def times_s(self, topic: str, partition: int, lo: int, hi: int) -> Any:
         """Scheduled times (unix s, a numpy array) of offsets [lo, hi); offsets the writer did not
@@ -143,8 +150,9 @@ def _end_offsets(bootstrap: str, names: list[str], partitions: int) -> dict[str,
 
 def run(bootstrap: str, topic_prefix: str, partitions: int, config: NexmarkConfig, count: int,
         schedule_out: Path, start_delay_s: float = 1.0, tick_s: float = 0.002,
-        keep_base_time: bool = False, pregenerate: bool = False) -> dict[str, Any]:
-    """Send `count` events open-loop at config.rate; returns the writer's stats (also in the file)."""
+        keep_base_time: bool = False, pregenerate: bool = False, send_rate: float | None = None) -> dict[str, Any]:
+    """Send `count` events open-loop at config.rate (or `send_rate`: a backlog written faster than its
+    event time advances); returns the writer's stats (also in the file)."""
     from kafka import KafkaProducer
 
     if count < 1 or partitions < 1:
@@ -155,7 +163,8 @@ def run(bootstrap: str, topic_prefix: str, partitions: int, config: NexmarkConfi
     if not keep_base_time:
         config = replace(config, base_time_ms=t0_us // 1000)
     sched = NexmarkSchedule(t0_us=t0_us, count=count, partitions=partitions, topic_prefix=topic_prefix,
-                            config=config.to_dict(), base=_end_offsets(bootstrap, list(names.values()), partitions))
+                            config=config.to_dict(), base=_end_offsets(bootstrap, list(names.values()), partitions),
+                            send_delay_us=int(round(1e6 / send_rate)) if send_rate else 0)
     tmp = schedule_out.with_suffix(".tmp")
     tmp.write_text(json.dumps({"schedule": asdict(sched)}))
     os.replace(tmp, schedule_out)
@@ -164,7 +173,7 @@ def run(bootstrap: str, topic_prefix: str, partitions: int, config: NexmarkConfi
                              max_in_flight_requests_per_connection=5, enable_idempotence=True)
     stop = {"flag": False}
     signal.signal(signal.SIGTERM, lambda *_: stop.update(flag=True))
-    delay_us = config.inter_event_delay_us
+    delay_us = sched.delay_us
     per_kind = dict.fromkeys(KINDS, 0)
     it = iter(ready) if ready is not None else deliveries(config, count)
     shift = config.base_time_ms if ready is not None else 0
@@ -209,7 +218,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--bootstrap", default=settings().kafka_bootstrap)
     ap.add_argument("--topic-prefix", required=True, help="topics <prefix>.person/.auction/.bid (must exist)")
     ap.add_argument("--partitions", type=int, default=2)
-    ap.add_argument("--rate", type=float, required=True, help="events per second")
+    ap.add_argument("--rate", type=float, required=True, help="events per second (of event time, and sent)")
+    ap.add_argument("--send-rate", type=float, default=None,
+                    help="send at this rate instead (a backlog: event time still advances at --rate)")
     ap.add_argument("--events", type=int, required=True, help="how many events to send")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--max-disorder", type=int, default=0, help="out-of-order bound, in events")
@@ -226,9 +237,11 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(str(exc))
     if a.events < 1 or a.partitions < 1:
         ap.error("--events and --partitions must be >= 1")
+    if a.send_rate is not None and not a.send_rate > 0:
+        ap.error("--send-rate must be > 0 events/s")
     try:
         stats = run(a.bootstrap, a.topic_prefix, a.partitions, cfg, a.events, Path(a.schedule_out),
-                    keep_base_time=a.base_time_ms is not None, pregenerate=a.pregenerate)
+                    keep_base_time=a.base_time_ms is not None, pregenerate=a.pregenerate, send_rate=a.send_rate)
     except RuntimeError as exc:
         print(f"bench.nexmark.writer: {exc}", file=sys.stderr)
         return 2

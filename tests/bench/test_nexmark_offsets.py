@@ -39,3 +39,12 @@ def test_offset_clock_gives_each_records_scheduled_time() -> None:
     # a range: offsets below the base and beyond what was planned are left out
     assert clock.times_s("x.bid", 0, 0, 10**6).size == math.ceil(seen["bid"] / 2)
     assert clock.times_s("x.other", 0, 0, 10).size == 0
+
+
+def test_a_backlog_sent_faster_than_its_event_time_is_timed_by_its_sends() -> None:
+    cfg = NexmarkConfig(rate=1000.0, seed=1)
+    s = NexmarkSchedule(t0_us=10**15, count=500, partitions=1, topic_prefix="x", config=cfg.to_dict(),
+                        base={"x.person": [0], "x.auction": [0], "x.bid": [0]}, send_delay_us=100)
+    assert s.sched_us(10) == 10**15 + 1000 and s.delay_us == 100
+    t = OffsetClock(s).times_s("x.person", 0, 0, 2)  # events 0 and 50: 50 sends apart
+    assert t[1] - t[0] == pytest.approx(50 * 100 / 1e6)
