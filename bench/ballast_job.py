@@ -46,10 +46,17 @@ class JobSpec:
     max_offsets_per_trigger: int | None = None
     operator: str = OPERATOR
     log_level: str = "INFO"  # DEBUG adds the runner's per-epoch phase line
+    # a chain: the `--operator NAME=PATH` values; `operator` then names the one that is migrated
+    operators: tuple[str, ...] = ()
 
     @property
     def checkpoint_dir(self) -> Path:
         return self.run_dir / "ckpt" / self.job
+
+    @property
+    def operator_checkpoint_dir(self) -> Path:
+        """Where `operator`'s Spark checkpoint (offset log) lives: a chain gives each operator its own."""
+        return self.checkpoint_dir / self.operator if self.operators else self.checkpoint_dir
 
 
 class BallastJob:
@@ -61,7 +68,8 @@ class BallastJob:
     # ------------------------------------------------------------------------- lifecycle
     def start(self) -> BallastJob:
         s = self.spec
-        args = [PY, "-m", "spark_jobs.cli", "run", "--job", s.job, "--operator", s.operator,
+        ops = [a for op in (s.operators or (s.operator,)) for a in ("--operator", op)]
+        args = [PY, "-m", "spark_jobs.cli", "run", "--job", s.job, *ops,
                 "--input-topic", s.input_topic, "--bins", str(s.bins), "--workers", str(s.workers),
                 "--checkpoint-dir", str(s.checkpoint_dir), "--bootstrap", s.bootstrap, "--db-url", s.db_url,
                 "--trigger-ms", str(s.trigger_ms)]

@@ -23,21 +23,21 @@ from typing import Any
 from bench import cluster as cl
 from bench import experiments as ex
 from bench import report as rp
-from bench.experiments import ds2, latency, migration, native
+from bench.experiments import ds2, latency, migration, native, nexmark
 from bench.infra import REPO, git_commit, kafka_up, machine_info
 
 RESULTS = REPO / "bench" / "results"
 PUBLISH = REPO / "bench" / "report"
-ORDER = ("migration", "native", "bins", "ds2", "latency", "cluster")
+ORDER = ("migration", "native", "bins", "ds2", "latency", "cluster", "nexmark")
 RUNNERS = {"migration": migration.exp_migration, "native": native.exp_native, "bins": migration.exp_bins,
            "ds2": ds2.exp_ds2, "latency": latency.exp_latency,
-           "cluster": cl.exp_cluster}
+           "cluster": cl.exp_cluster, "nexmark": nexmark.exp_nexmark}
 # what each experiment contributes to summary.json and to the run directory (for a partial publish)
 SUMMARY_KEYS = {"migration": ("migration",), "native": ("throughput", "reconfig"), "bins": ("bins",),
-                "ds2": ("ds2",), "latency": ("latency",), "cluster": ("cluster",)}
+                "ds2": ("ds2",), "latency": ("latency",), "cluster": ("cluster",), "nexmark": ("nexmark",)}
 RUN_DIRS = {"migration": ("migration-b*",), "native": ("native",), "bins": ("bins", "bins-b*"), "ds2": ("ds2",),
             "latency": ("latency",),
-            "cluster": ("cluster",)}
+            "cluster": ("cluster",), "nexmark": ("nexmark",)}
 
 # Every key summary.json must have (dotted paths); tests/bench checks them.
 REQUIRED_KEYS = (
@@ -48,6 +48,7 @@ REQUIRED_KEYS = (
     "cluster.precopy.cutover_ms_ratio", "cluster.precopy.cutover_batch_ms_ratio", "cluster.recovery.ballast_s",
     "cluster.recovery.native_s", "cluster.scale_out.throughput_before", "cluster.scale_out.throughput_after",
     "cluster.scale_out.max_epoch_gap_s", "latency.ballast_p99_over_native_worst", "latency.by_trigger_rate",
+    "nexmark.migration", "nexmark.cost", "nexmark.backlog_events",
 )
 
 
@@ -125,6 +126,8 @@ def build_summary(ctx: ex.Ctx, results: dict[str, Any], errors: dict[str, str], 
     lat.pop("runs", None)  # the per-run detail stays in latency/README.md and the CSVs
     s["latency"] = lat or {"ballast_p99_over_native_worst": nan, "by_trigger_rate": {}}
     s["cluster"] = results.get("cluster", {}).get("summary") or cl.summarize(cl.profile_for(ctx), {}, {})
+    s["nexmark"] = ((results.get("nexmark") or {}).get("summary")
+                    or {"migration": {}, "cost": {}, "backlog_events": None})
     return s
 
 
@@ -170,6 +173,7 @@ def write_report(run_dir: Path, s: dict[str, Any]) -> Path:
                                         "all-at-once_max_latency_ms", "batched_max_latency_ms",
                                         "fluid_max_latency_ms"]),
         "", "## 5. Cluster data plane", "", cl.report_section(s["cluster"]),
+        "", "## 7. NEXMark", "", nexmark.report_section(s["nexmark"]),
         "", "Per-experiment details (tables, timelines, CDFs): the README.md of each directory of the run.",
     ]
     if s["errors"]:

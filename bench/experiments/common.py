@@ -62,6 +62,21 @@ class Profile:
     latency_first_s: float = 10.0  # "the first minute after start" (full: 60 s)
     latency_backlog_rows: int = 20_000  # written while the job is stopped: the restart's catch-up
     latency_max_offsets: int = 5_000  # maxOffsetsPerTrigger of both jobs
+    # NEXMark (issue 10): migrations on the state-heavy queries, cost per event against Spark's own operators
+    nexmark_migration_queries: tuple[str, ...] = ("q8",)
+    # events/s, open loop, while the state builds and during the migrations; None: 0.6 x what the query's
+    # Ballast job sustained on the backlog (its state grows with the rate), at most nexmark_max_rate
+    nexmark_rate: float | None = 1000.0
+    nexmark_max_rate: float = 4000.0  # the Python writer's ceiling next to a job on 2 cores (--pregenerate)
+    nexmark_fill_s: float = 12.0
+    nexmark_pregenerate: bool = False  # the writer holds ~1.6k events/s without it on a busy machine
+    nexmark_bins: int = 64
+    nexmark_max_offsets: int = 5_000  # events per batch, both systems
+    nexmark_cost_queries: tuple[str, ...] = ("q5",)
+    nexmark_backlog_events: int = 30_000
+    nexmark_backlog_rate: float = 10_000.0  # events/s the backlog is written at
+    nexmark_backlog_event_rate: float = 1000.0  # events/s of event time in it: windows close, auctions expire
+    nexmark_cost_trigger_ms: int = 0  # Ballast's batches back to back, as Spark's availableNow
     timeouts_s: float = 900.0
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -77,6 +92,9 @@ FULL = Profile(
     # measured on the reference machine (bench/REPORT.md, run full-2-ds2c): one worker sustains ~1.9k
     # sentences/s, so 2k → 4k → 2k exercises 1 → 2 → 1; the probe's estimate (950) needed no scaling
     ds2_rate=2000.0,
+    nexmark_migration_queries=("q4", "q5", "q8"), nexmark_rate=None, nexmark_fill_s=90.0, nexmark_pregenerate=True,
+    nexmark_bins=256, nexmark_max_offsets=20_000, nexmark_cost_queries=("q1", "q2", "q3", "q4", "q5", "q6", "q7", "q8"),
+    nexmark_backlog_events=400_000, nexmark_backlog_event_rate=2000.0,
 )
 
 
