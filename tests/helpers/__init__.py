@@ -8,5 +8,20 @@ root on sys.path: pyproject's `pythonpath = ["."]`).
   jobs     jobs_yaml / write_jobs_file (the jobs file Airflow and the supervisor read) and
            seed_job (the metrics a job writes while it runs)
 
-Area-specific oracles stay with their area (tests/dataplane/dp_helpers.py, tests/faults/fault_helpers.py).
+  airflow_home    a throwaway AIRFLOW_HOME set on import, and the airflow_db / jobs_file fixtures
+                  (re-exported by tests/ballast, tests/dags and tests/system conftest.py)
+  cluster         the loopback Spark standalone cluster fixtures (spark_cluster, submit_app)
+  dialects        any_db: a fresh migrated metrics DB, on SQLite then on PostgreSQL
+  stepapplier     the reference step applier answering control messages as the data plane does
+  store_seed      rows the store's tests seed
+  dp_helpers      the data plane's oracles: produce, reference_by_epoch, check_state, plans ...
+  kill_runs       the CLI job killed and restarted while a plan applies (exactly-once runs)
+  window_helpers  the tumbling-window example's events and pure-Python reference
+  fault_helpers   a batched migration through an outage of the broker or the metrics DB
+  fuzz_messages   generated valid, near-valid and hostile control messages (Hypothesis)
+  console_stack   the stack's real Airflow and a headless browser for the console tests
+
+Test files sit at tests/<dir>/test_x.py (one level below tests/): several compute the repository
+root as Path(__file__).parents[2]. User operators that Spark loads by module name (chain_ops,
+reminder_processor, poison_operator) stay beside the system tests that ship them.
 """

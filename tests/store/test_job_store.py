@@ -8,7 +8,7 @@ import pytest
 
 from ballast.store import JobStore, PlanRecord, StepRecord, save_plan
 from migrations_db.db import get_engine
-from store_seed import BINS, JOB, OP, T0, applied, commit_epoch
+from tests.helpers.store_seed import BINS, JOB, OP, T0, applied, commit_epoch
 
 pytestmark = pytest.mark.store
 

@@ -6,7 +6,7 @@ import pytest
 
 from ballast.errors import BallastError
 from ballast.store import JobStore, writer
-from store_seed import BINS, JOB, OP, T0, Entry, applied, commit_epoch
+from tests.helpers.store_seed import BINS, JOB, OP, T0, Entry, applied, commit_epoch
 
 pytestmark = pytest.mark.store
 

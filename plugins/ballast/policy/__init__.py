@@ -3,7 +3,7 @@
 collect (DAG) -> `evaluate` (DS2) -> `evaluate_guards` -> `place` -> `plan_migration` -> emit (DAG).
 Module imports run one way: plan (the shapes) <- costmodel <- planner; dataflow (DS2's inputs)
 <- rates (its measurement) <- ds2; guards, placement stand alone
-(tests/policy/test_policy_imports.py imports each one alone).
+(tests/policy/test_imports.py imports each one alone).
 No Airflow, Spark, Kafka or SQLAlchemy import here, on purpose: the policy is unit-tested in
 milliseconds and the DAGs stay thin. Formulas and their tests: docs/policy.md.
 """

@@ -1,0 +1,208 @@
+"""The console's JSON API and page, in process (the auth manager is stood in for here;
+tests/system/test_console_auth.py checks the real one in front of the real api-server)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from ballast import console, controller
+from ballast import store as repo
+from ballast.config import get_job
+from ballast.policy import GuardConfig, GuardState, Observation, evaluate_guards
+from migrations_db import models as m
+from migrations_db.db import session_scope
+from tests.helpers.stepapplier import seed_job
+
+pytestmark = pytest.mark.controlplane
+
+
+@pytest.fixture
+def client(airflow_db, db_url, monkeypatch):  # type: ignore[no-untyped-def]
+    from fastapi.testclient import TestClient
+
+    from ballast import plugin
+
+    monkeypatch.setenv("BALLAST_DB_URL", db_url)  # no ballast_metrics_db connection: the hook's fallback
+    plugin._url_cache["url"] = None
+    plugin.app.dependency_overrides[plugin.authorized] = lambda: None
+    try:
+        yield TestClient(plugin.app)
+    finally:
+        plugin.app.dependency_overrides.clear()
+        plugin._url_cache["url"] = None
+
+
+def _running(url: str, job: str, workers: int = 2, epoch: int = 5) -> None:
+    now = datetime.now(UTC)
+    with session_scope(url) as s:
+        s.add(m.Heartbeat(job=job, operator="keycount", last_epoch=epoch, map_version=0, workers=workers,
+                          updated_at=now, started_at=now - timedelta(minutes=3), pid=4242, host="node-a",
+                          status="running", executors=2, capacity=4))
+
+
+def test_console_api_shows_job_map_plan_decisions_events(client, db_url, jobs_file, unique_name):
+    job = unique_name
+    jobs_file(bins=16)
+    seed_job(db_url, job, bins=16, workers=2, epochs=6)
+    _running(db_url, job)
+    plan_id = controller.plan_manual(db_url, get_job(job), {"target_workers": 3, "strategy": "fluid",
+                                                          "dry_run": False})["plan_id"]
+    steps = repo.plan_steps(db_url, plan_id)
+    now = datetime.now(UTC)
+    repo.mark_step_emitted(db_url, plan_id, 1, now, 0, 11)
+    moved = steps[0].payload["moves"]
+    with session_scope(db_url) as s:
+        s.add(m.StepCheckpoint(job=job, operator="keycount", plan_id=plan_id, step=1, status="applied", applied_epoch=7,
+                           applied_at=now, completed_at=now + timedelta(seconds=1), bins_moved=len(moved),
+                           keys_moved=10, bytes_moved=12345, migration_ms=42.0, map_version_after=1, reason=""))
+        s.add(m.StepCheckpoint(job=job, operator="keycount", plan_id="old-plan", step=1, status="rejected",
+                           completed_at=now, reason="expected map version 3, job is at 5"))
+        s.add(m.Event(job=job, operator="keycount", at=now, level="warning", kind="control_rejected",
+                      message="bad control message: not JSON", epoch=4, details={"offset": 9}))
+    repo.add_event(db_url, job, "keycount", "info", "launch", "launched the job")
+    repo.save_decision(db_url, job, "keycount", current_workers=2, proposed_workers=3, target_workers=3,
+                       action="scale_up", reason="scale up 2->3: DS2 proposes 3, 1 decision(s) agree",
+                       inputs={"utilization": 0.93, "target_utilization": 0.7, "utilization_band": 0.2},
+                       plan_id=plan_id)
+
+    jobs = client.get("/api/jobs").json()
+    row = next(j for j in jobs if j["job"] == job)
+    assert row["status"] == "running" and row["host"] == "node-a" and row["workers"] == 2
+    assert (row["executors"], row["capacity"], row["bins"]) == (2, 4, 16)
+    assert row["open_plan"]["plan_id"] == plan_id and row["open_plan"]["applied"] == 1
+
+    series = client.get(f"/api/jobs/{job}/series", params={"window": "15m"}).json()
+    assert len(series["t"]) == 6 and series["input_rate"][0] == 15000.0 and series["workers"][0] == 2
+    assert [p["plan_id"] for p in series["plans"]] == [plan_id]
+    assert client.get(f"/api/jobs/{job}/series", params={"window": "2d"}).status_code == 422
+
+    bm = client.get(f"/api/jobs/{job}/binmap").json()
+    assert bm["map"]["bins"] == 16 and bm["map"]["workers"] == 2 and len(bm["load"]) == 16
+    assert bm["window"]["epochs"] == 6 and all(x > 0 for x in bm["load"]) and bm["bytes"][15] == 10000 + 1500
+    assert sum(w["bins"] for w in bm["per_worker"]) == 16 and bm["per_worker"][0]["busy"] == pytest.approx(1.0)
+    pending_bins = {int(b) for b in bm["pending"]}
+    later = {mv["bin"] for s in steps[1:] for mv in s.payload["moves"]}
+    assert pending_bins == later and not pending_bins & {mv["bin"] for mv in moved}
+    assert client.get(f"/api/jobs/{job}/binmap", params={"version": 0}).json()["map"]["version"] == 0
+
+    plans = client.get(f"/api/jobs/{job}/plans").json()
+    assert plans[0]["plan_id"] == plan_id and plans[0]["applied"] == 1 and plans[0]["measured_ms"] == 42.0
+    detail = client.get(f"/api/plans/{plan_id}").json()
+    assert [r["status"] for r in detail["step_rows"]] == ["applied"] + ["pending"] * (len(steps) - 1)
+    first = detail["step_rows"][0]
+    assert first["pause_ms"] == 42.0 and first["bytes"] == 12345 and first["applied_epoch"] == 7
+    assert first["latency_s"] == pytest.approx(1.0) and first["predicted_ms"] is not None
+    assert detail["open"] and detail["wall_s"] == pytest.approx(1.0) and "summary" in detail
+    assert client.get("/api/plans/nope").status_code == 404
+
+    ds = client.get(f"/api/jobs/{job}/decisions", params={"window": "1h"}).json()
+    assert ds[0]["guard"] == "scale up" and ds[0]["utilization"] == 0.93 and ds[0]["plan_id"] == plan_id
+
+    ev = client.get(f"/api/jobs/{job}/events", params={"window": "1h"}).json()
+    kinds = [e["kind"] for e in ev["events"]]
+    assert {"control_rejected", "step_rejected", "launch", "plan"} <= set(kinds)
+    assert "control_rejected" in ev["kinds"]
+    only = client.get(f"/api/jobs/{job}/events", params={"kind": "control_rejected"}).json()["events"]
+    assert [e["message"] for e in only] == ["bad control message: not JSON"]
+    warn = client.get(f"/api/jobs/{job}/events", params={"level": "warning", "q": "MAP VERSION"}).json()["events"]
+    assert [e["kind"] for e in warn] == ["step_rejected"]
+
+    page = client.get("/", params={"job": job}, headers={"accept": "text/html"})
+    assert page.status_code == 200 and f"data-job='{job}'" in page.text
+    assert "/static/plotly.min.js" in page.text and "ballast_migrate" in page.text
+    js = client.get("/static/plotly.min.js")
+    assert js.status_code == 200 and len(js.content) > 1_000_000
+    assert client.get("/static/../plugin.py").status_code == 404
+
+
+def test_job_status_running_stale_stopped():
+    now = datetime.now(UTC)
+    hb = repo.HeartbeatRow(1, 0, 1, now - timedelta(seconds=30), now, 1, "h", "running")
+    assert console.job_status(None, 120) == "not started"
+    assert console.job_status(hb, 120, now) == "running"
+    assert console.job_status(hb, 10, now) == "stale"
+    assert console.job_status(repo.HeartbeatRow(1, 0, 1, now, now, 1, "h", "stopped"), 120, now) == "stopped"
+
+
+def test_guard_labels_name_the_guard_that_decided():
+    cfg = GuardConfig(min_workers=1, max_workers=4, warmup_s=60, warmup_epochs=0, activation=2,
+                      target_utilization=0.7, utilization_band=0.1, scale_down_delay_s=600)
+
+    def label(state: GuardState, cur: int, prop: int, util: float, now: float = 1000.0) -> str:
+        d, _ = evaluate_guards(Observation(now, 10, cur, prop, util, 100.0), state, cfg)
+        return console.guard_of(d.action, d.reason)
+
+    assert label(GuardState(last_change_at=990.0), 2, 3, 0.95) == "warm-up"
+    assert label(GuardState(), 6, 3, 0.95) == "bounds"
+    assert label(GuardState(), 2, 3, 0.72) == "utilization band"
+    assert label(GuardState(), 2, 2, 0.95) == "DS2 = current"
+    assert label(GuardState(), 2, 3, 0.95) == "activation"
+    assert label(GuardState(history=[3], history_direction="up"), 2, 3, 0.95) == "scale up"
+    assert label(GuardState(history=[1], history_direction="down", down_since=900.0), 2, 1, 0.2) == "scale-down delay"
+    assert label(GuardState(history=[1], history_direction="down", down_since=100.0), 2, 1, 0.2) == "scale down"
+    assert console.guard_of("rebalance", "whatever") == "skew"
+
+
+def test_every_console_route_refuses_anonymous_callers(airflow_db):
+    """Airflow's own dependency guards the whole app (the real api-server: tests/system/test_console_auth.py)."""
+    from fastapi.routing import APIRoute
+    from fastapi.testclient import TestClient
+
+    from ballast import plugin
+
+    client = TestClient(plugin.app)
+    assert all(isinstance(r, APIRoute) for r in plugin.app.routes), "a non-API route escapes the app's auth"
+    paths = {r.path for r in plugin.app.routes}
+    assert {"/", "/api/jobs", "/api/plans/{plan_id}", "/static/{name}"} <= paths
+    for path in paths:
+        concrete = path.replace("{job}", "j").replace("{plan_id}", "p").replace("{name}", "console.js")
+        res = client.get(concrete, headers={"accept": "application/json"})
+        assert res.status_code == 401, (path, res.status_code, res.text)
+    page = client.get("/", headers={"accept": "text/html"})
+    assert page.status_code == 401 and "Log in" in page.text
+
+
+def test_window_bound_is_the_first_epoch_that_ended_in_it(db_url):
+    """The binary search over epochs (with gaps, as after a restart) agrees with a plain scan."""
+    now = datetime.now(UTC)
+    epochs = [1, 2, 3, 7, 8, 9, 20, 21, 40]
+    ended = {e: now - timedelta(seconds=100 - 2 * e) for e in epochs}
+    with session_scope(db_url) as s:
+        for e in epochs:
+            s.add(m.EpochMetrics(job="j", operator="op", epoch=e, map_version=0, workers=1, input_rows=1, batch_ms=1.0,
+                                 input_rate=1.0, backlog=0, started_at=ended[e], ended_at=ended[e]))
+    assert repo.epoch_at_or_after(db_url, "nope", "op", now) is None
+    for back in (200, 98, 97, 60, 59, 40, 21, 20, 19, 1):
+        since = now - timedelta(seconds=back)
+        want = min((e for e in epochs if ended[e] >= since), default=None)
+        assert repo.epoch_at_or_after(db_url, "j", "op", since) == want, back
+    assert [p.last_epoch for p in repo.epoch_series(db_url, "j", "op", now - timedelta(seconds=59))] == [21, 40]
+
+
+def test_decisions_and_plans_link_to_the_dag_run_that_was_running(airflow_db):
+    from types import SimpleNamespace as Run
+
+    from ballast import plugin
+
+    t = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+    runs = [
+        Run(dag_id="ballast_migrate", run_id="dry", start_date=t, end_date=t + timedelta(minutes=5),
+            conf={"job": "clicks", "dry_run": True}),
+        Run(dag_id="ballast_migrate", run_id="other-job", start_date=t, end_date=t + timedelta(minutes=5),
+            conf={"job": "orders", "dry_run": False}),
+        Run(dag_id="ballast_migrate", run_id="manual__1", start_date=t, end_date=None,
+            conf={"job": "clicks", "dry_run": False}),
+        Run(dag_id="ballast_rebalance", run_id="scheduled__a", start_date=t, end_date=t + timedelta(seconds=30),
+            conf={}),
+        Run(dag_id="ballast_rebalance_clicks", run_id="scheduled__b", start_date=t, end_date=t + timedelta(seconds=30),
+            conf={}),
+    ]
+    at = (t + timedelta(seconds=10)).isoformat()
+    link = plugin._run_link(runs, at, "ballast_migrate", "clicks")
+    assert link["run_id"] == "manual__1" and link["url"].endswith("/dags/ballast_migrate/runs/manual__1")
+    assert plugin._run_link(runs, at, "ballast_rebalance", "clicks")["run_id"] == "scheduled__b"  # per-job DAG wins
+    assert plugin._run_link(runs, at, "ballast_rebalance", "orders")["run_id"] == "scheduled__a"
+    assert plugin._run_link(runs, (t + timedelta(minutes=2)).isoformat(), "ballast_rebalance", "clicks") is None
+    assert plugin._run_link(runs, None, "ballast_migrate", "clicks") is None

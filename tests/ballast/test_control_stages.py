@@ -1,0 +1,153 @@
+"""One test (or a few) per stage module of ballast.control, on a real migrated SQLite metrics DB;
+and the orchestrator's dict (XCom) chain collect → evaluate → plan_rebalance."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+
+import pytest
+from sqlalchemy import func, select
+
+from ballast import controller, policy
+from ballast import store as repo
+from ballast.config import get_job
+from ballast.control import collect, evaluate, manual, place, plan, render, verify
+from ballast.control.handoffs import Placement, Resume, ScalingDecision, Snapshot, StoredPlan, Verified
+from migrations_db import models as m
+from migrations_db.db import session_scope
+from tests.helpers.stepapplier import seed_job
+
+pytestmark = pytest.mark.controlplane
+
+
+@pytest.fixture
+def job(db_url, jobs_file, unique_name):  # type: ignore[no-untyped-def]
+    jobs_file(bins=16)
+    seed_job(db_url, unique_name, bins=16)  # 15k rows/s into one worker that does 10k: DS2 asks for 2
+    return get_job(unique_name)
+
+
+def _decisions(url: str) -> int:
+    with session_scope(url) as s:
+        return int(s.scalar(select(func.count()).select_from(m.Decision)) or 0)
+
+
+def test_handoffs_round_trip_as_strict_json(db_url, job):
+    snap = collect.collect(db_url, job)
+    assert isinstance(snap, Snapshot)
+    d = json.loads(json.dumps(snap.to_dict(), allow_nan=False))
+    assert Snapshot.from_dict(d) == snap and d["status"] == "ready"
+    dec = ScalingDecision(3, "scale_up", 1, 2, 2, "why", float("inf"))
+    assert dec.to_dict()["utilization"] is None  # XCom and PostgreSQL JSON refuse inf
+    for value in (Placement(2, (0, 1), 1, 10, 1.0), StoredPlan("p", 2, 1, 10, "fluid", 5.0, None, "flow-control"),
+                  Verified("p", 3, 2, "table"), Resume("p", "mine")):
+        assert type(value).from_dict(json.loads(json.dumps(value.to_dict()))) == value
+    with pytest.raises(ValueError, match="unexpected keys \\['bogus'\\]"):
+        ScalingDecision.from_dict({**dec.to_dict(), "bogus": 1})
+    with pytest.raises(ValueError, match="not a ready snapshot"):
+        Snapshot.from_dict(Resume("p", "mine").to_dict())
+
+
+def test_collect_reads_the_current_map_and_window_and_refuses_an_unknown_job(db_url, job):
+    snap = collect.collect(db_url, job)
+    assert isinstance(snap, Snapshot)
+    assert snap.map.workers == 1 and len(snap.map.assignment) == 16 and snap.latest_epoch == 5
+    assert [e.epoch for e in snap.epochs] == [1, 2, 3, 4, 5] and len(snap.workers) == 5
+    assert snap.bins.epochs == 5 and sum(snap.bins.load) > 0
+    with pytest.raises(collect.NotReady, match="has no routing map"):
+        collect.collect(db_url, job.model_copy(update={"job": "never-ran"}))
+
+
+def test_assess_is_pure_and_evaluate_stores_its_decision(db_url, job):
+    snap = collect.collect(db_url, job)
+    assert isinstance(snap, Snapshot)
+    a = evaluate.assess(job, snap, policy.GuardState(), datetime.now(UTC))
+    assert (a.action, a.current_workers) == ("scale_up", 1) and a.target_workers == a.proposed_workers >= 2
+    assert a.true_rate and a.inputs["map_version"] == 0 and _decisions(db_url) == 0  # nothing stored
+    capped = evaluate.assess(job, snap, policy.GuardState(), datetime.now(UTC), capacity=2)
+    assert capped.target_workers == 2  # the cluster's capacity bounds the target
+    d = evaluate.evaluate(db_url, job, snap)
+    assert d.action == "scale_up" and d.decision_id is not None and _decisions(db_url) == 1
+    stored = repo.latest_decision(db_url, job.job, job.operator)
+    assert stored is not None and evaluate.GUARD_STATE_KEY in stored.inputs
+
+
+def test_place_balances_load_and_moves_only_what_it_must(db_url, job):
+    snap = collect.collect(db_url, job)
+    assert isinstance(snap, Snapshot)
+    p = place.place(snap.map.assignment, snap.bins, 2)
+    assert sorted(set(p.assignment)) == [0, 1] and p.bins_moved == sum(1 for w in p.assignment if w == 1)
+    assert p.max_over_mean < 1.2
+    same = place.place(snap.map.assignment, snap.bins, 1)
+    assert same.bins_moved == 0 and same.assignment == snap.map.assignment
+
+
+def test_plan_builds_composing_steps_and_stores_them_owned_by_this_run(db_url, job):
+    snap = collect.collect(db_url, job)
+    assert isinstance(snap, Snapshot)
+    target = place.place(snap.map.assignment, snap.bins, 2).assignment
+    model = plan.cost_model(db_url, job)
+    req = plan.PlanRequest(strategy="fluid")
+    built = plan.build_plan(snap.map, snap.bins, target, 2, req, model)
+    assert len(built.steps) == sum(1 for a, b in zip(snap.map.assignment, target) if a != b)
+    stored = plan.store_plan(db_url, job, snap.map, target, built, req, model)
+    rec = repo.get_plan(db_url, stored.plan_id)
+    assert rec is not None and rec.owner == repo.current_owner() and rec.status == "planned"
+    assert [s.step for s in repo.plan_steps(db_url, stored.plan_id)] == list(range(1, stored.steps + 1))
+    with pytest.raises(repo.PlanConflict, match=stored.plan_id):  # the operator is held now
+        plan.store_plan(db_url, job, snap.map, target, built, req, model)
+
+
+def test_manual_target_validates_moves(db_url, job):
+    snap = collect.collect(db_url, job)
+    assert isinstance(snap, Snapshot)
+    new, workers = manual.manual_target(snap.map, snap.bins, None, [{"bin": 3, "to": 2}])
+    assert new[3] == 2 and workers == 3 and sum(a != b for a, b in zip(new, snap.map.assignment)) == 1
+    for moves, why in (([{"bin": 16, "to": 1}], "outside 0..15"), ([{"bin": 3, "to": 0}], "already on worker 0"),
+                       ([{"bin": 1, "to": 1}, {"bin": 1, "to": 1}], "named twice")):
+        with pytest.raises(manual.InvalidRequest, match=why):
+            manual.manual_target(snap.map, snap.bins, None, moves)
+    with pytest.raises(manual.InvalidRequest, match="either target_workers or"):
+        manual.manual_target(snap.map, snap.bins, 2, [{"bin": 1, "to": 1}])
+
+
+def test_verify_fails_an_incomplete_plan_and_releases_the_operator(db_url, job):
+    out = manual.plan_manual(db_url, job, {"target_workers": 2, "strategy": "fluid", "dry_run": False})
+    pr = verify.progress(db_url, out["plan_id"], range(1, out["steps"] + 1))
+    assert not pr.done and pr.missing == tuple(range(1, out["steps"] + 1))
+    table = render.summary_table(db_url, out["plan_id"])
+    assert table.splitlines()[0].split()[:3] == ["step", "moves", "bins"] and "not sent" in table
+    with pytest.raises(plan.PlanFailed, match="have no checkpoint"):
+        verify.verify(db_url, out["plan_id"])
+    assert repo.get_plan(db_url, out["plan_id"]).status == "failed"  # type: ignore[union-attr]
+    assert repo.open_plans(db_url, job.job, job.operator) == []  # another plan may start
+
+
+def test_orchestrator_chains_the_stages_through_xcom_dicts(db_url, job):
+    snap = json.loads(json.dumps(controller.collect(db_url, job), allow_nan=False))
+    decision = json.loads(json.dumps(controller.evaluate(db_url, job, snap), allow_nan=False))
+    assert decision["action"] == "scale_up" and decision["target_workers"] >= 2
+    out = controller.plan_rebalance(db_url, job, snap, decision)
+    assert out is not None
+    assert repo.get_plan(db_url, out["plan_id"]).target_workers == decision["target_workers"]  # type: ignore[union-attr]
+    again = controller.collect(db_url, job)  # this run owns the open plan: it resumes it
+    assert again == {"status": "resume", "plan_id": out["plan_id"], "reason": again["reason"]}
+    assert controller.plan_rebalance(db_url, job, snap, {**decision, "action": "no_change"}) is None
+
+
+def test_run_plan_blocking_emits_awaits_and_verifies(db_url, job, kafka_bootstrap):
+    from ballast.control.blocking import run_plan_blocking
+    from ballast.emitter import ensure_control_topics
+    from tests.helpers.stepapplier import StepApplier
+
+    ensure_control_topics(kafka_bootstrap, job.job)
+    out = manual.plan_manual(db_url, job, {"target_workers": 2, "strategy": "batched", "dry_run": False})
+    applier = StepApplier(kafka_bootstrap, db_url, job.job)
+    applier.start()
+    try:
+        done = run_plan_blocking(db_url, kafka_bootstrap, out["plan_id"], timeout_s=60, poll_s=0.1)
+    finally:
+        applier.stop()
+    assert Verified.from_dict(done).workers == 2 and done["map_version"] == out["steps"]
+    assert repo.get_plan(db_url, out["plan_id"]).status == "completed"  # type: ignore[union-attr]

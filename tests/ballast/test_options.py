@@ -1,0 +1,213 @@
+"""ballast.options and the jobs file: defaults, environment overrides, refusals with a clear message,
+generated doc tables in sync, and no `BALLAST_*` variable used anywhere that the module does not declare.
+Fast: no services."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+from typing import get_args
+
+import pytest
+
+from ballast import options_doc
+from ballast.config import ConfigError, JobConfig, get_job, load_jobs
+from ballast.options import (
+    DEFAULT_MAX_WORKERS,
+    EMIT_MODES,
+    ENV_PREFIX,
+    ORDERS,
+    STRATEGIES,
+    EmitMode,
+    Order,
+    Settings,
+    Strategy,
+    env_var,
+    settings,
+)
+from ballast.policy.guards import GuardConfig
+
+pytestmark = pytest.mark.controlplane
+REPO = Path(__file__).resolve().parents[2]
+
+# `BALLAST_*` tokens in the tree that are not environment variables
+NOT_VARIABLES = {
+    "BALLAST_KAFKA": "Airflow connection id, set as AIRFLOW_CONN_BALLAST_KAFKA (scripts/stack.py)",
+    "BALLAST_KAFKA_JOB": "Airflow connection id, set as AIRFLOW_CONN_BALLAST_KAFKA_JOB (scripts/stack.py)",
+    "BALLAST_IMPORT": "a Python constant in tests/system/test_processor_ported.py",
+}
+TOKEN = re.compile(r"(?<![A-Za-z0-9_])BALLAST_[A-Z0-9_]*[A-Z0-9]")
+SCANNED = re.compile(r"(\.(py|sh|md|ya?ml|toml|ini|cfg)|Makefile|Dockerfile)$")
+
+
+@pytest.fixture
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    """No Ballast variable set, so the declared defaults show."""
+    for name in Settings.model_fields:
+        monkeypatch.delenv(env_var(name), raising=False)
+    return monkeypatch
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "jobs.yaml"
+    p.write_text(text)
+    return p
+
+
+def test_defaults(clean_env: pytest.MonkeyPatch) -> None:
+    s = settings()
+    assert s.kafka_bootstrap == "127.0.0.1:9092" and s.spark_master == "local[2]"
+    assert s.state_dir == REPO / ".state" and s.jobs_file == REPO / "dags" / "ballast_jobs.yaml"
+    assert s.metrics_db_url() == f"sqlite:///{REPO / '.state' / 'metrics.db'}"
+    assert (s.kafka_port, s.airflow_port, s.faults_kill_group) == (9092, 8080, False)
+    cfg = JobConfig(job="j", operator="keycount", input_topic="t")
+    assert (cfg.bins, cfg.launcher, cfg.rebalance.strategy, cfg.rebalance.emit_mode) == (
+        256,
+        "cli",
+        "batched",
+        "flow-control",
+    )
+    assert cfg.resolved_checkpoint_dir() == str(REPO / ".state" / "jobs" / "j" / "checkpoint")
+    # one default for the worker bound, wherever a worker bound is built
+    assert cfg.max_workers == GuardConfig().max_workers == DEFAULT_MAX_WORKERS
+
+
+def test_environment_overrides(clean_env: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    clean_env.setenv("BALLAST_KAFKA_BOOTSTRAP", "broker-a:9094")
+    clean_env.setenv("BALLAST_STATE_DIR", str(tmp_path / "state"))
+    clean_env.setenv("BALLAST_FAULTS_KILL_GROUP", "1")
+    clean_env.setenv("SPARK_MASTER", "spark://m:7077")
+    clean_env.setenv("BALLAST_DRIVER_HOST", "")  # empty counts as unset
+    s = settings()
+    assert (s.kafka_bootstrap, s.spark_master, s.faults_kill_group, s.driver_host) == (
+        "broker-a:9094",
+        "spark://m:7077",
+        True,
+        None,
+    )
+    assert s.metrics_db_url() == f"sqlite:///{tmp_path / 'state' / 'metrics.db'}"
+    cfg = JobConfig(job="j", operator="keycount", input_topic="t")
+    assert cfg.state_dir() == tmp_path / "state" / "jobs" / "j"  # read at call time, not import time
+    clean_env.setenv("BALLAST_DB_URL", "postgresql+psycopg2://u@h/db")
+    assert settings().metrics_db_url() == "postgresql+psycopg2://u@h/db"
+    jobs = _write(tmp_path, "jobs: [{job: a, operator: keycount, input_topic: t}]\n")
+    clean_env.setenv("BALLAST_JOBS_FILE", str(jobs))
+    assert get_job("a").input_topic == "t"
+
+
+def test_bad_environment_value_names_the_variable(clean_env: pytest.MonkeyPatch) -> None:
+    clean_env.setenv("BALLAST_PG_PORT", "fifty")
+    with pytest.raises(ConfigError, match=r"BALLAST_PG_PORT='fifty'.*integer.*unset the variable"):
+        settings()
+    clean_env.delenv("BALLAST_PG_PORT")
+    clean_env.setenv("BALLAST_KAFKA_AUTH", "kerberos")
+    with pytest.raises(ConfigError, match=r"BALLAST_KAFKA_AUTH='kerberos'.*'none' or 'scram'"):
+        settings()
+
+
+def test_unknown_key_is_refused_naming_file_job_and_key(tmp_path: Path) -> None:
+    p = _write(tmp_path, "jobs:\n  - {job: clicks, operator: keycount, input_topic: c, max_wrkers: 4}\n")
+    with pytest.raises(ConfigError) as exc:
+        load_jobs(p)
+    msg = str(exc.value)
+    assert f"{p}: jobs[0] (job 'clicks'): max_wrkers: unknown key; did you mean 'max_workers'?" in msg
+    assert "allowed: job, operator, input_topic" in msg
+    p = _write(tmp_path, "jobs:\n  - {job: clicks, operator: k, input_topic: c, rebalance: {stratgy: fluid}}\n")
+    with pytest.raises(ConfigError, match=r"rebalance\.stratgy: unknown key; did you mean 'strategy'\?"):
+        load_jobs(p)
+
+
+@pytest.mark.parametrize(
+    "body,expected",
+    [
+        ("bins: many", r"bins: Input should be a valid integer"),
+        ("bins: 100", r"bins: bins must be a power of two"),
+        (
+            "rebalance: {strategy: fast}",
+            r"rebalance\.strategy: Input should be 'all-at-once', 'fluid', 'batched' or 'auto'",
+        ),
+        ("rebalance: {emit_mode: eager}", r"rebalance\.emit_mode: Input should be 'flow-control' or 'prepared-ahead'"),
+        ("launcher: yarn", r"launcher: Input should be 'cli' or 'spark-submit'"),
+        (
+            "min_workers: 3, max_workers: 2",
+            r"need 1 <= min_workers \(3\) <= initial_workers \(1\) <= max_workers \(2\)",
+        ),
+    ],
+)
+def test_bad_value_is_refused_with_what_is_allowed(tmp_path: Path, body: str, expected: str) -> None:
+    p = _write(tmp_path, f"jobs:\n  - {{job: clicks, operator: keycount, input_topic: c, {body}}}\n")
+    with pytest.raises(ConfigError, match=re.escape(f"{p}: jobs[0] (job 'clicks'): ") + expected):
+        load_jobs(p)
+
+
+def test_missing_required_key_and_duplicate_job(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"unknown top-level key\(s\) \['job'\]; allowed: \['jobs', 'schedules'\]"):
+        load_jobs(_write(tmp_path, "job: [{job: a, operator: k, input_topic: t}]\njobs: []\n"))
+    with pytest.raises(ConfigError, match=r"jobs\[0\] \(job 'a'\): input_topic: required key is missing"):
+        load_jobs(_write(tmp_path, "jobs: [{job: a, operator: k}]\n"))
+    with pytest.raises(ConfigError, match=r"job 'a' appears twice"):
+        load_jobs(
+            _write(tmp_path, "jobs: [{job: a, operator: k, input_topic: t}, {job: a, operator: k, input_topic: u}]\n")
+        )
+
+
+def test_names_are_single_literals() -> None:
+    assert get_args(Strategy) == STRATEGIES and get_args(Order) == ORDERS and get_args(EmitMode) == EMIT_MODES
+    fields = JobConfig.model_fields["rebalance"].annotation.model_fields  # type: ignore[union-attr]
+    assert (fields["strategy"].annotation, fields["order"].annotation, fields["emit_mode"].annotation) == (
+        Strategy,
+        Order,
+        EmitMode,
+    )
+
+
+def test_generated_tables_match_the_code() -> None:
+    """README's configuration table and docs/airflow.md's jobs-file table equal what the code declares."""
+    assert options_doc.stale() == [], "run: python -m ballast.options_doc --write"
+    readme = (REPO / "README.md").read_text()
+    assert all(f"`{env_var(n)}`" in readme for n in Settings.model_fields)
+
+
+def test_a_table_out_of_date_is_detected(tmp_path: Path) -> None:
+    doc = tmp_path / "README.md"
+    doc.write_text(f"x\n{options_doc.ENV_BEGIN}\n| old |\n{options_doc.ENV_END}\ny\n")
+    new = options_doc.render(doc.read_text(), options_doc.ENV_BEGIN, options_doc.ENV_END, options_doc.env_table(), doc)
+    assert new != doc.read_text() and new.startswith("x\n") and new.endswith("\ny\n")
+    with pytest.raises(ValueError, match="exactly one"):
+        options_doc.render("no markers", options_doc.ENV_BEGIN, options_doc.ENV_END, "t", doc)
+
+
+def test_every_ballast_variable_in_the_tree_is_declared() -> None:
+    """Code, scripts and docs may only use variables the options module declares."""
+    files = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout.split()
+    declared = {env_var(n) for n in Settings.model_fields}
+    used: dict[str, set[str]] = {}
+    for rel in files:
+        path = REPO / rel
+        if not SCANNED.search(rel) or rel.startswith((".venv/", ".state/", ".cache/")) or not path.is_file():
+            continue
+        for token in TOKEN.findall(path.read_text(errors="replace")):
+            used.setdefault(token, set()).add(rel)
+    assert used, "the scan found nothing: the tree layout changed"
+    undeclared = {t: sorted(fs) for t, fs in used.items() if t not in declared and t not in NOT_VARIABLES}
+    assert not undeclared, f"declare these in plugins/ballast/options.py (Settings): {undeclared}"
+    assert all(v.startswith(ENV_PREFIX) or v == "SPARK_MASTER" for v in declared)
+
+
+NAME = r"(?:BALLAST_[A-Z0-9_]+|SPARK_MASTER)"
+DIRECT_READ = re.compile(rf"""(?:environ\.get|getenv)\(\s*["']{NAME}["']|environ\[\s*["']{NAME}["']\s*\](?!\s*=[^=])""")
+
+
+def test_code_reads_knobs_through_the_module() -> None:
+    """No second default: outside ballast.options, code gets a knob from `settings()`, not os.environ."""
+    offenders = [
+        f"{path.relative_to(REPO)}:{n}: {line.strip()}"
+        for top in ("plugins", "spark_jobs", "migrations_db", "dags", "scripts", "bench")
+        for path in sorted((REPO / top).rglob("*.py"))
+        for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1)
+        if DIRECT_READ.search(line)
+    ]
+    assert not offenders, "read these through ballast.options.settings():\n" + "\n".join(offenders)

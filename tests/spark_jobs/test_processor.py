@@ -1,0 +1,268 @@
+"""Stateful-processor API without Spark: state types, TTL, the per-bin timer index, the epoch clock,
+and one worker's epoch (run_processor) against a real LMDB cache."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from spark_jobs import timers
+from spark_jobs.bins import bin_of_hash, bin_range, store_key
+from spark_jobs.cache import WorkerCache
+from spark_jobs.durable import DEAD_LETTER, OUTPUT, ObjectWriter
+from spark_jobs.processor import (
+    KeyState,
+    QuerySpec,
+    StatefulProcessor,
+    StatefulProcessorHandle,
+    TimerValues,
+    is_processor,
+)
+from spark_jobs.storage import Location
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples" / "operators"))
+
+K = 4  # 16 bins
+
+
+def _handle(now: int, mode: str = "ProcessingTime") -> tuple[StatefulProcessorHandle, KeyState]:
+    h = StatefulProcessorHandle(mode, TimerValues(now, 0))
+    ks = KeyState()
+    h._current = ks
+    return h, ks
+
+
+def test_value_list_map_state_and_roundtrip():
+    h, ks = _handle(1000)
+    v, lst = h.get_value_state("v", "x long"), h.getListState("l", "x long")
+    mp = h.get_map_state("m", "k string", "x long")
+    assert not v.exists() and v.get() is None and not lst.exists() and list(mp.keys()) == []
+    v.update((1,))
+    lst.put([(1,), (2,)])
+    lst.appendValue((3,))
+    lst.append_list([(4,)])
+    mp.updateValue(("a",), (10,))
+    mp.update_value(("b",), (20,))
+    mp.remove_key(("a",))
+    h.register_timer(5000)
+    h.registerTimer(7000)
+    h.deleteTimer(7000)
+    assert v.get() == (1,) and list(lst.get()) == [(1,), (2,), (3,), (4,)]
+    assert mp.containsKey(("b",)) and not mp.contains_key(("a",)) and list(mp.iterator()) == [(("b",), (20,))]
+    assert list(h.listTimers()) == [5000]
+    again = KeyState(ks.to_bytes())  # what the bin stores and a move carries
+    assert again.values == ks.values and again.lists == ks.lists and again.maps == ks.maps and again.timers == {5000}
+    assert again.same(ks) and not again.same(KeyState())
+    v.clear(), lst.clear(), mp.clear(), h.delete_timer(5000)
+    assert ks.empty() and ks.to_bytes() is None  # nothing left: the key's entry is deleted
+    with pytest.raises(ValueError, match="already a value state"):
+        h.get_list_state("v", "x long")
+
+
+def test_ttl_expires_values_at_processing_time():
+    h, ks = _handle(1000)
+    v = h.get_value_state("v", "x long", ttl_duration_ms=500)
+    lst = h.get_list_state("l", "x long", ttl_duration_ms=500)
+    keep = h.get_value_state("keep", "x long")
+    v.update((1,))
+    lst.append_value((1,))
+    keep.update((9,))
+    assert ks.next_expiry() == 1500
+    h.timer_values = TimerValues(1200, 0)
+    lst.append_value((2,))  # expires at 1700; an update resets only what it writes
+    h.timer_values = TimerValues(1500, 0)
+    assert v.get() is None and not v.exists() and list(lst.get()) == [(2,)] and keep.get() == (9,)
+    ks.compact(1500)
+    assert "v" not in ks.values and ks.lists["l"] == [((2,), 1700)] and ks.next_expiry() == 1700
+    with pytest.raises(ValueError, match="positive int"):
+        h.get_value_state("bad", "x long", ttl_duration_ms=0)
+
+
+def test_timers_need_a_time_mode_and_state_needs_a_key():
+    h, _ = _handle(0, mode="None")
+    with pytest.raises(RuntimeError, match="time_mode"):
+        h.register_timer(10)
+    h._current = None
+    with pytest.raises(RuntimeError, match="only available inside"):
+        h.get_value_state("v", "x long").get()
+    with pytest.raises(ValueError, match="event_time_column"):
+        QuerySpec(time_mode="EventTime")
+    with pytest.raises(ValueError, match="time_mode must be"):
+        QuerySpec(time_mode="Sometimes")
+
+
+def test_timer_index_sorts_inside_the_bin_in_expiry_order(tmp_path):
+    keys = [b"k%d" % i for i in range(200)]
+    hs = [(hash(k) * 2654435761) & ((1 << 64) - 1) for k in keys]
+    with WorkerCache(tmp_path, "s", "job", 0) as cache:
+        def fill(txn):
+            for i, (key, h) in enumerate(zip(keys, hs)):
+                sk = store_key(h, key)
+                txn.put(timers.index_key(sk, K, timers.USER, 1000 - i), key, db=cache.data)
+                txn.put(timers.index_key(sk, K, timers.TTL, -5), key, db=cache.data)
+                lo, hi = bin_range(bin_of_hash(h, K), K)
+                ik = timers.index_key(sk, K, timers.USER, 1000 - i)
+                assert lo <= ik and (hi is None or ik < hi), "an index entry outside its key's bin"
+                assert timers.parse_index_key(ik) == (timers.USER, 1000 - i, sk)
+        cache.write(fill)
+
+        def check(txn):
+            for b in range(1 << K):
+                mine = sorted(1000 - i for i, h in enumerate(hs) if bin_of_hash(h, K) == b)
+                got = [ts for ts, _, _ in timers.scan(txn, cache.data, b, K, timers.USER, None)]
+                assert got == mine
+                assert [ts for ts, _, _ in timers.scan(txn, cache.data, b, K, timers.USER, 900)] == \
+                    [t for t in mine if t <= 900]
+                assert all(ts == -5 for ts, _, _ in timers.scan(txn, cache.data, b, K, timers.TTL, 0))
+            assert timers.first_due(txn, cache.data, range(1 << K), K, timers.USER) == 1000 - 199
+        cache.write(check)
+
+
+def test_clock_is_logged_once_and_reused_on_replay(tmp_path):
+    log = timers.ClockLog(Location.of(str(tmp_path)))
+    c1 = log.for_epoch(7, 60_000, 5_000)
+    assert c1.watermark_ms == 55_000 and c1.due("EventTime") == 55_000 and c1.due("None") is None
+    assert log.for_epoch(7, 99_999_999, 0) == c1, "a replay reuses the logged clock"
+    assert log.for_epoch(8, None, 5_000).watermark_ms == 0
+    log.gc(8)
+    assert log.for_epoch(7, 70_000, 0).watermark_ms == 70_000  # gone, so decided anew
+
+
+def test_schedule_decides_when_quiet_epochs_need_tasks():
+    s = timers.TimerSchedule("EventTime", 1000)
+    clock = timers.EpochClock(3, processing_ms=10_000, watermark_ms=5_000)
+    assert s.epoch_needs_tasks(clock), "unknown after a start: run once"
+    s.update([{"next_timer_ms": 6000, "next_expiry_ms": None}, {"next_timer_ms": None}])
+    assert not s.epoch_needs_tasks(clock) and not s.tick_due(10_000, 6_500)
+    assert s.tick_due(10_000, 7_000) and s.epoch_needs_tasks(timers.EpochClock(4, 10_000, 6_000))
+    s.update([{"next_expiry_ms": 9_000}])
+    assert s.epoch_needs_tasks(clock), "a TTL expiry due at processing time"
+
+
+class _Bad:
+    pass
+
+
+def test_operator_by_import_path_accepts_processors_with_clear_errors():
+    from spark_jobs.operators import get_operator
+    from spark_jobs.processing import ProcessorOperator
+
+    op = get_operator("window_counts:WindowCounts")
+    assert isinstance(op, ProcessorOperator) and op.spec.time_mode == "EventTime" and op.spec.grouping_keys == ("user",)
+    assert isinstance(get_operator("window_counts:WindowCountsProcessor"), ProcessorOperator)  # Spark's, as is
+    with pytest.raises(ValueError, match="does not import"):
+        get_operator("window_counts:Nope")
+    with pytest.raises(ValueError, match="does not import"):
+        get_operator("no_such_pkg.mod:Proc")
+    with pytest.raises(ValueError, match="nor a stateful processor"):
+        get_operator("test_processor:_Bad")
+    with pytest.raises(ValueError, match="package.module:Class"):
+        get_operator("window_counts:")
+    assert is_processor(StatefulProcessor) and not is_processor(_Bad) and not is_processor(42)
+
+
+def test_cli_refuses_a_bad_operator_path_before_starting_spark(capsys):
+    from spark_jobs.cli import main
+
+    rc = main(["run", "--job", "j", "--input-topic", "t", "--checkpoint-dir", "/nonexistent/x",
+               "--operator", "test_processor:_Bad"])
+    assert rc == 2 and "nor a stateful processor" in capsys.readouterr().err
+
+
+def test_the_guide_shows_the_tested_example():
+    """docs/operators.md's code blocks are verbatim parts of an example the Spark tests run."""
+    import re
+
+    root = Path(__file__).resolve().parents[2]
+    doc = (root / "docs" / "operators.md").read_text()
+    examples = {p.name: p.read_text() for p in (root / "examples" / "operators").glob("*.py")}
+    blocks = re.findall(r"```python\n(.*?)```", doc, flags=re.S)
+    assert len(blocks) >= 2
+    for block in blocks:
+        assert any(block in text for text in examples.values()), (
+            f"docs/operators.md shows code that is in none of {sorted(examples)}:\n{block}")
+
+
+# ------------------------------------------------------------------ one worker's epoch --------
+def _table(rows: list[tuple[bytes, dict]], worker: int = 0):  # type: ignore[no-untyped-def]
+    import pyarrow as pa
+
+    hs = [((abs(hash(k)) * 2654435761) & ((1 << 63) - 1)) for k, _ in rows]
+    return pa.table({"key": [k for k, _ in rows], "value": [json.dumps(v).encode() for _, v in rows],
+                     "partition": [0] * len(rows), "offset": list(range(len(rows))), "h": hs,
+                     "bin": [bin_of_hash(h, K) for h in hs], "worker": [worker] * len(rows)})
+
+
+def _epoch(cache, epoch: int, rows, clock, spec_cls) -> tuple[list, dict]:  # type: ignore[no-untyped-def]
+    from spark_jobs.processing import ProcessorOperator, run_processor
+
+    op = ProcessorOperator(spec_cls)
+    cfg = SimpleNamespace(bins_bits=K, clock=clock, op_conf={"ts_columns": ["ts"]}, input_topic="in")
+    writer = ObjectWriter(meta={"epoch": epoch})
+    table = _table(rows) if rows else None
+    _, _, extra = cache.write(lambda txn: run_processor(cfg, cache, txn, table, len(rows), set(range(1 << K)),
+                                                        writer, op))
+    return writer.outputs, extra
+
+
+def test_run_processor_fires_event_time_timers_once(tmp_path):
+    import window_counts as wc
+
+    u = lambda name: json.dumps({"user": name}).encode()  # noqa: E731
+    ev = lambda name, ms, amt: (u(name), {"user": name, "ts": ms, "amount": amt})  # noqa: E731
+    with WorkerCache(tmp_path, "s", "job", 0) as cache:
+        outs, extra = _epoch(cache, 0, [ev("a", 1_000, 1), ev("a", 2_000, 2), ev("b", 12_000, 5)],
+                             timers.EpochClock(0, 0, 0), wc.WindowCounts)
+        assert outs == [] and extra["max_event_ms"] == 12_000 and extra["next_timer_ms"] == 10_000
+        # watermark 7 s: a row at 6 s is late and dropped; nothing is due yet
+        outs, extra = _epoch(cache, 1, [ev("a", 6_000, 100), ev("a", 9_000, 3)], timers.EpochClock(1, 0, 7_000),
+                             wc.WindowCounts)
+        assert outs == [] and extra["late_rows"] == 1
+        # no input, watermark 10 s: a's window [0, 10 s) fires, b's [10 s, 20 s) waits
+        outs, extra = _epoch(cache, 2, [], timers.EpochClock(2, 0, 10_000), wc.WindowCounts)
+        assert [(k, json.loads(v)) for kind, k, v, _ in outs if kind == OUTPUT] == [
+            (u("a"), {"user": "a", "window_start": 0, "count": 3, "total": 6})]
+        assert extra["timers_fired"] == 1 and extra["next_timer_ms"] == 20_000
+        outs, extra = _epoch(cache, 3, [], timers.EpochClock(3, 0, 15_000), wc.WindowCounts)
+        assert outs == [] and extra["timers_fired"] == 0, "a fired timer never fires again"
+        outs, extra = _epoch(cache, 4, [], timers.EpochClock(4, 0, 20_000), wc.WindowCounts)
+        assert [json.loads(v)["user"] for _, _, v, _ in outs] == ["b"] and extra["next_timer_ms"] is None
+
+        def left(txn):
+            return sum(1 for _ in txn.cursor(db=cache.data))
+        assert cache.write(left) == 0, "no state, no index entry left once every window was emitted"
+
+
+class Expiring(StatefulProcessor):
+    """Remembers each key's last value for 1 s of processing time; a 'boom' value raises."""
+
+    ballast_query = QuerySpec(time_mode="ProcessingTime")
+
+    def init(self, handle):  # type: ignore[no-untyped-def]
+        self.last = handle.get_value_state("last", "v string", ttl_duration_ms=1000)
+
+    def handle_input_rows(self, key, rows, timer_values):  # type: ignore[no-untyped-def]
+        for r in rows:
+            if r.value == "boom":
+                raise ValueError("poisoned")
+            yield {"key": key[0], "before": (self.last.get() or (None,))[0], "now": r.value}
+            self.last.update((r.value,))
+
+
+def test_ttl_cleanup_without_input_and_dead_letters(tmp_path):
+    row = lambda k, v: (json.dumps({"key": k}).encode(), {"key": k, "value": v})  # noqa: E731
+    with WorkerCache(tmp_path, "s", "job", 0) as cache:
+        outs, extra = _epoch(cache, 0, [row("a", "x"), row("b", "boom")], timers.EpochClock(0, 10_000, 0), Expiring)
+        assert [json.loads(v) for kind, _, v, _ in outs if kind == OUTPUT] == [{"key": "a", "before": None, "now": "x"}]
+        dead = [json.loads(note) for kind, _, _, note in outs if kind == DEAD_LETTER]
+        assert len(dead) == 1 and "poisoned" in dead[0]["error"] and dead[0]["offset"] == 1
+        assert extra["next_expiry_ms"] == 11_000
+        outs, _ = _epoch(cache, 1, [row("a", "y")], timers.EpochClock(1, 10_500, 0), Expiring)
+        assert json.loads(outs[0][2])["before"] == "x"
+        _, extra = _epoch(cache, 2, [], timers.EpochClock(2, 11_600, 0), Expiring)  # expired: cleaned, no input
+        assert extra["next_expiry_ms"] is None
+        assert cache.write(lambda txn: sum(1 for _ in txn.cursor(db=cache.data))) == 0

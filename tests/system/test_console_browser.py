@@ -1,0 +1,221 @@
+"""The console in a real browser (Debian's chromium, headless) while a real job migrates.
+
+A key-count Spark job is launched by the supervisor (as ballast_supervise does) against the metrics
+DB the stack's Airflow reads through its connection; a person logs in to Airflow, opens the
+console from the nav, and watches a 1 -> 2 worker migration: the job row, the bin map heat map
+(B cells), the plan timeline whose steps turn applied, the trigger form prefilled for a dry run.
+Screenshots land in the test's tmp dir (and in $BALLAST_UI_SHOTS when set, e.g. docs/img).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import sys
+import threading
+import time
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+from kafka import KafkaProducer
+
+from ballast import controller, supervisor
+from ballast import store as repo
+from ballast.config import load_jobs
+from tests.helpers import console_stack as cs
+from tests.helpers.wait import wait_until
+
+pytestmark = [pytest.mark.ui, pytest.mark.slow]
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _load(stop: threading.Event, bootstrap: str, topic: str, rate: float) -> None:
+    """Open-loop Zipf-skewed keys, so the heat map has hot bins."""
+    rng = random.Random(11)
+    keys = 5000
+    weights = [1.0 / (i + 1) ** 1.2 for i in range(keys)]
+    p = KafkaProducer(bootstrap_servers=bootstrap, acks=1, linger_ms=50)
+    start, sent = time.time(), 0
+    while not stop.is_set():
+        due = int((time.time() - start) * rate)
+        for k in rng.choices(range(keys), weights, k=max(0, due - sent)):
+            p.send(topic, key=f"user-{k}".encode(), value=b"1")
+        sent = max(sent, due)
+        time.sleep(0.1)
+    p.flush()
+    p.close()
+
+
+@pytest.fixture(scope="module")
+def live_job(console_stack, kafka_bootstrap):  # type: ignore[no-untyped-def]
+    st = console_stack
+    mp = pytest.MonkeyPatch()
+    mp.setenv("BALLAST_JOBS_FILE", str(st.jobs_file))
+    mp.setenv("BALLAST_DB_URL", st.db_url)
+    mp.setenv("BALLAST_KAFKA_BOOTSTRAP", kafka_bootstrap)
+    mp.setenv("BALLAST_STATE_DIR", str(st.base / "jobs"))
+    sys.modules["ballast_stack"].ensure_topics({f"{st.job}.in": 2}, kafka_bootstrap)
+    cfg = load_jobs()[st.job]
+    t0 = time.monotonic()
+    supervisor.launch(cfg, kafka_bootstrap, st.db_url, reason="ui test")
+    stop = threading.Event()
+    gen = threading.Thread(target=_load, args=(stop, kafka_bootstrap, f"{st.job}.in", 1500.0), daemon=True)
+    gen.start()
+    try:
+        wait_until(lambda: len(repo.epoch_window(st.db_url, st.job, "keycount", 12)) >= 12, 300, "12 epochs of the job")
+        print(f"[timing] job up with 12 epochs in {time.monotonic() - t0:.0f}s", flush=True)
+        yield cfg
+    finally:
+        stop.set()
+        gen.join(timeout=30)
+        supervisor.stop(cfg, timeout_s=60)
+        mp.undo()
+
+
+def _login(drv, st) -> None:  # type: ignore[no-untyped-def]
+    """Airflow's own login form, as a person would."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    drv.get(f"{st.root}/ballast/")  # no session: the console says so and links to the login page
+    assert "Log in" in drv.page_source
+    drv.get(f"{st.root}/auth/login?next={st.root}/")
+    w = WebDriverWait(drv, 90)
+    w.until(lambda d: d.find_elements(By.NAME, "username"))
+    drv.find_element(By.NAME, "username").send_keys(cs.ADMIN[0])
+    drv.find_element(By.NAME, "password").send_keys(cs.ADMIN[1])
+    w.until(lambda d: d.find_element(By.CSS_SELECTOR, "button[type=submit]").is_enabled())
+    drv.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    w.until(lambda d: "/auth/login" not in d.current_url and d.get_cookie("_token"))
+
+
+def _js(drv, script: str):  # type: ignore[no-untyped-def]
+    return drv.execute_script(script)
+
+
+def _plan_state(drv) -> dict:  # type: ignore[no-untyped-def]
+    return _js(drv, """
+      const head = document.querySelector('#plan-detail .plan-head');
+      const rows = [...document.querySelectorAll('#plan-steps tr[data-step]')].map(r => r.dataset.status);
+      const bars = (document.getElementById('plan-timeline').data || [])[0];
+      return {plan: head ? head.dataset.plan : null, status: head ? head.dataset.status : null, steps: rows,
+              bars: bars ? bars.y.length : 0};""")
+
+
+def test_console_shows_a_live_migration(console_stack, live_job, browser, tmp_path, kafka_bootstrap):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    st, cfg, drv = console_stack, live_job, browser
+    shots = tmp_path / "screenshots"
+    url, job, bins = st.db_url, st.job, st.bins
+    wait = WebDriverWait(drv, 120, poll_frequency=0.5)
+    _login(drv, st)
+
+    # the nav entry: Airflow's UI shows the console in its own frame
+    drv.get(f"{st.root}/plugin/ballast")
+    frame = wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "iframe[src*='/ballast/']"))[0]
+    drv.switch_to.frame(frame)
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, f"#jobs tr[data-job='{job}']"))
+    drv.switch_to.default_content()
+    time.sleep(3)  # let the frame's charts draw
+    cs.screenshot(drv, shots / "console-in-airflow.png", full_page=False)
+
+    drv.get_log("browser")  # what Airflow's own pages logged is not the console's business
+    drv.get(f"{st.root}/ballast/?job={job}")
+    # the job row: running, with its heartbeat's facts
+    wait.until(lambda d: d.find_element(By.CSS_SELECTOR,
+                                        f"#jobs tr[data-job='{job}'] [data-field=status]").text == "running")
+    row = drv.find_element(By.CSS_SELECTOR, f"#jobs tr[data-job='{job}']").text
+    assert job in row and "keycount" in row
+    # the bin map: B cells, each bin on exactly one of the W rows
+    wait.until(lambda d: d.find_element(By.ID, "heatmap").get_attribute("data-bins") == str(bins))
+    cells = _js(drv, "return document.getElementById('heatmap').data[0].z.map(r => r.filter(v => v !== null).length)")
+    assert sum(cells) == bins and len(cells) == 1, cells
+    assert _js(drv, "return document.getElementById('chart-rate').data[0].x.length") > 0
+
+    # a DS2 decision on the running job, as ballast_rebalance's evaluate step stores it
+    controller.evaluate(url, cfg, controller.collect(url, cfg))
+    token = st.token()
+    # the migration: a manual plan (1 -> 2 workers, one bin per step, 3 s apart) emitted step by step
+    plan_id = controller.plan_manual(url, cfg, {"target_workers": 2, "strategy": "fluid", "gap_seconds": 3.0,
+                                                "dry_run": False, "reason": "ui test: scale out"})["plan_id"]
+    n = len(repo.plan_steps(url, plan_id))
+    assert n >= 2, "the placement moved a single bin: nothing to watch"
+    # stored, nothing sent yet: the console shows the plan with every step pending
+    wait_until(lambda: _plan_state(drv)["plan"] == plan_id and _plan_state(drv)["steps"] == ["pending"] * n, 60,
+          f"plan {plan_id} shown with {n} pending steps")
+    result: dict = {}
+    runner = threading.Thread(target=lambda: result.update(
+        controller.run_plan_blocking(url, kafka_bootstrap, plan_id, timeout_s=300)), daemon=True)
+    t0 = time.monotonic()
+    runner.start()
+    seen: list[list[str]] = []
+
+    def steps_now() -> list[str]:
+        s = _plan_state(drv)
+        steps = s["steps"] if s["plan"] == plan_id else []
+        if steps and (not seen or seen[-1] != steps):
+            seen.append(steps)
+        return steps
+
+    # a screenshot while the plan is half applied (or at least one step is), then wait for the rest
+    shot_at, deadline = None, time.time() + 300
+    while (k := steps_now().count("applied")) < n:
+        if 0 < k and (shot_at is None or shot_at < n // 2 <= k):
+            time.sleep(1.0)  # the bin map's next refresh
+            cs.screenshot(drv, shots / "console-migration.png")
+            shot_at = k
+        assert time.time() < deadline, f"plan {plan_id} not applied in 300 s; states seen: {seen}"
+        time.sleep(0.3)
+    assert shot_at is not None, f"never saw plan {plan_id} partly applied: {seen}"
+    runner.join(timeout=120)
+    print(f"[timing] plan of {n} steps applied in {time.monotonic() - t0:.0f}s; states seen: {seen}", flush=True)
+    # the page followed the plan step by step: applied steps only ever grew, from none to all
+    applied = [s.count("applied") for s in seen]
+    assert applied == sorted(applied) and applied[0] < n - 1 and len(set(applied)) >= 3, seen
+    assert result.get("workers") == 2, result
+    # the timeline drew every step; the bin map shows the new map on 2 workers, still B cells
+    wait.until(lambda d: _plan_state(d)["status"] == "completed")
+    assert _plan_state(drv)["bars"] == n
+    wait.until(lambda d: d.find_element(By.ID, "heatmap").get_attribute("data-workers") == "2")
+    cells = _js(drv, "return document.getElementById('heatmap').data[0].z.map(r => r.filter(v => v !== null).length)")
+    assert sum(cells) == bins and len(cells) == 2 and all(cells), cells
+    # the DS2 decision and the plan's events are listed
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#decisions td .badge"))
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#events tr[data-kind=plan_completed]"))
+    drv.execute_script("window.scrollTo(0, 0)")
+    cs.screenshot(drv, shots / "console-after.png")
+    # the trigger form, opened from the console: job prefilled, dry run on, one worker fewer at the
+    # job's upper bound (2); Airflow's API accepts the run as the logged-in user
+    wait_until(lambda: st.get("/api/v2/dags/ballast_migrate", token=token)[0] == 200, 120,
+               "Airflow to parse ballast_migrate")
+    drv.find_element(By.ID, "plan-btn").click()
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#trigger-form .field[data-param=dry_run]"))
+    assert drv.find_element(By.CSS_SELECTOR, "#trigger-form [name=job]").get_attribute("value") == job
+    assert drv.find_element(By.CSS_SELECTOR, "#trigger-form [name=dry_run]").is_selected()
+    assert drv.find_element(By.CSS_SELECTOR, "#trigger-form [name=target_workers]").get_attribute("value") == "1"
+    cs.screenshot(drv, shots / "console-trigger-form.png", full_page=False)
+    drv.find_element(By.ID, "trigger-go").click()
+    link = wait.until(lambda d: d.find_elements(By.CSS_SELECTOR,
+                                                "#trigger-result a[href*='/dags/ballast_migrate/runs/']"))
+    assert "dry run" in drv.find_element(By.ID, "trigger-result").text
+    assert link[0].get_attribute("target") == "_top"
+    run_id = link[0].text.strip(" ↗")
+    code, body = st.get(f"/api/v2/dags/ballast_migrate/dagRuns/{quote(run_id, safe='')}", token=token)
+    assert code == 200, body[:500]
+    conf = json.loads(body)["conf"]
+    assert (conf["job"], conf["dry_run"], conf["target_workers"]) == (job, True, 1), conf
+    drv.find_element(By.CSS_SELECTOR, "#trigger-form button[value=cancel]").click()
+    errors = [e for e in drv.get_log("browser") if e["level"] == "SEVERE" and "favicon" not in e["message"]]
+    assert not errors, errors
+
+    out = os.environ.get("BALLAST_UI_SHOTS")
+    if out:
+        Path(out).mkdir(parents=True, exist_ok=True)
+        for name in ("console-in-airflow.png", "console-migration.png", "console-after.png",
+                     "console-trigger-form.png"):
+            shutil.copy(shots / name, Path(out) / name)
