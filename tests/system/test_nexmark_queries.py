@@ -111,13 +111,14 @@ def test_query_output_equals_reference(query, kafka_bootstrap, make_topics, uniq
     if stateful:
         killed_runs(cmd, env, logs, faults_file, sender, random.Random(sum(map(ord, query))), faults=(None,))
 
-    quiet = {"rows": -1, "since": time.time()}
+    seen, since = (-1, -1), time.time()  # (rows read, output rows) and when they last changed
 
     def done() -> bool:
-        nonlocal flushed
+        nonlocal flushed, seen, since
         if stateful:
             sender()
-        if not flushed and consumed() == len(evs):
+        read = consumed()
+        if not flushed and read == len(evs):
             write(kafka_bootstrap, job, flush)
             flushed = True
         if not (flushed and (sender.all_applied or not stateful)):
@@ -125,9 +126,10 @@ def test_query_output_equals_reference(query, kafka_bootstrap, make_topics, uniq
         got = outputs()
         if reference.diff(query, expected, got) is None:
             return True
-        if len(got) != quiet["rows"] or consumed() < len(evs) + len(flush):
-            quiet.update(rows=len(got), since=time.time())
-        return time.time() - quiet["since"] > QUIET_S  # quiet and wrong: the assertion below shows the diff
+        if (read, len(got)) != seen:
+            seen, since = (read, len(got)), time.time()
+        # every row read, nothing new for QUIET_S and still wrong: the assertion below shows the diff
+        return read == len(evs) + len(flush) and time.time() - since > QUIET_S
 
     t0 = time.time()
     final_run(cmd, env, logs / "final.log", done, timeout_s=420, linger_s=2.0)
