@@ -266,3 +266,27 @@ def test_ttl_cleanup_without_input_and_dead_letters(tmp_path):
         _, extra = _epoch(cache, 2, [], timers.EpochClock(2, 11_600, 0), Expiring)  # expired: cleaned, no input
         assert extra["next_expiry_ms"] is None
         assert cache.write(lambda txn: sum(1 for _ in txn.cursor(db=cache.data))) == 0
+
+
+def test_watermark_follows_the_rows_that_pass_where(spark, tmp_path):
+    """docs/operators.md (Clock): rows a query's `where` drops do not move its watermark. NEXMark Q8
+    reads persons and auctions only: a bid far ahead in event time never reaches its workers, so the
+    epoch's event-time maximum (the next watermark's base) is the auctions' and persons'."""
+    from spark_jobs.nexmark import AUCTION, BID, PERSON
+    from spark_jobs.nexmark.q8 import Q8
+    from spark_jobs.processing import ProcessorOperator
+
+    def rec(kind: int, doc: dict, offset: int) -> tuple:
+        return (b"k", json.dumps(doc).encode(), 0, offset, kind)
+
+    df = spark.createDataFrame(
+        [rec(PERSON, {"id": 7, "name": "p", "date_time": 1_000}, 0),
+         rec(AUCTION, {"id": 70, "seller": 7, "reserve": 5, "date_time": 2_000}, 1),
+         rec(BID, {"auction": 70, "bidder": 7, "price": 9, "date_time": 90_000}, 2)],
+        "key binary, value binary, partition int, offset long, __source int")
+    keyed = ProcessorOperator(Q8).keyed(df).collect()
+    rows = [(r["key"], json.loads(r["value"])) for r in keyed]
+    assert sorted(d["date_time"] for _, d in rows) == [1_000, 2_000], "the bid passed Q8's where"
+    with WorkerCache(tmp_path, "s", "job", 0) as cache:
+        _, extra = _epoch(cache, 0, rows, timers.EpochClock(0, 0, 0), Q8)
+    assert extra["max_event_ms"] == 2_000
