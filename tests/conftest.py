@@ -48,6 +48,32 @@ def kafka_bootstrap() -> Iterator[str]:
         stack.kafka_down()
 
 
+SMOKE_FIXTURE = "smoke_run"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The benchmark smoke's tests go last: its run starts with the session (below) and overlaps
+    everything before them."""
+    items.sort(key=lambda item: SMOKE_FIXTURE in getattr(item, "fixturenames", ()))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def bench_smoke(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """Starts `bench.run --smoke` in the background when any selected test reads its result (see
+    tests/helpers/bench_smoke.py for why); stops it if the session ends first."""
+    if not any(SMOKE_FIXTURE in getattr(i, "fixturenames", ()) for i in request.session.items):
+        yield None
+        return
+    from bench.run import RESULTS
+    from tests.helpers.bench_smoke import BackgroundSmoke
+
+    request.getfixturevalue("kafka_bootstrap")
+    smoke = BackgroundSmoke(RESULTS, tmp_path_factory.mktemp("bench-smoke"))
+    smoke.start()
+    yield smoke
+    smoke.stop()
+
+
 @pytest.fixture(scope="session")
 def postgres_base_url() -> Iterator[str]:
     """The stack's throwaway PostgreSQL cluster (Debian's postgresql installed when absent).

@@ -8,29 +8,20 @@ from __future__ import annotations
 import csv
 import json
 import math
-import subprocess
-import sys
-import uuid
 from pathlib import Path
 
 import pytest
 
-from bench.run import REQUIRED_KEYS, RESULTS, _get
+from bench.run import REQUIRED_KEYS, _get
+from tests.helpers.bench_smoke import BackgroundSmoke
 
 pytestmark = [pytest.mark.bench, pytest.mark.slow]
 
-REPO = Path(__file__).resolve().parents[2]
 
-
-@pytest.fixture(scope="module")
-def smoke_run(kafka_bootstrap: str) -> Path:
-    run_id = f"pytest-smoke-{uuid.uuid4().hex[:6]}"
-    proc = subprocess.run([sys.executable, "-m", "bench.run", "--smoke", "--run-id", run_id], cwd=REPO,
-                          capture_output=True, text=True, timeout=3000)
-    run_dir = RESULTS / run_id
-    assert (run_dir / "summary.json").exists(), f"no summary.json\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
-    assert proc.returncode == 0, f"bench.run --smoke failed\n{proc.stdout[-6000:]}\n{proc.stderr[-3000:]}"
-    return run_dir
+@pytest.fixture(scope="session")
+def smoke_run(bench_smoke: BackgroundSmoke) -> Path:
+    """The result dir of the smoke run the session started in the background (tests/conftest.py)."""
+    return bench_smoke.wait(timeout=3000)
 
 
 @pytest.mark.timeout(3100)

@@ -20,6 +20,7 @@ root on sys.path: pyproject's `pythonpath = ["."]`).
   fault_helpers   a batched migration through an outage of the broker or the metrics DB
   fuzz_messages   generated valid, near-valid and hostile control messages (Hypothesis)
   console_stack   the stack's real Airflow and a headless browser for the console tests
+  bench_smoke     the benchmark smoke run, started with the session so it overlaps the rest
 
 Test files sit at tests/<dir>/test_x.py (one level below tests/): several compute the repository
 root as Path(__file__).parents[2]. User operators that Spark loads by module name (chain_ops,
