@@ -4,7 +4,10 @@ Stage 1, `WinningBids`, keyed by auction id (an auction's `id`, a bid's `auction
 auction and its best valid bid (price >= reserve, auction.date_time <= bid.date_time < expires;
 ties to the earlier bid, then the lower bidder) and emits the winner once, from an event-time
 timer at `expires`; auctions without a valid bid emit nothing. A bid that arrives before its
-auction waits in a ListState. Stage 2 reads stage 1's output (the chain's hand-off topic):
+auction waits in a ListState until the watermark passes it (a timer at its time + 1): an auction
+that comes later is older than the watermark, so late and dropped, and the bid could never count.
+The same timer drops a bid that arrives after its auction closed, so no key outlives its auction.
+Stage 2 reads stage 1's output (the chain's hand-off topic):
 `CategoryAverage` (Q4, keyed by category: running average over all closed auctions) and
 `SellerAverage` (Q6, keyed by seller: average of the last 10 auctions in closing order, expires
 then auction id); each emits its key's new value on every update, the last one per key is final.
@@ -45,22 +48,32 @@ class WinningBidProcessor(StatefulProcessor):
         for r in rows:
             if r.kind == AUCTION:
                 self.auction.update((r.date_time, r.expires, r.reserve, r.seller, r.category))
-                self.handle.register_timer(r.expires)
                 for bid in self.early.get():
+                    self.handle.delete_timer(bid[1] + 1)
                     self._offer(bid)
                 self.early.clear()
+                self.handle.register_timer(r.expires)
             elif self.auction.exists():
                 self._offer((r.price, r.date_time, r.bidder))
             else:
                 self.early.append_value((r.price, r.date_time, r.bidder))
+                self.handle.register_timer(r.date_time + 1)
         return iter(())
 
     def handle_expired_timer(self, key: tuple, timer_values: Any, expired_timer_info: Any) -> Iterator[Any]:
-        a, best = self.auction.get(), self.best.get()
+        a = self.auction.get()
+        if a is None:  # waiting bids the watermark passed: their auction can no longer come
+            upto = expired_timer_info.get_expiry_time_in_ms()
+            waiting = [bid for bid in self.early.get() if bid[1] + 1 > upto]
+            if waiting:
+                self.early.put(waiting)
+            else:
+                self.early.clear()
+            return iter(())
+        best = self.best.get()  # the auction's end (early bids' timers went when it arrived)
         self.auction.clear()
         self.best.clear()
-        self.early.clear()
-        if a is None or best is None:
+        if best is None:
             return iter(())
         return iter([{"auction": key[0], "seller": a[3], "category": a[4], "expires": a[1], "price": best[0],
                       "bidder": best[2], "date_time": best[1]}])
