@@ -41,7 +41,9 @@ def ensure_topics(topics: dict[str, int], bootstrap: str) -> None:
 def env() -> dict[str, str]:
     e = dict(os.environ)
     e.setdefault("PYSPARK_PYTHON", PY)
-    e["PYTHONPATH"] = os.pathsep.join([str(REPO), str(REPO / "plugins"), e.get("PYTHONPATH", "")])
+    # the repo root for bench/ itself (a harness, not installed); ballast, spark_jobs and
+    # migrations_db come from the editable install
+    e["PYTHONPATH"] = os.pathsep.join([str(REPO), e.get("PYTHONPATH", "")])
     e.setdefault("BALLAST_LOG_LEVEL", "INFO")
     return e
 

@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import math
-import os
 import random
 import signal
 import subprocess
@@ -125,7 +124,7 @@ def native_recovery(ctx: Ctx, C: ClusterProfile, cluster: Any, topic: str, rows_
     # ships the job archive from this checkout (its executors run no Python: no --py-files, whose zip would
     # come first on the driver's sys.path and hide the checkout)
     env = {**sc.submit_env(), "SPARK_MASTER": cluster.master_url, "BALLAST_SPARK_LOG_LEVEL": "ERROR",
-           "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "plugins")])}
+           "PYTHONPATH": str(REPO)}  # for bench/ (not installed); the rest comes from the editable install
     proc = EnvProc(cmd, ctx.run_dir / "logs" / f"{name}.log", "native job (spark-submit)", env, ctx.run_dir).start()
     gen = None
     try:
