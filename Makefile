@@ -45,7 +45,7 @@ demo: up ## end to end: key-count job, load, a live 1->2 worker migration driven
 bench: setup ## the full benchmark set (~80 min: the cluster experiment adds 20-30); results under bench/results/; BENCH_ARGS="--publish" updates bench/report/
 	@$(PY) -m bench.run --full $(BENCH_ARGS)
 
-bench-smoke: setup ## a few-minute benchmark run that checks shapes, not absolute numbers
+bench-smoke: setup ## a ~20-minute benchmark run that checks shapes, not absolute numbers
 	@$(PY) -m bench.run --smoke
 
 wheel: setup ## build the project's wheel (ballast, spark_jobs, migrations_db) into dist/
