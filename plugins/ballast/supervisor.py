@@ -311,23 +311,33 @@ class Health:
 
 
 def check(cfg: JobConfig, db_url: str, now: datetime | None = None) -> Health:
-    """Is the job alive? A fresh heartbeat says yes; a recent launch still starting says wait."""
+    """Is the job alive? A fresh heartbeat from every operator says yes (a chain's loops run in one
+    application: one of them stuck is the job stuck); a recent launch still starting says wait."""
     now = now or datetime.now(UTC)
-    hb = repo.heartbeat(db_url, cfg.job, cfg.operator)
+    beats = {name: repo.heartbeat(db_url, cfg.job, name) for name in cfg.operator_names()}
     pid = _our_process(cfg)
-    if hb and hb.status == "running" and (now - hb.updated_at).total_seconds() <= cfg.heartbeat_timeout_s:
+
+    def fresh(hb: repo.HeartbeatRow | None) -> bool:
+        return bool(hb and hb.status == "running" and (now - hb.updated_at).total_seconds() <= cfg.heartbeat_timeout_s)
+
+    behind = {name: hb for name, hb in beats.items() if not fresh(hb)}
+    if not behind:
+        hb = beats[cfg.operator]
+        assert hb is not None
+        also = f" (and {len(beats) - 1} more operator(s) fresh)" if len(beats) > 1 else ""
         return Health("healthy", f"heartbeat {(now - hb.updated_at).total_seconds():.0f}s ago at epoch "
-                                 f"{hb.last_epoch}, map v{hb.map_version}, {hb.workers} worker(s)", pid)
+                                 f"{hb.last_epoch}, map v{hb.map_version}, {hb.workers} worker(s){also}", pid)
     launches = repo.events(db_url, cfg.job, cfg.operator, kind="launch", limit=1)
     if launches and pid is not None and (now - launches[0].at).total_seconds() < cfg.startup_grace_s:
-        since = hb.updated_at if hb else None
-        if since is None or since < launches[0].at:
+        if any(hb is None or hb.updated_at < launches[0].at for hb in behind.values()):
             return Health("starting", f"launched {(now - launches[0].at).total_seconds():.0f}s ago (pid {pid}); "
                                       f"start-up grace {cfg.startup_grace_s:.0f}s", pid)
+    name, hb = next(iter(behind.items()))  # the first in chain order
+    who = f"operator {name}: " if len(beats) > 1 else ""
     if hb is None:
-        return Health("missing", "no heartbeat recorded: the job has never run", pid)
+        return Health("missing", f"{who}no heartbeat recorded: the job has never run", pid)
     age = (now - hb.updated_at).total_seconds()
-    return Health("stale", f"heartbeat is {age:.0f}s old (> {cfg.heartbeat_timeout_s:.0f}s), status {hb.status}, "
+    return Health("stale", f"{who}heartbeat is {age:.0f}s old (> {cfg.heartbeat_timeout_s:.0f}s), status {hb.status}, "
                            f"last epoch {hb.last_epoch}", pid)
 
 

@@ -164,3 +164,32 @@ def test_launch_keeps_secrets_off_argv_and_events_and_stack_down_stops_it(
     assert down.returncode == 0, down.stdout + down.stderr
     assert f"job {job}: stopped pid {pid}" in down.stdout, down.stdout
     assert not supervisor.group_members(pid) and not (state / "jobs" / job / "driver.pid").exists()
+
+
+def test_a_chain_is_healthy_only_when_every_operator_beats(db_url, tmp_path, unique_name):
+    """A chain runs its operators' loops in one application: the second one stuck while the first
+    still beats is a stuck job, and the verdict names it."""
+    from ballast import supervisor
+    from ballast.config import load_jobs
+
+    job = unique_name
+    path = tmp_path / "jobs.yaml"
+    path.write_text(f"jobs:\n  - job: {job}\n    input_topic: {job}.in\n    bins: 16\n    operators:\n"
+                    "      - {name: split, operator: wordcount}\n      - {name: counts, operator: keycount}\n")
+    cfg = load_jobs(path)[job]
+    now = datetime.now(UTC)
+    later = now + timedelta(seconds=cfg.heartbeat_timeout_s + 5)
+    with session_scope(db_url) as s:
+        s.add(m.Heartbeat(job=job, operator="split", last_epoch=9, map_version=0, workers=1,
+                          updated_at=later, started_at=now, pid=1, host="h", status="running"))
+    h = supervisor.check(cfg, db_url, now=later)
+    assert h.status == "missing" and h.message.startswith("operator counts:"), h
+    with session_scope(db_url) as s:
+        s.add(m.Heartbeat(job=job, operator="counts", last_epoch=4, map_version=0, workers=1,
+                          updated_at=now, started_at=now, pid=1, host="h", status="running"))
+    h = supervisor.check(cfg, db_url, now=later)
+    assert h.status == "stale" and h.message.startswith("operator counts: heartbeat is") and "epoch 4" in h.message, h
+    with session_scope(db_url) as s:
+        s.get(m.Heartbeat, (job, "counts")).updated_at = later  # type: ignore[union-attr]
+    h = supervisor.check(cfg, db_url, now=later)
+    assert h.status == "healthy" and "epoch 9" in h.message and "1 more operator" in h.message, h
