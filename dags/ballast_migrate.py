@@ -39,6 +39,9 @@ def migrate_params(jobs: dict[str, JobConfig]) -> dict[str, Param]:
     return {
         "job": Param(names[0] if names else "", title="Job",
                      description="The streaming job to migrate (as named in dags/ballast_jobs.yaml).", **job_schema),
+        "operator": Param(None, type=["null", "string"], maxLength=100, title="Operator",
+                          description="For a job with several operators (`operators:`): the one whose bins move. "
+                                      "Empty: the job's `operator` (the first of a chain)."),
         "target_workers": Param(None, type=["null", "integer"], minimum=1, maximum=1024, title="Target workers",
                                 description="New number of workers; Ballast picks which bins move (skew-aware, "
                                             "fewest bytes). Leave empty when you list moves instead."),
@@ -117,6 +120,8 @@ def make_dag(jobs: dict[str, JobConfig], approval_timeout: timedelta = APPROVAL_
             url = BallastMetricsDbHook().url()
             try:
                 cfg = get_job(params["job"])
+                if params.get("operator"):
+                    cfg = cfg.for_operator(params["operator"])
                 if params.get("take_over"):  # a stored plan whose run is gone: this run drives it
                     out = controller.plan_manual(url, cfg, dict(params))
                     print(out["rendered"])

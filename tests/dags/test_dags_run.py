@@ -157,3 +157,28 @@ def test_rebalance_with_no_need_records_a_no_change_decision(env, db_url, unique
     d = repo.latest_decision(db_url, env, "keycount")
     assert d.action == "no_change" and "utilization" in d.reason and d.plan_id is None
     assert repo.recent_plans(db_url, job=env) == []
+
+
+def test_manual_run_addresses_a_chain_operator_by_name(airflow_db, db_url, tmp_path, unique_name, monkeypatch,
+                                                       caplog, capfd):
+    """`operator` picks which operator of a chain moves: the dry run plans against that operator's
+    map (here 2 workers -> 3), and a name the job does not have fails the first task, storing nothing."""
+    job = unique_name
+    path = tmp_path / "jobs.yaml"
+    path.write_text(f"jobs:\n  - job: {job}\n    input_topic: {job}.in\n    bins: 16\n    max_workers: 4\n"
+                    "    operators:\n      - {name: split, operator: wordcount}\n"
+                    "      - {name: counts, operator: keycount}\n")
+    monkeypatch.setenv("BALLAST_JOBS_FILE", str(path))
+    monkeypatch.setenv("BALLAST_DB_URL", db_url)
+    seed_job(db_url, job, bins=16, workers=1, operator="split")
+    seed_job(db_url, job, bins=16, workers=2, operator="counts")
+    dag = _load("ballast_migrate").make_dag(load_jobs())
+    dr = dag.test(run_conf={"job": job, "operator": "counts", "target_workers": 3, "strategy": "batched",
+                            "dry_run": True})
+    assert _states(dr)["validate_and_plan"] == "skipped"
+    text = _output(caplog, capfd)
+    assert "workers 2->3" in text, text[-3000:]  # counts' map; split's would say 1->3
+    dr = dag.test(run_conf={"job": job, "operator": "nope", "target_workers": 2, "dry_run": False})
+    assert _states(dr)["validate_and_plan"] == "failed"
+    assert "has no operator 'nope'" in _output(caplog, capfd)
+    assert repo.recent_plans(db_url, job=job) == []
