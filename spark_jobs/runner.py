@@ -45,6 +45,8 @@ from spark_jobs.worker import OUTPUT_SCHEMA, ApplyConfig, make_apply_fn
 
 __all__ = ["JobRunner", "RunConfig", "StopRequested", "ensure_job_topics", "start_job", "tick_topic"]
 
+#: logged once the streaming query runs (after every warm-up): what a harness waits for before load
+QUERY_STARTED = "streaming query started"
 log = logging.getLogger("ballast.runner")
 
 
@@ -137,6 +139,7 @@ class JobRunner(JobClients, EpochCommit, WarmUp):
             reader = reader.option("maxOffsetsPerTrigger", str(cfg.max_offsets_per_trigger))
         src = reader.load()
         self._warm_up(self._state.workers if self._state else cfg.workers)
+        self._warm_plan(src.schema, self._state.workers if self._state else cfg.workers)
         self.query = (
             src.writeStream.queryName(f"ballast-{cfg.job}" + (f"-{cfg.operator}" if cfg.siblings else ""))
             .foreachBatch(self._batch)
@@ -144,6 +147,7 @@ class JobRunner(JobClients, EpochCommit, WarmUp):
             .trigger(processingTime=f"{cfg.trigger_ms} milliseconds")
             .start()
         )
+        log.info("%s: job %s", QUERY_STARTED, cfg.job + (f" operator {cfg.operator}" if cfg.siblings else ""))
         threading.Thread(target=self._ticker, name="ballast-ticker", daemon=True).start()
         return self.query
 

@@ -25,6 +25,7 @@ from bench.experiments.common import Ctx, _gen_stats, _prefill, _prog_end, _read
 from bench.hist import LogHistogram
 from bench.infra import PY, Proc, ensure_topics, unix, wait_until
 from bench.loadgen import Schedule
+from spark_jobs.runner import QUERY_STARTED
 
 PHASES = re.compile(r"epoch (\d+) phases: pre-apply\+apply (\d+) ms, db (\d+) ms, acks (\d+) ms")
 NATIVE_PARTS = ("latestOffset", "queryPlanning", "addBatch", "walCommit", "commitOffsets")
@@ -121,7 +122,7 @@ class _Ballast:
             with self.log.open("rb") as fh:
                 fh.seek(mark)
                 text = fh.read().decode(errors="replace")
-            return "warmed" in text or "warm-up failed" in text
+            return QUERY_STARTED in text
         wait_until(ready, 300, "Ballast job to start its query", poll=0.2, proc=self.job.proc)
         if not self.tail._t.is_alive():  # noqa: SLF001 - one tail across the restart
             self.tail.start()

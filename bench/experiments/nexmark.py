@@ -37,6 +37,7 @@ from bench.hist import LogHistogram
 from bench.infra import PY, Proc, ensure_topics, unix, wait_until
 from bench.nexmark.writer import NexmarkSchedule, OffsetClock
 from bench.nexmark.writer import topics as kind_topics
+from spark_jobs.runner import QUERY_STARTED
 
 MOD = "spark_jobs.nexmark"
 #: query -> (the job's --operator values, the operator that is migrated and timed); a chain's
@@ -147,8 +148,8 @@ def migration_session(ctx: Ctx, q: str, rate: float) -> dict[str, Any]:
     ensure_topics({t: 2 for t in kind_topics(prefix).values()}, ctx.bootstrap)  # before the job subscribes
     job = BallastJob(spec).start()
     log = ctx.run_dir / "logs" / f"{spec.job}.log"
-    wait_until(lambda: log.exists() and ("warmed" in (text := log.read_text(errors="replace"))
-                                         or "warm-up failed" in text), 300, f"{spec.job} to start", proc=job.proc)
+    wait_until(lambda: log.exists() and QUERY_STARTED in log.read_text(errors="replace"), 300,
+               f"{spec.job} to start", proc=job.proc)
     tails = {t: OffsetLogTail(spec.operator_checkpoint_dir, t).start() for t in kind_topics(prefix).values()}
     budget_s = P.nexmark_fill_s + 3 * (P.steady_s + P.settle_s) + 240
     gen, sched_path = _writer(ctx, prefix, rate, int(rate * budget_s), label,
