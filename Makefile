@@ -42,7 +42,7 @@ test-fast: setup ## the policy unit tests only (milliseconds)
 demo: up ## end to end: key-count job, load, a live 1->2 worker migration driven by Airflow
 	@$(PY) scripts/demo.py
 
-bench: setup ## the full benchmark set (~80 min: the cluster experiment adds 20-30); results under bench/results/; BENCH_ARGS="--publish" updates bench/report/
+bench: setup ## the full benchmark set (~130 min on 2 cores: cluster 20-30, latency ~20, NEXMark ~30); results under bench/results/; BENCH_ARGS="--publish" updates bench/report/
 	@$(PY) -m bench.run --full $(BENCH_ARGS)
 
 bench-smoke: setup ## a ~20-minute benchmark run that checks shapes, not absolute numbers
