@@ -4,7 +4,11 @@
 2. Airflow's `ballast_supervise` DAG launches the key-count job `clicks` (1 worker) and the demo
    waits for its heartbeat in the metrics DB.
 3. An open-loop load generator feeds `clicks` with a Zipf-skewed key stream.
-4. `ballast_migrate` is triggered through Airflow's REST API — exactly as from the UI form — to
+4. The scheduled rebalance is paused for the manual plan (one plan per job at a time; resumed
+   afterwards, also on failure); a plan it already opened finishes first, and a plan left open
+   by a run that is gone (an interrupted earlier demo) is failed, as `python -m ballast.control
+   fail` would.
+   `ballast_migrate` is triggered through Airflow's REST API — exactly as from the UI form — to
    scale the job to 2 workers with the batched strategy; the demo prints the plan the approval
    request shows and approves it (REST `hitlDetails`, as a person would in the UI); the job
    migrates bins live.
@@ -248,6 +252,33 @@ def wait_out_warmup(after: datetime) -> None:
         time.sleep(left)
 
 
+def settle_open_plans(timeout_s: float = 600) -> None:
+    """Before the demo's own plan: wait for an open plan whose run is alive (a scheduled rebalance
+    that started with Airflow) to finish; fail one whose run is gone (an earlier, interrupted demo),
+    as `python -m ballast.control fail` would. Only one plan per operator may be open."""
+    from ballast.controller import fail_plan
+
+    deadline, shown = time.time() + timeout_s, ""
+    while plans := job_store().open_plans():
+        p = plans[0]
+        if not p.owner_alive() and p.status != "awaiting_approval":
+            say(f"plan {p.plan_id} ({p.status}) is left open by a run that is gone: failing it "
+                "(nothing more of it is sent; the job keeps its current map)")
+            fail_plan(default_url(), p.plan_id, f"plan {p.plan_id}: left open by a gone run, failed by make demo",
+                      "plan_failed_by_hand")
+            continue
+        if p.plan_id != shown:
+            say(f"waiting for plan {p.plan_id} ({p.status}, {p.source_workers} -> {p.target_workers} workers, "
+                f"owner {p.owner or '?'}) to finish first")
+            shown = p.plan_id
+        if time.time() > deadline:
+            raise SystemExit(f"plan {p.plan_id} is still {p.status} after {timeout_s:.0f} s: see the console "
+                             f"({CONSOLE}), or fail it with `python -m ballast.control fail {p.plan_id}`")
+        time.sleep(3)
+    if shown:
+        show_plan(shown)
+
+
 def latest_epoch() -> int:
     return job_store().latest_epoch() or 0
 
@@ -290,14 +321,19 @@ def main() -> int:
                 time.sleep(3)
         say(f"job {JOB} is running: epoch {hb.last_epoch}, {hb.workers} worker(s), map version {hb.map_version}")
         time.sleep(20)  # a few epochs of metrics under load
-        before = job_store().latest_map()
-        target = before.workers + 1 if before.workers < 4 else 1
-        say(f"map version {before.map_version}: {before.workers} worker(s); migrating live to {target}")
-        # one plan at a time per job: hold the scheduled rebalance while the manual plan runs
+        # one plan at a time per job: hold the scheduled rebalance while the manual plan runs, and
+        # let a plan it already opened (Airflow runs the latest interval when it starts) finish
         af.call("PATCH", f"/dags/{rebalance}", {"is_paused": True})
-        state = af.wait_run(migrate, af.trigger(migrate, {"job": JOB, "target_workers": target,
-                                                          "strategy": "batched", "dry_run": False,
-                                                          "reason": "make demo"}), 900, approve=True)
+        try:
+            settle_open_plans()
+            before = job_store().latest_map()
+            target = before.workers + 1 if before.workers < 4 else 1
+            say(f"map version {before.map_version}: {before.workers} worker(s); migrating live to {target}")
+            state = af.wait_run(migrate, af.trigger(migrate, {"job": JOB, "target_workers": target,
+                                                              "strategy": "batched", "dry_run": False,
+                                                              "reason": "make demo"}), 900, approve=True)
+        finally:  # the schedule resumes whatever happened
+            af.call("PATCH", f"/dags/{rebalance}", {"is_paused": False})
         show_plan()
         after = job_store().latest_map()
         say(f"final map version {after.map_version}: {after.workers} workers, bins per worker "
@@ -305,7 +341,6 @@ def main() -> int:
         if state != "success":
             say(f"the migration run failed: open the Airflow UI ({migrate}) for the task log")
             return 1
-        af.call("PATCH", f"/dags/{rebalance}", {"is_paused": False})
         wait_out_warmup(datetime.now(UTC))
         under_load = ask_ds2(af, rebalance, f"about the job under {rate:.0f} records/s")
         if under_load.plan_id:  # it rescaled: its own warm-up starts now
