@@ -26,7 +26,7 @@ from typing import Any
 from ballast.protocol import acks_topic, control_topic, message_key, utcnow
 from ballast.store import writer as mx
 from spark_jobs import faults
-from spark_jobs.bins import bits_for, spark_columns
+from spark_jobs.bins import bits_for
 from spark_jobs.control import ControlRecord, ControlState, decide, has_due_step, initial_state, tick_message
 from spark_jobs.durable import DurableState
 from spark_jobs.epoch_commit import EpochCommit, summarize_moves
@@ -41,7 +41,7 @@ from spark_jobs.processing import ProcessorOperator
 from spark_jobs.run_config import RunConfig, ensure_job_topics, tick_topic
 from spark_jobs.timers import ClockLog, EpochClock, TimerSchedule
 from spark_jobs.warmup import WarmUp
-from spark_jobs.worker import OUTPUT_SCHEMA, ApplyConfig, make_apply_fn
+from spark_jobs.worker import ApplyConfig, make_apply_fn, route
 
 __all__ = ["JobRunner", "RunConfig", "StopRequested", "ensure_job_topics", "start_job", "tick_topic"]
 
@@ -344,9 +344,7 @@ class JobRunner(JobClients, EpochCommit, WarmUp):
             history=durable.history(before=epoch), output_topic=self.out_topic, dlq_topic=dlq_topic(cfg.job),
             input_topic=cfg.input_topic, cache_dir=self._cache_dir, snapshot=snapshot, warm=warm, moving_in=moving_in,
             clock=clock, op_conf=self.op.task_conf() if isinstance(self.op, ProcessorOperator) else {})
-        h, b, w = spark_columns("key", self.k, st.assignment)
-        routed = keyed.select("key", "value", "partition", "offset", h.alias("h"), b.alias("bin"), w.alias("worker"))
-        out = routed.repartitionById(tasks, "worker").mapInArrow(make_apply_fn(acfg), OUTPUT_SCHEMA)
+        out = route(keyed, self.k, st.assignment, tasks, make_apply_fn(acfg))
         out.write.format("kafka").option("kafka.bootstrap.servers", cfg.bootstrap).options(
             **self._spark_kafka_options(source=False)).save()
         faults.hit("before_manifest")

@@ -53,8 +53,7 @@ class WarmUp:
             return
         from pyspark.sql import functions as F
 
-        from spark_jobs.bins import spark_columns
-        from spark_jobs.worker import OUTPUT_SCHEMA
+        from spark_jobs.worker import route
 
         t0 = time.perf_counter()
         try:
@@ -66,11 +65,8 @@ class WarmUp:
             df = one.select(*[(fill[f.name] if f.name in fill else F.lit(None)).cast(f.dataType).alias(f.name)
                               for f in source_schema.fields])
             keyed = self.op.keyed(self.inputs.rows(df, -1))
-            h, b, w = spark_columns("key", self.k, [0] * self.cfg.bins)
-            routed = keyed.select("key", "value", "partition", "offset", h.alias("h"), b.alias("bin"),
-                                  w.alias("worker"))
-            (routed.repartitionById(workers, "worker").mapInArrow(_apply_nothing, OUTPUT_SCHEMA)
-             .write.format("noop").mode("overwrite").save())
+            route(keyed, self.k, [0] * self.cfg.bins, workers, _apply_nothing).write.format("noop").mode(
+                "overwrite").save()
             log.info("warmed Spark's epoch plan (code generation, shuffle, Arrow) in %.0f ms",
                      (time.perf_counter() - t0) * 1000)
         except Exception:

@@ -309,3 +309,13 @@ def fold_rows(cfg: ApplyConfig, cache: Any, txn: Any, table: Any, n: int,
         writer.add_bin(b, *changes[b])
     counters = cache.add_bin_counters(txn, {b: (d[0], d[1]) for b, d in delta.items() if d[0] or d[1]})
     return dead, {b: (rec, counters.get(b)) for b, rec in bin_records.items()}
+
+
+def route(keyed: Any, k: int, assignment: Any, tasks: int, fn: Any) -> Any:
+    """The epoch's routing: hash, bin and worker columns, one partition per worker
+    (`repartitionById`), `fn` over each by `mapInArrow`. Used by the epoch and by its warm-up."""
+    from spark_jobs.bins import spark_columns
+
+    h, b, w = spark_columns("key", k, assignment)
+    routed = keyed.select("key", "value", "partition", "offset", h.alias("h"), b.alias("bin"), w.alias("worker"))
+    return routed.repartitionById(tasks, "worker").mapInArrow(fn, OUTPUT_SCHEMA)
