@@ -51,6 +51,9 @@ def migrate_params(jobs: dict[str, JobConfig]) -> dict[str, Param]:
                        items={"type": "object", "additionalProperties": False, "required": ["bin", "to"],
                               "properties": {"bin": {"type": "integer", "minimum": 0},
                                              "to": {"type": "integer", "minimum": 0}}}),
+        "split_to": Param(None, type=["null", "integer"], minimum=2, maximum=65536, title="Split to bins",
+                          description="Raise the bin count to this power of two (a split: nothing moves, each "
+                                      "bin's parts stay on its worker). Alone: no target workers, no moves."),
         "strategy": Param("auto", enum=list(STRATEGIES), title="Strategy",
                           description="auto: cheapest plan whose predicted pause fits the budget; all-at-once: "
                                       "one step; fluid: one bin per step; batched: each worker sends and receives "

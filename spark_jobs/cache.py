@@ -9,7 +9,8 @@ that land on the same executor.
 Sub-databases (one write transaction covers them all):
 * `data`: store key -> state value (store key layout: `spark_jobs.keys`); a bin is a key range.
 * `meta`: `owner` (job, store id, worker: a cache refuses to serve another's), `last_applied`,
-  per-bin `at` (the epoch whose state the bin holds), per-bin counters (keys, bytes), totals.
+  per-bin `at` (the epoch whose state the bin holds), per-bin counters (keys, bytes), totals, and
+  `bits` (the k its bin numbers are at; a split step raises the job's k, see `ensure_bits`).
 
 The map grows on demand (MapFullError → double, retry), so a growing state never sticks the job.
 """
@@ -27,7 +28,7 @@ import lmdb
 
 from ballast.errors import BallastError
 from ballast.options import settings
-from spark_jobs.bins import bin_range
+from spark_jobs.bins import bin_of_store_key, bin_range
 
 INITIAL_MAP = settings().cache_map_bytes
 MAX_MAP = settings().cache_max_map_bytes
@@ -36,6 +37,7 @@ K_LAST = b"last_applied"
 K_TOTAL = b"total"
 K_OWNER = b"owner"
 K_OWNED = b"owned"
+K_BITS = b"bits"
 P_BIN = b"bin/"
 P_AT = b"at/"
 _QQ = struct.Struct(">qq")
@@ -156,6 +158,60 @@ class WorkerCache:
                     break
                 out[_I.unpack(k[len(P_AT):])[0]] = _Q.unpack(v)[0]
         return out
+
+    # -- bin numbering ------------------------------------------------------------------------
+    def bits(self, txn: Any, default: int) -> int:
+        """The k the cache's bin numbers are at (`default`, the job's first k, for a cache that
+        never recorded one: it predates any split)."""
+        v = txn.get(K_BITS, db=self.meta)
+        return _I.unpack(v)[0] if v else default
+
+    def ensure_bits(self, txn: Any, k: int, default: int) -> None:
+        """Renumber the cache's bins to `k` after a split raised the job's bin count: bin b at the
+        old k is bins b·2^d .. b·2^d + 2^d − 1 at the new one (d = k − old k), each at b's epoch, and
+        its counters are recounted from its keys (one scan of the cached data, once per split). No
+        key is rewritten: a bin is a key range at any k. A cache numbered *above* k (never written by
+        a correct run) is emptied, and rebuilt from the durable state."""
+        old = self.bits(txn, default)
+        if old == k:
+            return
+        if old > k:
+            self._clear(txn)
+            txn.put(K_BITS, _I.pack(k), db=self.meta)
+            return
+        d = k - old
+        owned, at, last = self.owned(txn), self._at_entries(txn), self.last_applied(txn)
+        for key in self._meta_keys(txn, P_BIN) + self._meta_keys(txn, P_AT):
+            txn.delete(key, db=self.meta)
+        counts: dict[int, list[int]] = {}
+        for sk, v in txn.cursor(db=self.data):
+            c = counts.setdefault(bin_of_store_key(sk, k), [0, 0])
+            c[0] += 1
+            c[1] += len(sk) + len(v)
+        for b, (n, nbytes) in counts.items():
+            txn.put(P_BIN + _I.pack(b), _QQ.pack(n, nbytes), db=self.meta)
+        children = {b: range(b << d, (b + 1) << d) for b in set(owned) | set(at)}
+        for b, epoch in at.items():
+            for part in children[b]:
+                self.set_bin_at(txn, part, epoch)
+        self.set_owned(txn, last, {part for b in owned for part in children[b]}, set(), last)
+        txn.put(K_BITS, _I.pack(k), db=self.meta)
+
+    def _meta_keys(self, txn: Any, prefix: bytes) -> list[bytes]:
+        out: list[bytes] = []
+        cur = txn.cursor(db=self.meta)
+        if cur.set_range(prefix):
+            for key in cur.iternext(values=False):
+                if not key.startswith(prefix):
+                    break
+                out.append(key)
+        return out
+
+    def _clear(self, txn: Any) -> None:
+        """Forget every entry and every bin (the owner record stays)."""
+        txn.drop(self.data, delete=False)
+        for key in [k for k in txn.cursor(db=self.meta).iternext(values=False) if k != K_OWNER]:
+            txn.delete(key, db=self.meta)
 
     # -- counters -------------------------------------------------------------------------------
     def bin_counter(self, txn: Any, b: int) -> tuple[int, int]:

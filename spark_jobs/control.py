@@ -36,7 +36,15 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
-from ballast.protocol import MAX_MESSAGE_BYTES, ControlStep, clip, describe_error, parse_document, step_from_document
+from ballast.protocol import (
+    MAX_MESSAGE_BYTES,
+    ControlStep,
+    clip,
+    describe_error,
+    parse_document,
+    split_assignment,
+    step_from_document,
+)
 from ballast.signing import Keyring, SignatureError
 
 TICK_SCHEMA = "ballast.tick/v1"
@@ -122,11 +130,20 @@ class EpochControl:
         )
 
 
-def validate(step: ControlStep, st: ControlState, bins: int) -> str | None:
-    """Why `step` cannot apply to state `st` (None when it can). Checks everything before changing anything."""
+def validate(step: ControlStep, st: ControlState) -> str | None:
+    """Why `step` cannot apply to state `st` (None when it can). Checks everything before changing anything.
+
+    The bin count is the map's (`len(st.assignment)`): a split step raises it."""
+    bins = len(st.assignment)
     if step.map_version != st.map_version:
         return f"map version mismatch: step expects {step.map_version}, job is at {st.map_version}"
     w_before, w_after = st.workers, step.workers
+    if step.kind == "split":
+        if step.bins is None or step.bins <= bins:
+            return f"a split must raise the bin count: the job has {bins} bins, the step asks for {step.bins}"
+        if w_after != w_before:
+            return f"a split keeps the worker count ({w_before}); the step asks for {w_after}"
+        return None
     if w_after > bins:
         return f"workers after the step ({w_after}) exceed the number of bins ({bins})"
     limit = max(w_before, w_after)
@@ -177,11 +194,12 @@ def has_due_step(st: ControlState, now: datetime) -> bool:
 
 def decide(
     state: ControlState, records: list[ControlRecord], *, epoch: int, now: datetime, job: str,
-    operator: str, bins: int, max_future_s: float, max_message_bytes: int = MAX_MESSAGE_BYTES,
+    operator: str, max_future_s: float, max_message_bytes: int = MAX_MESSAGE_BYTES,
     keyring: Keyring | None = None, siblings: frozenset[str] = frozenset(),
 ) -> EpochControl:
     """`siblings`: the job's other operators (a multi-operator job shares `<job>.control`): their
-    steps are skipped here without a trace, the sibling they name decides them."""
+    steps are skipped here without a trace, the sibling they name decides them. The bin count is
+    the map's (a split step raises it)."""
     st = copy.deepcopy(state)
     entries: list[Entry] = []
 
@@ -284,11 +302,13 @@ def decide(
                 finish(s, "rejected", f"step {s.step - 1} of plan {s.plan_id} was {prev['status']}", q["offset"],
                        "reject")
                 continue
-        err = validate(s, st, bins)
+        err = validate(s, st)
         if err:
             finish(s, "rejected", err, q["offset"], "reject")
             continue
         before = (st.map_version, st.workers, list(st.assignment))
+        if s.kind == "split" and s.bins is not None:
+            st.assignment = split_assignment(st.assignment, s.bins)
         for m in s.moves:
             st.assignment[m.bin] = m.dst
         st.workers = s.workers
@@ -296,7 +316,8 @@ def decide(
         applied = {
             "plan_id": s.plan_id, "step": s.step, "kind": s.kind,
             "moves": [[m.bin, m.src, m.dst] for m in s.moves],
-            "workers_before": before[1], "workers": st.workers,
+            "workers_before": before[1], "workers": st.workers, "bins_before": len(before[2]),
+            "bins": len(st.assignment),
             "map_version_before": before[0], "map_version_after": st.map_version,
         }
         finish(s, "applied", s.reason, q["offset"], "apply")
@@ -311,14 +332,15 @@ def decide(
     return EpochControl(
         epoch=epoch, decided_at=now.isoformat(), entries=entries, state_after=st,
         map_version_before=state.map_version, workers_before=state.workers, applied=applied,
-        warm=warm_plan(st, bins),
+        warm=warm_plan(st),
     )
 
 
-def warm_plan(st: ControlState, bins: int) -> dict[str, list[int]]:
+def warm_plan(st: ControlState) -> dict[str, list[int]]:
     """worker -> bins its task pre-copies this epoch: the incoming bins of every queued pre-copy
     step (Kafka Streams' warm-up replicas): at the cut-over only the changes since are replayed."""
     warm: dict[str, set[int]] = {}
+    bins = len(st.assignment)
     for q in st.queue:
         msg = q["msg"]
         if not msg.get("precopy"):

@@ -216,8 +216,14 @@ class History:
     maps: dict[int, tuple[int, ...]]
     complete_after: int = -1  # every manifest of an epoch after this one is retained
 
-    def owner(self, entry: ManifestEntry, b: int) -> int:
-        return self.maps[entry.map_version][b]
+    def bits(self, entry: ManifestEntry) -> int:
+        """k of the epoch's map: its objects index bins at that k (a split step raises it)."""
+        return len(self.maps[entry.map_version]).bit_length() - 1
+
+    def owner(self, entry: ManifestEntry, b: int, k: int | None = None) -> int:
+        """Worker that owned bin `b` (a bin at `k` bits; None: the entry's own k) at that epoch."""
+        m = self.maps[entry.map_version]
+        return m[b if k is None else b >> (k - self.bits(entry))]
 
     def snapshot_base(self, upto: int) -> ManifestEntry | None:
         """The newest manifest <= upto that took a snapshot."""
@@ -232,10 +238,15 @@ class History:
 
 
 class BinSource:
-    """Reads bins out of the durable state for one task, keeping each object open once."""
+    """Reads bins out of the durable state for one task, keeping each object open once.
 
-    def __init__(self, history: History) -> None:
+    Bins are asked for at the task's `k`. An object of an epoch before a split indexes the bin's
+    parent (`b >> d`, d = k - the epoch's k); the rows of bin b are the parent's rows whose store
+    key lies in b's range — a bin is a key range at any k (spark_jobs.bins), so nothing is rewritten."""
+
+    def __init__(self, history: History, k: int | None = None) -> None:
         self.h = history
+        self.k = k
         self._open: dict[str, ObjectReader] = {}
 
     def _reader(self, loc: Location) -> ObjectReader:
@@ -249,13 +260,32 @@ class BinSource:
             r.close()
         self._open.clear()
 
+    def _bin_changes(self, kind: str, e: ManifestEntry, b: int) -> tuple[list[bytes], list[bytes | None]] | None:
+        names = e.changelog if kind == "changelog" else e.snapshot
+        w = self.h.owner(e, b, self.k)
+        if w not in names:
+            return None
+        k_e = self.h.bits(e)
+        d = 0 if self.k is None else self.k - k_e
+        if d < 0:
+            raise StateGap(f"epoch {e.epoch} has {1 << k_e} bins, more than the {1 << self.k} asked for "  # type: ignore[operator]
+                           "(bins are never merged): the task's map is older than the durable state")
+        keys, values = self._reader(self.h.object(kind, e, w)).bin_changes(b >> d)
+        if d == 0 or not keys:
+            return keys, values
+        from spark_jobs.bins import bin_range
+
+        lo, hi = bin_range(b, self.k)  # type: ignore[arg-type]
+        pick = [i for i, sk in enumerate(keys) if sk >= lo and (hi is None or sk < hi)]
+        return [keys[i] for i in pick], [values[i] for i in pick]
+
     def changes_since(self, b: int, after: int, upto: int) -> Iterator[tuple[list[bytes], list[bytes | None]]]:
         """Bin b's changelog batches of the manifests in (after, upto], oldest first."""
         for e in self.h.entries:
             if after < e.epoch <= upto:
-                w = self.h.owner(e, b)
-                if w in e.changelog:
-                    yield self._reader(self.h.object("changelog", e, w)).bin_changes(b)
+                ch = self._bin_changes("changelog", e, b)
+                if ch is not None:
+                    yield ch
 
     def full(self, b: int, upto: int) -> tuple[int, Iterator[tuple[list[bytes], list[bytes | None]]]]:
         """(base epoch, batches) that rebuild bin b as of `upto`: snapshot, then changelogs."""
@@ -264,8 +294,9 @@ class BinSource:
         def gen() -> Iterator[tuple[list[bytes], list[bytes | None]]]:
             after = -1
             if base is not None:
-                w = self.h.owner(base, b)
-                yield self._reader(self.h.object("snapshot", base, w)).bin_changes(b)
+                ch = self._bin_changes("snapshot", base, b)
+                if ch is not None:
+                    yield ch
                 after = base.epoch
             yield from self.changes_since(b, after, upto)
 
@@ -443,17 +474,19 @@ def find_object(root: str, kind: str, epoch: int, worker: int) -> Location | Non
 
 
 def read_state(root: str) -> dict[int, dict[bytes, bytes]]:
-    """bin -> {store key: value} after the newest committed epoch (tests, offline inspection)."""
+    """bin -> {store key: value} after the newest committed epoch, bins at that epoch's count
+    (tests, offline inspection)."""
     loc = Location.of(root)
     doc = (loc / "store.json").read_json()
     if doc is None:
         return {}
     ds = DurableState(root, doc["job"], int(doc["bins"]))
     h = ds.history()
-    src = BinSource(h)
+    bins = len(h.maps[h.entries[-1].map_version]) if h.entries else ds.bins  # a split raised it
+    src = BinSource(h, bins.bit_length() - 1)
     out: dict[int, dict[bytes, bytes]] = {}
     try:
-        for b in range(ds.bins):
+        for b in range(bins):
             kv: dict[bytes, bytes] = {}
             _, batches = src.full(b, ds.last_epoch)
             for keys, values in batches:

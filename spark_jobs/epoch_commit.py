@@ -164,9 +164,12 @@ class EpochCommit:
                  f"in {moves_doc['ms']:.0f} ms" if moves_doc else "")
         useful = max((float(w["useful_ms"]) for w in worker_docs), default=0.0)
         who = f"{self.cfg.operator} " if self.cfg.siblings else ""  # a chain: which operator's epoch
-        log.info("%sepoch %d%s: rows=%d W=%d map=v%d steps: %s%s; batch %.0f ms (max worker useful %.0f ms) "
-                 "backlog=%s queued=%d", who, epoch, " (replay)" if replay else "", rows, st.workers, st.map_version,
-                 steps, moved, batch_ms, useful, backlog, len(st.queue))
+        a = d.applied
+        if a and a.get("bins", 0) != a.get("bins_before", 0):
+            moved = f" split {a['bins_before']} -> {a['bins']} bins (no key moved; each bin's parts stay on its worker)"
+        log.info("%sepoch %d%s: rows=%d W=%d B=%d map=v%d steps: %s%s; batch %.0f ms (max worker useful %.0f ms) "
+                 "backlog=%s queued=%d", who, epoch, " (replay)" if replay else "", rows, st.workers,
+                 len(st.assignment), st.map_version, steps, moved, batch_ms, useful, backlog, len(st.queue))
 
 
 

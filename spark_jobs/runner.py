@@ -60,7 +60,6 @@ class JobRunner(JobClients, EpochCommit, WarmUp):
     def __init__(self, spark: Any, cfg: RunConfig) -> None:
         self.spark = spark
         self.cfg = cfg
-        self.k = bits_for(cfg.bins)
         self.op = get_operator(cfg.path)
         self.journal = Journal(cfg.checkpoint_dir)
         self.inputs = InputRows(cfg.input_topics, cfg.handoff_inputs, self.journal.dir)
@@ -89,6 +88,11 @@ class JobRunner(JobClients, EpochCommit, WarmUp):
         self._stopper: threading.Thread | None = None
         self.epochs_done = 0
         self.last_epoch: int | None = None
+
+    @property
+    def k(self) -> int:
+        """Bits of the current bin count: the map's (a split step raises it), `--bins` before any map."""
+        return bits_for(len(self._state.assignment) if self._state is not None else self.cfg.bins)
 
     # ---------------------------------------------------------------- lifecycle --------------
     def start(self) -> Any:
@@ -273,7 +277,7 @@ class JobRunner(JobClients, EpochCommit, WarmUp):
         if decision is None:
             before = self.journal.state_before(epoch) or initial_state(cfg.bins, cfg.workers)
             decision = decide(before, records, epoch=epoch, now=started_at, job=cfg.job, operator=cfg.operator,
-                              bins=cfg.bins, max_future_s=cfg.max_future_s, max_message_bytes=cfg.max_control_bytes,
+                              max_future_s=cfg.max_future_s, max_message_bytes=cfg.max_control_bytes,
                               keyring=cfg.control_keyring, siblings=frozenset(cfg.siblings))
             if records or decision.entries or before.queue or self.journal.latest_state() is None:
                 self.journal.write_decision(decision)
@@ -296,8 +300,10 @@ class JobRunner(JobClients, EpochCommit, WarmUp):
         clock = None
         if self.clocks is not None and self.durable is not None and self.timers is not None:
             clock = self.clocks.for_epoch(epoch, self.durable.event_max_before(epoch), self.timers.lateness_ms)
-        if input_rows or moving_in or warm or (clock and self.timers and self.timers.epoch_needs_tasks(clock)):
-            worker_docs = self._apply(df, epoch, st, moving_in, warm, clock)
+        split = bool(applied) and applied.get("bins") != applied.get("bins_before")  # type: ignore[union-attr]
+        if (input_rows or moving_in or warm or split
+                or (clock and self.timers and self.timers.epoch_needs_tasks(clock))):
+            worker_docs = self._apply(df, epoch, st, moving_in, warm, clock, split)
             moves_doc = summarize_moves(applied, worker_docs) if applied and applied["moves"] else None
         if cached:
             df.unpersist()
@@ -325,7 +331,8 @@ class JobRunner(JobClients, EpochCommit, WarmUp):
         self._log_epoch(epoch, decision, moves_doc, input_rows, batch_ms, backlog, replay, worker_docs)
 
     def _apply(self, df: Any, epoch: int, st: ControlState, moving_in: dict[int, tuple[int, ...]],
-               warm: dict[int, tuple[int, ...]], clock: EpochClock | None = None) -> list[dict[str, Any]]:
+               warm: dict[int, tuple[int, ...]], clock: EpochClock | None = None,
+               split: bool = False) -> list[dict[str, Any]]:
         """One Spark job: W tasks (more while a pre-copy warms a worker that does not exist yet),
         then the durable commit of the epoch (manifest). Returns the tasks' metrics."""
 
@@ -338,13 +345,14 @@ class JobRunner(JobClients, EpochCommit, WarmUp):
         snapshot = durable.snapshot_due(epoch)
         src = self.inputs.rows(df, epoch)
         keyed = self.op.keyed(src)
+        k = bits_for(len(st.assignment))
         acfg = ApplyConfig(
-            epoch=epoch, job=cfg.job, operator=cfg.path, bins_bits=self.k, workers=tasks,
+            epoch=epoch, job=cfg.job, operator=cfg.path, bins_bits=k, base_bits=bits_for(cfg.bins), workers=tasks,
             assignment=tuple(st.assignment), state_uri=durable.uri, store_id=durable.store_id,
             history=durable.history(before=epoch), output_topic=self.out_topic, dlq_topic=dlq_topic(cfg.job),
             input_topic=cfg.input_topic, cache_dir=self._cache_dir, snapshot=snapshot, warm=warm, moving_in=moving_in,
-            clock=clock, op_conf=self.op.task_conf() if isinstance(self.op, ProcessorOperator) else {})
-        out = route(keyed, self.k, st.assignment, tasks, make_apply_fn(acfg))
+            clock=clock, op_conf=self.op.task_conf() if isinstance(self.op, ProcessorOperator) else {}, split=split)
+        out = route(keyed, k, st.assignment, tasks, make_apply_fn(acfg))
         out.write.format("kafka").option("kafka.bootstrap.servers", cfg.bootstrap).options(
             **self._spark_kafka_options(source=False)).save()
         faults.hit("before_manifest")

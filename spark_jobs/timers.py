@@ -7,7 +7,9 @@ timer also has an index entry inside its key's bin range:
 
 `bin_start` is the first hash of the bin, so the entry sorts inside `[bin_start, next bin)`: it is
 exported, dropped, loaded, snapshotted and written to the changelog with the bin like any state
-entry, and one cursor seek per bin finds its due timers in expiry order. Tag 0x02 never collides
+entry, and one cursor seek per bin finds its due timers in expiry order. A split (k raised) leaves
+a bin's entries under its first part's start; the split's epoch files them under their own part
+(`rehome`), recorded in the changelog like any change. Tag 0x02 never collides
 with a key's store key (tags 0x00 / 0x01, spark_jobs.bins). Kinds: `t` user timers (processing or
 event time, by the query's time mode), `x` TTL expiries (processing time), so a key whose state
 expired is cleaned up without input.
@@ -70,6 +72,37 @@ def scan(txn: Any, db: Any, b: int, k: int, kind: bytes, upto: int | None) -> It
         if upto is not None and ts > upto:
             return
         yield ts, sk, key
+
+
+def rehome(txn: Any, db: Any, bins: Any, k: int, set_entry: Any) -> int:
+    """After a split raised k: move every index entry of `bins` filed under a bin start that is not
+    its key's bin at `k` (before the split, all of a bin's entries sorted under its first part).
+    `set_entry(bin, store key, value or None)` records each delete and put like any state change,
+    so the changelog carries them and a part loaded later finds its timers. Returns entries moved.
+    Run at the split's own epoch, when every part is still on its parent's worker."""
+    moved = 0
+    for b in sorted(bins):
+        for kind in (USER, TTL):
+            prefix = struct.pack(">Q", (b << (64 - k)) if k else 0) + INDEX_TAG + kind
+            cur = txn.cursor(db=db)
+            if not cur.set_range(prefix):
+                continue
+            stray = []
+            for ik, key in cur:
+                if not ik.startswith(prefix):
+                    break
+                if bin_prefix(ik[18:], k) != ik[:8]:
+                    stray.append((ik, key))
+            for ik, key in stray:
+                _, ts, sk = parse_index_key(ik)
+                home = struct.unpack(">Q", bin_prefix(sk, k))[0] >> (64 - k)
+                if home not in bins:
+                    raise RuntimeError(f"timer of bin {home} found under bin {b}, which this worker owns but not "
+                                       f"{home}: a split must apply in an epoch without moves")
+                set_entry(b, ik, None)
+                set_entry(home, index_key(sk, k, kind, ts), key)
+                moved += 1
+    return moved
 
 
 def first_due(txn: Any, db: Any, bins: Any, k: int, kind: bytes) -> int | None:

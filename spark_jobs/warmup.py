@@ -28,7 +28,10 @@ class WarmUp:
     _cache_dir: str | None
     inputs: Any
     op: Any
-    k: int
+
+    @property
+    def k(self) -> int:  # the runner's: bits of the map in force
+        raise NotImplementedError
 
     def _warm_up(self, workers: int) -> None:
         """Before the first batch: start the Python workers (imports of pyarrow, lmdb, the job's
@@ -65,7 +68,7 @@ class WarmUp:
             df = one.select(*[(fill[f.name] if f.name in fill else F.lit(None)).cast(f.dataType).alias(f.name)
                               for f in source_schema.fields])
             keyed = self.op.keyed(self.inputs.rows(df, -1))
-            route(keyed, self.k, [0] * self.cfg.bins, workers, _apply_nothing).write.format("noop").mode(
+            route(keyed, self.k, [0] * (1 << self.k), workers, _apply_nothing).write.format("noop").mode(
                 "overwrite").save()
             log.info("warmed Spark's epoch plan (code generation, shuffle, Arrow) in %.0f ms",
                      (time.perf_counter() - t0) * 1000)

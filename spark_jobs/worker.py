@@ -46,7 +46,7 @@ class ApplyConfig:
     epoch: int
     job: str
     operator: str
-    bins_bits: int
+    bins_bits: int  # k of the epoch's map (split steps raise it)
     workers: int
     assignment: tuple[int, ...]
     state_uri: str
@@ -61,6 +61,8 @@ class ApplyConfig:
     moving_in: dict[int, tuple[int, ...]] = field(default_factory=dict)  # worker -> bins cut over now
     clock: Any = None  # processors: the epoch's spark_jobs.timers.EpochClock (same on replay)
     op_conf: dict[str, Any] = field(default_factory=dict)  # processors: ProcessorOperator.task_conf()
+    base_bits: int | None = None  # k of the job's first map (`--bins`): the k of a cache that never recorded one
+    split: bool = False  # this epoch applies a split (k rose): processors re-file their timer index
 
 
 def make_apply_fn(cfg: ApplyConfig) -> Callable[[Iterator[Any]], Iterator[Any]]:
@@ -134,8 +136,9 @@ def _run(cfg: ApplyConfig, cache: Any, txn: Any, worker: int, table: Any, n: int
     owned = {b for b, w in enumerate(cfg.assignment) if w == worker}
     warm = set(cfg.warm.get(worker, ())) - owned
     incoming = set(cfg.moving_in.get(worker, ()))
-    src = BinSource(cfg.history)
+    src = BinSource(cfg.history, k)
     try:
+        cache.ensure_bits(txn, k, k if cfg.base_bits is None else cfg.base_bits)
         moved, warmed = prepare_bins(cache, txn, src, owned, warm, incoming, e - 1, k)
         faults.hit("worker_mid_move" if moved else "worker_prepared")
         writer = ObjectWriter(meta={"epoch": e, "worker": worker, "attempt": attempt, "kind": "changelog"})

@@ -51,6 +51,11 @@ class RebalanceConfig(BaseModel):
     skew_threshold: float = Field(
         default=0.5, ge=0, description="rebalance at equal W when max/mean worker load > 1 + this"
     )
+    max_bins: int = Field(
+        default=4096, ge=1, le=65536,
+        description="a hot bin above a worker's fair share by more than skew_threshold is split (k raised) up "
+                    "to this many bins",
+    )
     strategy: Strategy = Field(
         default="batched", description="plan shape; `auto`: cheapest plan whose predicted pause fits"
     )

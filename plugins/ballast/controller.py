@@ -27,6 +27,8 @@ from ballast.control.plan import PlanFailed, PlanRequest, build_plan, cost_model
 from ballast.control.render import summary_table
 from ballast.control.verify import Progress, fail_plan, operator_advice, progress
 from ballast.control.verify import verify as _verify
+from ballast.policy import split_plan
+from ballast.protocol import split_assignment
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +56,8 @@ def plan_rebalance(url: str, cfg: JobConfig, snap: dict[str, Any], decision: dic
     if d.action == "no_change":
         return None
     s = Snapshot.from_dict(snap)
+    if d.action == "split" and d.target_bins:
+        return plan_split(url, cfg, s, d)
     placed: Placement = _place(s.map.assignment, s.bins, d.target_workers)
     if placed.assignment == s.map.assignment and d.target_workers == s.map.workers:
         log.info("placement keeps every bin where it is: nothing to plan")
@@ -67,6 +71,15 @@ def plan_rebalance(url: str, cfg: JobConfig, snap: dict[str, Any], decision: dic
     return store_plan(url, cfg, s.map, placed.assignment, plan, req, model).to_dict()
 
 
+def plan_split(url: str, cfg: JobConfig, s: Snapshot, d: ScalingDecision) -> dict[str, Any]:
+    """A one-step plan that raises the bin count to `d.target_bins`; nothing moves."""
+    assert d.target_bins is not None
+    req = PlanRequest(strategy="all-at-once", source="rebalance", reason=d.reason, decision_id=d.decision_id)
+    plan = split_plan(s.map.version, s.map.assignment, s.map.workers, d.target_bins)
+    target = split_assignment(s.map.assignment, d.target_bins)
+    return store_plan(url, cfg, s.map, target, plan, req, cost_model(url, cfg)).to_dict()
+
+
 def verify(url: str, plan_id: str) -> dict[str, Any]:
     """Stage 6 as XCom: `{"plan_id", "map_version", "workers", "summary"}`; raises PlanFailed."""
     return _verify(url, plan_id).to_dict()
@@ -75,6 +88,6 @@ def verify(url: str, plan_id: str) -> dict[str, Any]:
 __all__ = [
     "GUARD_STATE_KEY", "InvalidRequest", "NotReady", "PlanFailed", "PlanRequest", "Progress", "assess",
     "build_plan", "collect", "cost_model", "db_unreachable", "evaluate", "fail_plan", "manual_target",
-    "new_plan_id", "open_plan_for", "operator_advice", "place", "plan_manual", "plan_rebalance", "progress",
-    "run_plan_blocking", "store_plan", "summary_table", "take_over_manual", "verify",
+    "new_plan_id", "open_plan_for", "operator_advice", "place", "plan_manual", "plan_rebalance", "plan_split",
+    "progress", "run_plan_blocking", "store_plan", "summary_table", "take_over_manual", "verify",
 ]

@@ -19,7 +19,7 @@ from ballast.errors import BallastError
 
 SCHEMA = "ballast.control/v1"
 ACK_SCHEMA = "ballast.ack/v1"
-KINDS = ("moves", "map", "noop")
+KINDS = ("moves", "map", "noop", "split")
 STATUSES = ("applied", "rejected", "superseded")
 
 # Bounds of one control message, checked before anything else looks at it: a record larger than
@@ -31,8 +31,9 @@ MAX_PLAN_ID_CHARS = 100  # plan_id (String(100))
 MAX_REASON_CHARS = 2000
 MAX_INT = 2**31 - 1  # step, steps, workers, map_version, bins and workers of moves (Integer columns)
 MAX_REPORTED_CHARS = 500  # a rejection reason is clipped to this (it is echoed, logged and stored)
+MAX_BINS = 1 << 16  # the largest bin count a job may have (a split may not go past it)
 
-StepKind = Literal["moves", "map", "noop"]
+StepKind = Literal["moves", "map", "noop", "split"]
 CheckpointStatus = Literal["applied", "rejected", "superseded"]
 
 
@@ -109,6 +110,13 @@ def _parse_ts(value: Any, name: str) -> datetime:
         raise ProtocolError(f"{name} is not ISO-8601 UTC: {brief(value)}") from exc
 
 
+def split_assignment(assignment: list[int] | tuple[int, ...], bins: int) -> list[int]:
+    """The map after a split step to `bins` (a power of two above the current count): bin b at the
+    new k is a sub-range of bin b >> d at the old one and stays on its worker, so no key moves."""
+    d = (bins // len(assignment)).bit_length() - 1
+    return [assignment[b >> d] for b in range(bins)]
+
+
 @dataclass(frozen=True, order=True)
 class Move:
     """Bin `bin` leaves worker `src` for worker `dst` (JSON keys: bin, from, to)."""
@@ -144,6 +152,7 @@ class ControlStep:
     effective_at: datetime
     reason: str = ""
     precopy: bool = False  # warm the incoming bins at their new owners first; cut over an epoch later
+    bins: int | None = None  # split steps only: the bin count after the step (a power of two)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -161,6 +170,7 @@ class ControlStep:
             "effective_at": _iso(self.effective_at),
             "reason": self.reason,
             **({"precopy": True} if self.precopy else {}),
+            **({"bins": self.bins} if self.bins is not None else {}),
         }
 
     def to_json(self) -> bytes:
@@ -270,8 +280,15 @@ def step_from_document(doc: dict[str, Any]) -> ControlStep:
             raise ProtocolError(f"bin {b} appears twice in one step")
         seen.add(b)
         moves.append(Move(b, s, d))
-    if kind == "noop" and moves:
-        raise ProtocolError("a noop step carries no moves")
+    if kind in ("noop", "split") and moves:
+        raise ProtocolError(f"a {kind} step carries no moves")
+    bins: int | None = None
+    if kind == "split":
+        bins = _req(doc, "bins", int)
+        if bins < 2 or bins & (bins - 1) or bins > MAX_BINS:
+            raise ProtocolError(f"a split step's bins must be a power of two in 2..{MAX_BINS}, got {brief(bins)}")
+    elif "bins" in doc:
+        raise ProtocolError(f"field 'bins' belongs to split steps only, not to a {kind} step")
     plan_id = _text(doc, "plan_id", MAX_PLAN_ID_CHARS)
     if not plan_id:
         raise ProtocolError("plan_id must not be empty")
@@ -293,6 +310,7 @@ def step_from_document(doc: dict[str, Any]) -> ControlStep:
         effective_at=_parse_ts(_req(doc, "effective_at", str), "effective_at"),
         reason=_text(doc, "reason", MAX_REASON_CHARS) if isinstance(reason, str) else "",
         precopy=precopy,
+        bins=bins,
     )
 
 

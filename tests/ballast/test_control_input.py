@@ -29,7 +29,7 @@ def _good(**kw) -> dict:
 def _decide(values, st=None, **kw):
     st = st or initial_state(8, 2)
     recs = [ControlRecord(f"0:{i}", v) for i, v in enumerate(values)]
-    return decide(st, recs, epoch=3, now=NOW, job="j", operator="keycount", bins=8, max_future_s=3600, **kw)
+    return decide(st, recs, epoch=3, now=NOW, job="j", operator="keycount", max_future_s=3600, **kw)
 
 
 HOSTILE = {

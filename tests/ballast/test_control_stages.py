@@ -151,3 +151,18 @@ def test_run_plan_blocking_emits_awaits_and_verifies(db_url, job, kafka_bootstra
         applier.stop()
     assert Verified.from_dict(done).workers == 2 and done["map_version"] == out["steps"]
     assert repo.get_plan(db_url, out["plan_id"]).status == "completed"  # type: ignore[union-attr]
+
+
+def test_manual_split_is_one_step_that_moves_nothing_and_bad_counts_are_refused(db_url, job):
+    with pytest.raises(manual.InvalidRequest, match="power of two above the job's 16 bins"):
+        manual.plan_manual(db_url, job, {"split_to": 24, "dry_run": True})
+    with pytest.raises(manual.InvalidRequest, match="power of two above"):
+        manual.plan_manual(db_url, job, {"split_to": 16, "dry_run": True})
+    with pytest.raises(manual.InvalidRequest, match="alone"):
+        manual.plan_manual(db_url, job, {"split_to": 64, "target_workers": 2, "dry_run": True})
+    dry = manual.plan_manual(db_url, job, {"split_to": 64, "dry_run": True})
+    assert dry["plan_id"] is None and "16 -> 64 bins" in dry["rendered"]
+    out = manual.plan_manual(db_url, job, {"split_to": 64, "dry_run": False})
+    [step] = repo.plan_steps(db_url, out["plan_id"])
+    assert step.payload["kind"] == "split" and step.payload["bins"] == 64 and step.payload["map_version"] == 0
+    assert list(repo.get_plan(db_url, out["plan_id"]).target_assignment) == [0] * 64

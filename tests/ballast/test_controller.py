@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 
 import pytest
 
@@ -48,3 +49,43 @@ def test_growing_backlog_with_idle_workers_is_explained_not_scaled(db_url, jobs_
     d = repo.latest_decision(db_url, unique_name, "keycount")
     assert out["action"] == "no_change" and d.target_workers == 1
     assert "outside the operators" in d.reason and d.inputs["diagnosis"]
+
+
+def test_a_hot_bin_gets_a_split_plan_and_the_next_window_counts_only_the_new_bins(db_url, jobs_file, unique_name):
+    """At equal W a bin above a worker's fair share (by more than skew_threshold) is split first:
+    a one-step plan, kind split, nothing moves. Once the job runs at the new count, the bin
+    statistics use only epochs numbered at that count (older rows number bins at 16)."""
+    from ballast.protocol import split_assignment
+    from ballast.store import writer
+
+    jobs_file(bins=16)
+    seed_job(db_url, unique_name, bins=16, workers=2, input_rate=10000.0, per_worker_rate=10000.0, epochs=5)
+    with session_scope(db_url) as s:  # bin 3 carries 80 % of every epoch's records
+        for row in s.query(m.BinMetrics).filter_by(job=unique_name):
+            row.records = 8000 if row.bin == 3 else 133
+    cfg = load_jobs()[unique_name]
+    snap = controller.collect(db_url, cfg)
+    out = controller.evaluate(db_url, cfg, snap)
+    assert out["action"] == "split" and out["target_bins"] == 64, out["reason"]
+    assert "split 16 -> 64 bins" in out["reason"]
+    stored = controller.plan_rebalance(db_url, cfg, snap, out)
+    assert stored is not None and stored["steps"] == 1 and stored["bins"] == 0
+    [step] = repo.plan_steps(db_url, stored["plan_id"])
+    msg = step.payload
+    assert msg["kind"] == "split" and msg["bins"] == 64 and msg["moves"] == [] and msg["workers"] == 2
+    plan = repo.get_plan(db_url, stored["plan_id"])
+    old = [b * 2 // 16 for b in range(16)]
+    assert list(plan.target_assignment) == split_assignment(old, 64)
+    # the job applies it at epoch 6 and runs three epochs at 64 bins
+    new = split_assignment(old, 64)
+    now = datetime.now(UTC)
+    for e in (6, 7, 8):
+        with writer.epoch_transaction(db_url) as s:
+            writer.ensure_routing_map(s, unique_name, "keycount", 1, 6, 2, new, now, stored["plan_id"], 1)
+            erow = m.EpochMetrics(job=unique_name, operator="keycount", epoch=e, map_version=1, workers=2,
+                                  input_rows=6400, batch_ms=500.0, input_rate=10000.0, backlog=0, started_at=now,
+                                  ended_at=now)
+            brows = [{"job": unique_name, "operator": "keycount", "epoch": e, "bin": b, "worker": new[b],
+                      "records": 100, "state_keys": 10, "state_bytes": 1000} for b in range(64)]
+            writer.replace_epoch_metrics(s, unique_name, "keycount", e, erow, [], brows)
+    assert repo.JobStore(db_url, unique_name, "keycount").bin_stats(64, 10).load == tuple([300.0] * 64)

@@ -49,7 +49,7 @@ def check_one(raw: bytes, keyring: Keyring | None) -> str:
     except ProtocolError as exc:
         assert exc.reason
     before = initial_state(BINS, 2)
-    d = decide(before, [ControlRecord("0:0", raw)], epoch=1, now=NOW, job="j", operator="keycount", bins=BINS,
+    d = decide(before, [ControlRecord("0:0", raw)], epoch=1, now=NOW, job="j", operator="keycount",
                max_future_s=3600, keyring=keyring)
     for e in d.entries:
         db_safe(e)

@@ -28,7 +28,7 @@ def _step(job="j", plan="p", issued=NOW, step=1, steps=1, version=0, moves=((0, 
 
 def _decide(values, now=NOW, ring=RING, st=None):
     recs = [ControlRecord(f"0:{i}", v) for i, v in enumerate(values)]
-    return decide(st or initial_state(8, 2), recs, epoch=1, now=now, job="j", operator="keycount", bins=8,
+    return decide(st or initial_state(8, 2), recs, epoch=1, now=now, job="j", operator="keycount",
                   max_future_s=3600, keyring=ring)
 
 

@@ -57,3 +57,14 @@ def reference(evs: list[dict[str, Any]]) -> list[tuple[str, int, int, int]]:
 
 def as_tuple(d: dict[str, Any]) -> tuple[str, int, int, int]:
     return d["user"], int(d["window_start"]), int(d["count"]), int(d["total"])
+
+
+def produce_events(bootstrap: str, topic: str, partitions: int, n: int, users: int,
+                   seed: int) -> tuple[list[dict[str, Any]], list[tuple[str, int, int, int]]]:
+    """`n` window events of `users` users written to `topic`; returns (events, the reference windows)."""
+    from tests.helpers.dp_helpers import produce
+
+    evs = events(n, users=users, seed=seed)
+    keys, values = records(evs)
+    produce(bootstrap, topic, keys, partitions, values)
+    return evs, reference(evs)

@@ -66,9 +66,9 @@ def _step(plan="p", step=1, steps=1, moves=((0, 0, 1),), workers=2, version=0, e
                        issued_at=NOW, effective_at=eff)
 
 
-def _run(st, msgs, epoch=5, now=NOW, bins=8):
+def _run(st, msgs, epoch=5, now=NOW):
     recs = [ControlRecord(f"0:{i}", m if isinstance(m, bytes) else m.to_json()) for i, m in enumerate(msgs)]
-    return decide(st, recs, epoch=epoch, now=now, job="j", operator="keycount", bins=bins, max_future_s=3600)
+    return decide(st, recs, epoch=epoch, now=now, job="j", operator="keycount", max_future_s=3600)
 
 
 def test_decide_applies_one_valid_step_and_bumps_the_map():
@@ -142,6 +142,60 @@ def test_step_after_a_rejected_step_is_rejected():
     d = _run(st, [bad, nxt])
     assert [(e.step, e.action) for e in d.entries] == [(1, "reject"), (2, "reject")]
     assert "was rejected" in d.entries[1].reason
+
+
+# ------------------------------------------------------------------ split ------------------------
+def _split(bins, version=0, workers=2, plan="s"):
+    import dataclasses
+
+    return dataclasses.replace(_step(plan=plan, moves=(), workers=workers, version=version), kind="split", bins=bins)
+
+
+def test_split_raises_the_bin_count_and_keeps_every_key_on_its_worker():
+    st = initial_state(8, 2)
+    st.assignment = [0, 1, 0, 1, 1, 0, 0, 1]
+    d = _run(st, [_split(32)])
+    assert d.applied and d.applied["bins_before"] == 8 and d.applied["bins"] == 32 and d.applied["moves"] == []
+    after = d.state_after.assignment
+    assert len(after) == 32 and d.state_after.map_version == 1 and d.state_after.workers == 2
+    assert all(after[b] == st.assignment[b >> 2] for b in range(32))  # bin b's quarters stay on b's worker
+    # the next step addresses the new bins: move one quarter of old bin 0 away, alone
+    d2 = _run(d.state_after, [_step(plan="m", moves=((1, 0, 1),), version=1)], epoch=6)
+    assert d2.applied and d2.state_after.assignment[:4] == [0, 1, 0, 0]
+    assert d2.warm == {}
+
+
+@pytest.mark.parametrize("msg, why", [
+    (_split(8), "must raise the bin count"),
+    (_split(4), "must raise the bin count"),
+    (_split(16, workers=3), "keeps the worker count"),
+    (_split(16, version=2), "map version mismatch"),
+])
+def test_split_is_rejected_whole_when_it_cannot_apply(msg, why):
+    st = initial_state(8, 2)
+    d = _run(st, [msg])
+    assert d.applied is None and d.state_after.assignment == st.assignment
+    [e] = d.entries
+    assert e.action == "reject" and why in e.reason and e.checkpoint
+
+
+@pytest.mark.parametrize("doc, why", [
+    ({"bins": 12}, "power of two"),
+    ({"bins": 1 << 17}, "power of two"),
+    ({"bins": True}, "must be int"),
+    ({}, "missing field 'bins'"),
+    ({"moves": [{"bin": 0, "from": 0, "to": 1}]}, "carries no moves"),
+])
+def test_split_message_shape_is_checked(doc, why):
+    from ballast.protocol import ProtocolError, parse_control
+
+    msg = {k: v for k, v in json.loads(_split(16).to_json()).items() if k != "bins"}
+    with pytest.raises(ProtocolError, match=why):
+        parse_control(json.dumps({**msg, **doc}))
+    assert parse_control(_split(16).to_json()).bins == 16
+    moves = json.loads(_step().to_json())
+    with pytest.raises(ProtocolError, match="split steps only"):
+        parse_control(json.dumps({**moves, "bins": 16}))
 
 
 # ------------------------------------------------------------------ journal ---------------------

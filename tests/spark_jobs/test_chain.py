@@ -42,7 +42,7 @@ def test_a_sibling_operators_step_is_skipped_not_rejected():
                        moves=(),
                        effective_at=datetime.now(UTC), issued_at=datetime.now(UTC))
     rec = [ControlRecord("0:0", step.to_json())]
-    kw = {"epoch": 1, "now": datetime.now(UTC), "job": "q4", "bins": 8, "max_future_s": 60.0}
+    kw = {"epoch": 1, "now": datetime.now(UTC), "job": "q4", "max_future_s": 60.0}
     mine = decide(initial_state(8, 2), rec, operator="avg", siblings=frozenset({"join"}), **kw)
     assert [e.action for e in mine.entries] == ["apply"]
     theirs = decide(initial_state(8, 2), rec, operator="join", siblings=frozenset({"avg"}), **kw)

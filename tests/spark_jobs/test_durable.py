@@ -46,6 +46,7 @@ class Harness:
         self.root = root
         self.uri = str(root / "state")
         self.ds = DurableState(self.uri, "j", 1 << K, snapshot_every=snapshot_every)
+        self.k = K  # raised by split()
         self.assignment = B.uniform_assignment(1 << K, workers)
         self.workers = workers
         self.version = 0
@@ -63,18 +64,20 @@ class Harness:
 
     def table(self, keys: list[bytes], worker: int, values: list[bytes] | None = None) -> pa.Table | None:
         rows = [(k, (values[i] if values else b"1"), 0, i) for i, k in enumerate(keys)
-                if self.assignment[B.bin_of_hash(self.h(k), K)] == worker]
+                if self.assignment[B.bin_of_hash(self.h(k), self.k)] == worker]
         if not rows:
             return None
         ks, vs, ps, os_ = zip(*rows)
         hs = [self.h(k) for k in ks]
         return pa.table({"key": pa.array(ks, pa.binary()), "value": pa.array(vs, pa.binary()),
                          "partition": pa.array(ps, pa.int32()), "offset": pa.array(os_, pa.int64()),
-                         "h": pa.array(hs, pa.int64()), "bin": pa.array([B.bin_of_hash(x, K) for x in hs], pa.int32()),
+                         "h": pa.array(hs, pa.int64()),
+                         "bin": pa.array([B.bin_of_hash(x, self.k) for x in hs], pa.int32()),
                          "worker": pa.array([worker] * len(ks), pa.int32())})
 
     def cfg(self, moving_in=None, warm=None, snapshot=False) -> ApplyConfig:
-        return ApplyConfig(epoch=self.epoch, job="j", operator=self.operator, bins_bits=K, workers=self.workers,
+        return ApplyConfig(epoch=self.epoch, job="j", operator=self.operator, bins_bits=self.k, base_bits=K,
+                           workers=self.workers,
                            assignment=tuple(self.assignment), state_uri=self.ds.uri, store_id=self.ds.store_id,
                            history=self.ds.history(before=self.epoch), output_topic="j.output", dlq_topic="j.dlq",
                            input_topic="in", snapshot=snapshot, moving_in=moving_in or {}, warm=warm or {})
@@ -111,12 +114,20 @@ class Harness:
         self.epoch += 1
         return outs, docs
 
+    def split(self, bits: int) -> None:
+        """A split step: the map's bin count becomes 2^bits, every bin's halves stay on its worker."""
+        from ballast.protocol import split_assignment
+
+        self.assignment = split_assignment(self.assignment, 1 << bits)
+        self.k = bits
+        self.version += 1
+
     def durable_counts(self) -> dict[bytes, int]:
         got: dict[bytes, int] = {}
         for b, kv in read_state(self.uri).items():
             for sk, v in kv.items():
                 key, st = B.decode_entry(sk, v)
-                assert B.bin_of_store_key(sk, K) == b
+                assert B.bin_of_store_key(sk, self.k) == b
                 got[key] = decode_count(st)
         return got
 
@@ -219,6 +230,70 @@ def test_two_attempts_write_identical_objects_and_a_late_attempt_changes_nothing
     # a zombie attempt of epoch 3 arrives late: the object exists, so the task only re-emits
     assert find_object(hz.uri, "changelog", 3, 0) is not None
     assert hz.durable_counts() == dict(hz.ref)
+
+
+def _check_counters(hz: Harness, worker: int, executor: str) -> None:
+    """The cache's per-bin counters (at the job's current k) and totals agree with its data."""
+    c = WorkerCache(hz.root / executor, hz.ds.store_id, "j", worker)
+    try:
+        with c.env.begin() as txn:
+            data = list(txn.cursor(db=c.data))
+            want: dict[int, list[int]] = {}
+            for sk, v in data:
+                w = want.setdefault(B.bin_of_store_key(sk, hz.k), [0, 0])
+                w[0] += 1
+                w[1] += len(sk) + len(v)
+            got = {b: list(c.bin_counter(txn, b)) for b in range(1 << hz.k) if c.bin_counter(txn, b) != (0, 0)}
+            assert got == want
+            assert c.totals(txn) == (len(data), sum(len(k) + len(v) for k, v in data))
+            assert c.bits(txn, K) == hz.k
+    finally:
+        c.close()
+
+
+def test_a_split_moves_no_key_and_then_a_half_bin_moves_alone(tmp_path):
+    hz = Harness(tmp_path, workers=2, snapshot_every=3)
+    for e in range(5):  # a snapshot (epoch 3) and changelogs at 8 bins
+        hz.run_epoch(keys_of(300, e))
+    hz.split(K + 2)  # 8 -> 32 bins: bin b is now bins 4b..4b+3, on b's worker
+    outs, docs = hz.run_epoch(keys_of(300, 5))
+    assert all(not d["moved_in"] for d in docs), "a split moves nothing"
+    assert {int(b) for d in docs for b in d["bins"]} <= set(range(32))
+    assert hz.durable_counts() == dict(hz.ref)
+    for w in range(2):
+        _check_counters(hz, w, "exec-a")
+    # one quarter of old bin 0 moves to worker 1 alone: its new owner reads it out of objects
+    # written at 8 bins (snapshot and changelogs before the split) and at 32 (since)
+    _, docs = hz.run_epoch(keys_of(300, 6), moves=[(1, 0, 1)])
+    assert list(docs[1]["moved_in"]) == ["1"] and docs[1]["moved_in"]["1"]["mode"] == "load"
+    quarter = {k for k in hz.ref if B.bin_of_hash(hz.h(k), hz.k) == 1}
+    assert 0 < len(quarter) < len({k for k in hz.ref if B.bin_of_hash(hz.h(k), K) == 0})
+    c = WorkerCache(tmp_path / "exec-a", hz.ds.store_id, "j", 1)
+    with c.env.begin() as txn:
+        lo, hi = B.bin_range(1, hz.k)
+        held = {B.decode_entry(sk, v)[0]: decode_count(B.decode_entry(sk, v)[1]) for sk, v in txn.cursor(db=c.data)
+                if lo <= sk < hi}
+    c.close()
+    assert held == {k: hz.ref[k] for k in quarter}, "the quarter's keys, exactly, at their counts"
+    # and a fresh executor for worker 1 rebuilds all of its bins across the split
+    hz.executor_of[1] = "exec-b"
+    for e in range(7, 12):
+        hz.run_epoch(keys_of(300, e))
+    assert hz.durable_counts() == dict(hz.ref)
+    _check_counters(hz, 0, "exec-a")
+    _check_counters(hz, 1, "exec-b")
+
+
+def test_a_cache_numbered_above_the_job_is_emptied_and_rebuilt(tmp_path):
+    hz = Harness(tmp_path, workers=2)
+    for e in range(3):
+        hz.run_epoch(keys_of(200, e))
+    c = WorkerCache(tmp_path / "exec-a", hz.ds.store_id, "j", 0)
+    c.write(lambda txn: txn.put(b"bits", struct.pack(">I", K + 3), db=c.meta))  # never written by a real run
+    c.close()
+    hz.run_epoch(keys_of(200, 3))
+    assert hz.durable_counts() == dict(hz.ref)
+    _check_counters(hz, 0, "exec-a")
 
 
 def test_precopy_warms_then_cuts_over_with_a_small_delta(tmp_path):

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from spark_jobs import timers
-from spark_jobs.bins import bin_of_hash, bin_range, store_key
+from spark_jobs.bins import bin_of_hash, bin_of_store_key, bin_range, store_key
 from spark_jobs.cache import WorkerCache
 from spark_jobs.durable import DEAD_LETTER, OUTPUT, ObjectWriter
 from spark_jobs.processor import (
@@ -188,24 +188,29 @@ def test_the_guide_shows_the_tested_example():
 
 
 # ------------------------------------------------------------------ one worker's epoch --------
-def _table(rows: list[tuple[bytes, dict]], worker: int = 0):  # type: ignore[no-untyped-def]
+def _table(rows: list[tuple[bytes, dict]], worker: int = 0, k: int = K):  # type: ignore[no-untyped-def]
     import pyarrow as pa
 
     hs = [((abs(hash(k)) * 2654435761) & ((1 << 63) - 1)) for k, _ in rows]
     return pa.table({"key": [k for k, _ in rows], "value": [json.dumps(v).encode() for _, v in rows],
                      "partition": [0] * len(rows), "offset": list(range(len(rows))), "h": hs,
-                     "bin": [bin_of_hash(h, K) for h in hs], "worker": [worker] * len(rows)})
+                     "bin": [bin_of_hash(h, k) for h in hs], "worker": [worker] * len(rows)})
 
 
-def _epoch(cache, epoch: int, rows, clock, spec_cls) -> tuple[list, dict]:  # type: ignore[no-untyped-def]
+def _epoch(cache, epoch: int, rows, clock, spec_cls, k: int = K,  # type: ignore[no-untyped-def]
+           split: bool = False) -> tuple[list, dict]:
     from spark_jobs.processing import ProcessorOperator, run_processor
 
     op = ProcessorOperator(spec_cls)
-    cfg = SimpleNamespace(bins_bits=K, clock=clock, op_conf={"ts_columns": ["ts"]}, input_topic="in")
+    cfg = SimpleNamespace(bins_bits=k, clock=clock, op_conf={"ts_columns": ["ts"]}, input_topic="in", split=split)
     writer = ObjectWriter(meta={"epoch": epoch})
-    table = _table(rows) if rows else None
-    _, _, extra = cache.write(lambda txn: run_processor(cfg, cache, txn, table, len(rows), set(range(1 << K)),
-                                                        writer, op))
+    table = _table(rows, k=k) if rows else None
+
+    def run(txn):  # type: ignore[no-untyped-def]
+        cache.ensure_bits(txn, k, K)
+        return run_processor(cfg, cache, txn, table, len(rows), set(range(1 << k)), writer, op)
+
+    _, _, extra = cache.write(run)
     return writer.outputs, extra
 
 
@@ -290,3 +295,45 @@ def test_watermark_follows_the_rows_that_pass_where(spark, tmp_path):
     with WorkerCache(tmp_path, "s", "job", 0) as cache:
         _, extra = _epoch(cache, 0, rows, timers.EpochClock(0, 0, 0), Q8)
     assert extra["max_event_ms"] == 2_000
+
+
+def test_a_split_files_every_timer_under_its_own_part_and_each_fires_once(tmp_path):
+    """Windows over 60 users at 16 bins, then a split to 64 at an epoch: the timers of each bin's
+    other parts leave the first part's range, the changelog records it, and every window fires
+    exactly as it does in a job that never split."""
+    import window_counts as wc
+
+    users = [f"user-{i}" for i in range(60)]
+    ev = lambda name, ms: (json.dumps({"user": name}).encode(), {"user": name, "ts": ms, "amount": 1})  # noqa: E731
+    first = [ev(u, 1_000 + i) for i, u in enumerate(users)]
+    fired: dict[str, list] = {}
+    for name, split_at in (("plain", None), ("split", 1)):
+        with WorkerCache(tmp_path / name, "s", "job", 0) as cache:
+            outs = _epoch(cache, 0, first, timers.EpochClock(0, 0, 0), wc.WindowCounts)[0]
+            for e in (1, 2):
+                bits = K + 2 if split_at is not None and e >= split_at else K
+                outs += _epoch(cache, e, [], timers.EpochClock(e, 0, 5_000 * e), wc.WindowCounts, k=bits,
+                               split=e == split_at)[0]
+
+            def entries(txn):  # type: ignore[no-untyped-def]
+                return [ik for ik, _ in txn.cursor(db=cache.data) if timers.is_index_key(ik)]
+            assert cache.write(entries) == [], "every window fired: no timer left"
+            fired[name] = sorted((k_, json.loads(v)["count"]) for kind, k_, v, _ in outs if kind == OUTPUT)
+    assert fired["split"] == fired["plain"] and len(fired["plain"]) == len(users)
+
+
+def test_rehome_moves_only_stray_entries_and_records_them(tmp_path):
+    hs = [((i * 0x9E3779B97F4A7C15) & ((1 << 64) - 1)) - (1 << 63) for i in range(1, 200)]
+    sks = [store_key(h, b"k%d" % i) for i, h in enumerate(hs)]
+    with WorkerCache(tmp_path, "s", "job", 0) as cache:
+        cache.write(lambda txn: [txn.put(timers.index_key(sk, K, timers.USER, 7), b"v", db=cache.data) for sk in sks])
+        log: list = []
+        moved = cache.write(lambda txn: timers.rehome(txn, cache.data, set(range(1 << (K + 2))), K + 2,
+                                                      lambda b, ik, v: log.append((b, ik, v))))
+        strays = [sk for sk in sks if bin_of_store_key(sk, K + 2) % 4 != 0]  # not in their bin's first part
+        assert moved == len(strays) > 0 and len(log) == 2 * moved
+        for b, ik, v in log:
+            lo, hi = bin_range(b, K + 2)
+            assert (v is None) or (lo <= ik and (hi is None or ik < hi)), "a put lands inside its part"
+        with pytest.raises(RuntimeError, match="without moves"):
+            cache.write(lambda txn: timers.rehome(txn, cache.data, {0, 4, 8}, K + 2, lambda *a: None))

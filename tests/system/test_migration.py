@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import logging
-
 import pytest
 from sqlalchemy import func, select
 
@@ -23,6 +21,7 @@ from tests.helpers.dp_helpers import (
     steps_from_maps,
     zipf_keys,
 )
+from tests.helpers.logs import ballast_log_lines
 from tests.helpers.wait import wait_until
 
 pytestmark = [pytest.mark.dataplane, pytest.mark.slow]
@@ -34,11 +33,12 @@ N_KEYS = 50_000
 
 def test_live_plan_keeps_state_and_outputs_exact(spark, kafka_bootstrap, make_topics, unique_name, tmp_path,
                                                  db_url, produce_with_spark):
-    lines: list[str] = []
-    handler = logging.Handler(logging.INFO)
-    handler.emit = lambda rec: lines.append(rec.getMessage())  # type: ignore[method-assign]
-    logging.getLogger("ballast").addHandler(handler)
-    logging.getLogger("ballast").setLevel(logging.INFO)
+    with ballast_log_lines() as lines:
+        _run_live_plan(spark, kafka_bootstrap, make_topics, unique_name, tmp_path, db_url, produce_with_spark, lines)
+
+
+def _run_live_plan(spark, kafka_bootstrap, make_topics, unique_name, tmp_path, db_url, produce_with_spark,  # type: ignore[no-untyped-def]
+                   lines: list[str]) -> None:
     job, topic = unique_name, f"{unique_name}.in"
     make_topics({topic: 4})
     keys = zipf_keys(N_RECORDS, N_KEYS, seed=3)
@@ -78,7 +78,6 @@ def test_live_plan_keeps_state_and_outputs_exact(spark, kafka_bootstrap, make_to
         wait_until(consumed_all, 600, "all input consumed", check=alive)
     finally:
         runner.stop()
-        logging.getLogger("ballast").removeHandler(handler)
 
     cps = checkpoints(db_url, job)
     assert sorted(cps) == [("plan-live", i + 1) for i in range(len(steps))]

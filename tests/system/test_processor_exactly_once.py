@@ -17,7 +17,7 @@ from spark_jobs.output import read_output
 from spark_jobs.runner import ensure_job_topics
 from tests.helpers.dp_helpers import plan_maps, produce, steps_from_maps
 from tests.helpers.kill_runs import StepSender, check_plan_applied, cli_env, final_run, keys_with_state, killed_runs
-from tests.helpers.window_helpers import EXAMPLES, FLUSH_USER, as_tuple, events, flush_record, records, reference
+from tests.helpers.window_helpers import EXAMPLES, FLUSH_USER, as_tuple, flush_record, produce_events
 
 pytestmark = [pytest.mark.dataplane, pytest.mark.slow]
 
@@ -29,10 +29,7 @@ def test_window_timers_fire_exactly_once_across_migration_and_kills(kafka_bootst
                                                                     tmp_path, db_url):
     job, topic = unique_name, f"{unique_name}.in"
     make_topics({topic: 4})
-    evs = events(8000, users=40, seed=11)
-    keys, values = records(evs)
-    produce(kafka_bootstrap, topic, keys, 4, values)
-    expected = reference(evs)
+    evs, expected = produce_events(kafka_bootstrap, topic, 4, 8000, users=40, seed=11)
     ensure_job_topics(kafka_bootstrap, job, 2)
     maps = plan_maps(BINS)
     steps = steps_from_maps(job, OP, "plan-win", BINS, maps)

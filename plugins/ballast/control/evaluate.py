@@ -1,4 +1,5 @@
-"""Stage 2, evaluate: DS2 + guards (+ a skew check at equal worker count) → a ScalingDecision.
+"""Stage 2, evaluate: DS2 + guards (+ a skew check and a hot-bin check at equal worker count) →
+a ScalingDecision.
 
 `assess` is the pure evaluator (no DB): the DAG's `evaluate` and the DS2 benchmark
 (bench/experiments/ds2.py, exp_ds2) both call it, so the benchmark exercises the code users run.
@@ -48,6 +49,7 @@ class Assessment:
     true_rate: float | None
     state: policy.GuardState  # the guards' state after this observation
     inputs: dict[str, Any] = field(default_factory=dict)
+    target_bins: int | None = None  # action "split"
 
 
 def assess(cfg: JobConfig, snap: Snapshot, state: policy.GuardState, now: datetime,
@@ -97,8 +99,17 @@ def assess(cfg: JobConfig, snap: Snapshot, state: policy.GuardState, now: dateti
             action = "rebalance"
             reason = (f"{reason}; but worker loads are skewed (max/mean {before.max_over_mean:.2f} > "
                       f"{1 + rb.skew_threshold:.2f}): rebalance bins to {after.max_over_mean:.2f}")
+    target_bins = None
+    if action in ("no_change", "rebalance") and cur > 1 and sum(load) > 0:
+        # a bin hotter than a worker's fair share bounds every placement: split it first (no key
+        # moves); the next run places at the finer bins. A scaling action goes first, unsplit.
+        adv = policy.split_advice(load, list(snap.bins.keys), cur, rb.skew_threshold, rb.max_bins)
+        inputs.update({"split.advice": adv.reason, "split.hot_bin": adv.hot_bin, "split.hot_share": adv.hot_share})
+        if adv.bins is not None:
+            action, target_bins = "split", adv.bins
+            reason = f"{reason}; {adv.reason}"
     return Assessment(action, reason, cur, verdict.proposed_workers, verdict.target_workers, utilization,
-                      true_rate, new_state, inputs)
+                      true_rate, new_state, inputs, target_bins)
 
 
 def _dataflow(cfg: JobConfig, snap: Snapshot) -> tuple[policy.Dataflow, list[policy.WorkerEpochMetrics],
@@ -158,4 +169,4 @@ def evaluate(url: str, cfg: JobConfig, snap: Snapshot, now: datetime | None = No
              decision_id, cfg.job, cfg.operator, a.action, a.current_workers, a.target_workers,
              a.proposed_workers, a.utilization, a.reason)
     return ScalingDecision(decision_id, a.action, a.current_workers, a.proposed_workers, a.target_workers,
-                           a.reason, json_safe(a.utilization))
+                           a.reason, json_safe(a.utilization), a.target_bins)

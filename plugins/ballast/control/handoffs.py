@@ -140,7 +140,7 @@ class Resume(_Flat):
     status: Literal["resume"] = "resume"
 
 
-Action = Literal["scale_up", "scale_down", "rebalance", "no_change"]
+Action = Literal["scale_up", "scale_down", "rebalance", "split", "no_change"]
 
 
 @dataclass(frozen=True)
@@ -156,6 +156,7 @@ class ScalingDecision(_Flat):
     target_workers: int
     reason: str
     utilization: float | None
+    target_bins: int | None = None  # action "split": the bin count to raise to
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from ballast.control.place import place
 from ballast.control.plan import PlanRequest, build_plan, cost_model, store_plan
 from ballast.control.render import summary_table
 from ballast.errors import BallastError
+from ballast.protocol import split_assignment
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +72,8 @@ def plan_manual(url: str, cfg: JobConfig, params: dict[str, Any]) -> dict[str, A
     except NotReady as exc:
         raise InvalidRequest(str(exc)) from exc
     current = MapState(snap.map_version, snap.epoch, snap.workers, snap.assignment)
+    if params.get("split_to"):
+        return _plan_split(url, cfg, current, int(params["split_to"]), params)
     target, target_workers = manual_target(current, bins, params.get("target_workers"), params.get("moves") or None)
     if not cfg.min_workers <= target_workers <= cfg.max_workers:
         raise InvalidRequest(f"{target_workers} workers is outside this job's bounds [{cfg.min_workers}, "
@@ -96,6 +99,32 @@ def plan_manual(url: str, cfg: JobConfig, params: dict[str, Any]) -> dict[str, A
     try:
         out = store_plan(url, cfg, current, target, plan, req, model).to_dict()
     except repo.PlanConflict as exc:  # another run stored one between the check above and now
+        raise InvalidRequest(str(exc)) from exc
+    out["rendered"] = rendered
+    return out
+
+
+def _plan_split(url: str, cfg: JobConfig, current: MapState, bins: int, params: dict[str, Any]) -> dict[str, Any]:
+    """A person's split: raise the bin count to `bins` (one step, nothing moves)."""
+    have = len(current.assignment)
+    if params.get("target_workers") or params.get("moves"):
+        raise InvalidRequest("split_to raises the bin count alone: leave target_workers and moves empty "
+                             "(move the parts in a second run)")
+    if bins <= have or bins & (bins - 1) or bins > cfg.rebalance.max_bins:
+        raise InvalidRequest(f"split_to must be a power of two above the job's {have} bins and at most "
+                             f"rebalance.max_bins ({cfg.rebalance.max_bins}), got {bins}")
+    plan = policy.split_plan(current.version, current.assignment, current.workers, bins)
+    rendered = f"split: {have} -> {bins} bins at map v{current.version}; every bin's parts stay on its worker"
+    if params.get("dry_run"):
+        log.info("DRY RUN — nothing stored, nothing emitted: %s", rendered)
+        return {"dry_run": True, "plan_id": None, "steps": 1, "bins": 0, "predicted_ms": 0.0,
+                "predicted_max_pause_ms": 0.0, "rendered": rendered}
+    req = PlanRequest(strategy="all-at-once", emit_mode=params.get("emit_mode") or cfg.rebalance.emit_mode,
+                      source="manual", reason=params.get("reason") or "manual split")
+    try:
+        out = store_plan(url, cfg, current, split_assignment(current.assignment, bins), plan, req,
+                         cost_model(url, cfg)).to_dict()
+    except repo.PlanConflict as exc:
         raise InvalidRequest(str(exc)) from exc
     out["rendered"] = rendered
     return out

@@ -91,7 +91,7 @@ def store_plan(url: str, cfg: JobConfig, current: MapState, target: Sequence[int
             job=cfg.job, operator=cfg.operator, plan_id=plan_id, step=s.step, steps=n,
             kind=s.kind, moves=tuple(Move(mv.bin, mv.src, mv.dst) for mv in s.moves),  # type: ignore[arg-type]
             workers=s.workers, map_version=s.map_version, issued_at=now,
-            effective_at=now + timedelta(seconds=s.effective_offset_s), reason=req.reason[:500],
+            effective_at=now + timedelta(seconds=s.effective_offset_s), reason=req.reason[:500], bins=s.split_to,
         )
         steps.append(repo.StepRecord(plan_id, s.step, msg.to_dict(), msg.effective_at, None, None, None,
                                      model.predict_step(s)))

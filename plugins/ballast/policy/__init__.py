@@ -2,7 +2,7 @@
 
 collect (DAG) -> `evaluate` (DS2) -> `evaluate_guards` -> `place` -> `plan_migration` -> emit (DAG).
 Module imports run one way: plan (the shapes) <- costmodel <- planner; dataflow (DS2's inputs)
-<- rates (its measurement) <- ds2; guards, placement stand alone
+<- rates (its measurement) <- ds2; guards, placement, split stand alone
 (tests/policy/test_imports.py imports each one alone).
 No Airflow, Spark, Kafka or SQLAlchemy import here, on purpose: the policy is unit-tested in
 milliseconds and the DAGs stay thin. Formulas and their tests: docs/policy.md.
@@ -50,10 +50,12 @@ from ballast.policy.placement import (
     uniform_map,
     worker_loads,
 )
-from ballast.policy.plan import ORDERS, STRATEGIES, MigrationPlan, MigrationStep, apply_moves
+from ballast.policy.plan import ORDERS, STRATEGIES, MigrationPlan, MigrationStep, apply_moves, split_plan
 from ballast.policy.planner import choose_plan, plan_migration
+from ballast.policy.split import SplitAdvice, split_advice
 
 __all__ = [
+    "SplitAdvice", "split_advice", "split_plan",
     "CheckpointSample", "CostModel", "choose_plan", "fit_cost_model", "render_plan",
     "Dataflow", "DS2Result", "EpochMetrics", "OperatorNode", "OperatorRates", "OperatorTarget",
     "SourceLoad", "WorkerEpochMetrics", "backlog_growth", "bottleneck_outside_operators", "ds2_microbatch",

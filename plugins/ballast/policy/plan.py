@@ -13,7 +13,7 @@ from typing import Literal
 
 from ballast.protocol import Move
 
-__all__ = ["ORDERS", "STRATEGIES", "Order", "MigrationPlan", "MigrationStep", "Strategy", "apply_moves"]
+__all__ = ["ORDERS", "STRATEGIES", "Order", "MigrationPlan", "MigrationStep", "Strategy", "apply_moves", "split_plan"]
 
 Strategy = Literal["all-at-once", "fluid", "batched", "auto"]
 Order = Literal["hot-first", "largest-first", "smallest-first", "by-id"]
@@ -32,6 +32,7 @@ class MigrationStep:
     bytes: int = 0
     keys: int = 0
     effective_offset_s: float = 0.0  # "not before" = plan start + this
+    split_to: int | None = None  # a split step: the bin count after it (no moves, same workers)
 
     @property
     def bins(self) -> int:
@@ -39,8 +40,8 @@ class MigrationStep:
 
     @property
     def kind(self) -> str:
-        """Protocol kind: a step without moves only changes the worker count."""
-        return "moves" if self.moves else "noop"
+        """Protocol kind: a split raises the bin count; a step without moves only changes W."""
+        return "split" if self.split_to else "moves" if self.moves else "noop"
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,14 @@ class MigrationPlan:
     @property
     def bytes(self) -> int:
         return sum(s.bytes for s in self.steps)
+
+
+def split_plan(base_version: int, assignment: Sequence[int], workers: int, bins: int) -> MigrationPlan:
+    """One split step: every bin's 2^d parts stay on its worker (the job checks the same rule)."""
+    if bins <= len(assignment) or bins & (bins - 1):
+        raise ValueError(f"a split raises the bin count to a larger power of two, not {len(assignment)} -> {bins}")
+    step = MigrationStep(step=1, moves=(), workers=workers, map_version=base_version, split_to=bins)
+    return MigrationPlan("split", "by-id", base_version, workers, workers, (step,))
 
 
 def apply_moves(assignment: Sequence[int], moves: Sequence[Move]) -> list[int]:

@@ -61,7 +61,9 @@ class JobStore:
         return metrics.worker_rows(self.url, self.job, self.operator, since_epoch)
 
     def bin_stats(self, bins: int, last_epochs: int) -> metrics.BinStats:
-        return metrics.bin_stats(self.url, self.job, self.operator, bins, last_epochs)
+        """Over the window, but never before the current bin count came into force (a split)."""
+        since = maps.bins_in_force_since(self.url, self.job, self.operator)
+        return metrics.bin_stats(self.url, self.job, self.operator, bins, last_epochs, since)
 
     # step log and step checkpoints
     def first_step_decision_epoch(self, plan_id: str, action: str = "queue") -> int | None:

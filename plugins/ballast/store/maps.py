@@ -34,6 +34,25 @@ class MapSnapshot:
         return len(self.assignment)
 
 
+def bins_in_force_since(url: str, job: str, operator: str) -> int:
+    """The first epoch from which the current bin count holds (0: always). Bin metrics of earlier
+    epochs number bins at a smaller count (before a split) and must not be mixed with today's."""
+    with session_scope(url) as s:
+        rows = s.execute(
+            select(m.RoutingMap.epoch, m.RoutingMap.assignment)
+            .where(m.RoutingMap.job == job, m.RoutingMap.operator == operator)
+            .order_by(m.RoutingMap.map_version.desc())
+        )
+        bins, since = None, 0
+        for epoch, assignment in rows:
+            if bins is None:
+                bins = len(assignment)
+            elif len(assignment) != bins:
+                break
+            since = int(epoch)
+        return since
+
+
 def latest_map(url: str, job: str, operator: str) -> MapSnapshot | None:
     """The map in force now: the highest map version the job has recorded."""
     with session_scope(url) as s:

@@ -84,8 +84,9 @@ class BinStats:
     epochs: int
 
 
-def bin_stats(url: str, job: str, operator: str, bins: int, last_epochs: int) -> BinStats:
-    """Load and size of every bin over the last `last_epochs` epochs that have bin metrics."""
+def bin_stats(url: str, job: str, operator: str, bins: int, last_epochs: int, since_epoch: int = 0) -> BinStats:
+    """Load and size of every bin over the last `last_epochs` epochs that have bin metrics, from
+    `since_epoch` on (bins are numbered at one count from there: ballast.store.maps.bins_in_force_since)."""
     with session_scope(url) as s:
         top = s.scalar(
             select(func.max(m.BinMetrics.epoch)).where(m.BinMetrics.job == job, m.BinMetrics.operator == operator)
@@ -95,7 +96,7 @@ def bin_stats(url: str, job: str, operator: str, bins: int, last_epochs: int) ->
         keys = [0] * bins
         if top is None:
             return BinStats(tuple(load), tuple(size), tuple(keys), 0)
-        lo = top - last_epochs + 1
+        lo = max(top - last_epochs + 1, since_epoch)
         rows = s.execute(
             select(m.BinMetrics.epoch, m.BinMetrics.bin, m.BinMetrics.records, m.BinMetrics.state_bytes,
                    m.BinMetrics.state_keys)
