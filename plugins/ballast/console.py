@@ -105,6 +105,8 @@ def jobs(url: str, now: datetime | None = None) -> list[dict[str, Any]]:
             plan = {"plan_id": p.plan_id, "status": p.status, "steps": p.steps, "applied": applied,
                     "workers": f"{p.source_workers}->{p.target_workers}"}
         status = job_status(hb, timeout, now)
+        cur = repo.latest_map(url, job, op)
+        bins = cur.bins if cur is not None else bins  # a split raised it since the job's first start
         out.append({
             "job": job, "operator": op, "bins": bins, "configured": cfg is not None,
             "status": status, "heartbeat_timeout_s": timeout,
