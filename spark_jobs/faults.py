@@ -12,13 +12,29 @@ from __future__ import annotations
 import fcntl
 import os
 import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from ballast.options import settings
 
 _counts: dict[str, int] = {}
+_paused = False
+
+
+@contextmanager
+def paused() -> Iterator[None]:
+    """No point counts or fires inside (the warm-up runs a worker's epoch on scratch state)."""
+    global _paused
+    before, _paused = _paused, True
+    try:
+        yield
+    finally:
+        _paused = before
 
 
 def hit(point: str) -> None:
+    if _paused:
+        return
     opts = settings()
     path = opts.faults_file
     if path is None or not path.exists():
