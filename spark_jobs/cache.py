@@ -162,6 +162,12 @@ class WorkerCache:
         v = txn.get(P_BIN + _I.pack(b), db=self.meta)
         return _QQ.unpack(v) if v else (0, 0)
 
+    def bin_counters(self, txn: Any, bins: list[int]) -> list[tuple[int, int]]:
+        """Counters of many bins in one cursor pass (an epoch's metrics at B = 4096 read ~1 500)."""
+        keys = [P_BIN + _I.pack(b) for b in bins]
+        found = dict(txn.cursor(db=self.meta).getmulti(keys)) if keys else {}
+        return [_QQ.unpack(v) if (v := found.get(k)) else (0, 0) for k in keys]
+
     def add_bin_counter(self, txn: Any, b: int, dkeys: int, dbytes: int) -> tuple[int, int]:
         keys, nbytes = self.bin_counter(txn, b)
         keys, nbytes = keys + dkeys, nbytes + dbytes
