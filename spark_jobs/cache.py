@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import lmdb
+import numpy as np
 
 from ballast.errors import BallastError
 from ballast.options import settings
@@ -42,6 +43,16 @@ _QQ = struct.Struct(">qq")
 _Q = struct.Struct(">q")
 _I = struct.Struct(">I")
 T = TypeVar("T")
+
+
+def _bitmap(bins: set[int]) -> bytes:
+    """`bins` as a big-endian integer with bit b set per bin b (what `owned` reads), in numpy:
+    shifting a Python int per bin is quadratic in B."""
+    if not bins:
+        return b"\x00"
+    flags = np.zeros(max(bins) // 8 * 8 + 8, dtype=bool)
+    flags[list(bins)] = True
+    return np.packbits(flags, bitorder="little")[::-1].tobytes()
 
 
 class CacheError(BallastError, RuntimeError):
@@ -125,15 +136,11 @@ class WorkerCache:
         v = txn.get(K_OWNED, db=self.meta)
         if not v:
             return set()
-        bits = int.from_bytes(v, "big")
-        return {b for b in range(bits.bit_length()) if bits >> b & 1}
+        return set(np.flatnonzero(np.unpackbits(np.frombuffer(v, np.uint8)[::-1], bitorder="little")).tolist())
 
     def set_owned(self, txn: Any, epoch: int, owned: set[int], warm: set[int], warm_epoch: int) -> None:
         """Commit point of an epoch: owned bins are at `epoch`, warm bins at `warm_epoch`."""
-        bits = 0
-        for b in owned:
-            bits |= 1 << b
-        txn.put(K_OWNED, bits.to_bytes(max(1, (bits.bit_length() + 7) // 8), "big"), db=self.meta)
+        txn.put(K_OWNED, _bitmap(owned), db=self.meta)
         for b in [b for b in self._at_entries(txn) if b in owned]:  # few: only loaded or warm bins
             txn.delete(P_AT + _I.pack(b), db=self.meta)
         for b in warm:
