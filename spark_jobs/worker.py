@@ -162,10 +162,7 @@ def _run(cfg: ApplyConfig, cache: Any, txn: Any, worker: int, table: Any, n: int
         root = Location.of(cfg.state_uri)
         if cfg.snapshot:
             snap = ObjectWriter(meta={"epoch": e, "worker": worker, "attempt": attempt, "kind": "snapshot"})
-            for b in sorted(owned):
-                keys, vals = cache.export_bin(txn, b, k)
-                if keys:
-                    snap.add_bin(b, keys, vals)
+            snap.add_bins(*cache.export_bins(txn, owned, k))
             (root / "snapshot" / epoch_name(e) / object_name(worker, attempt)).write_bytes(snap.to_bytes())
         (root / "changelog" / epoch_name(e) / object_name(worker, attempt)).write_bytes(writer.to_bytes())
         faults.hit("worker_before_commit")
