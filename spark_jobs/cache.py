@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import lmdb
+import numpy as np
 
 from ballast.errors import BallastError
 from ballast.options import settings
@@ -44,6 +45,16 @@ _QQ = struct.Struct(">qq")
 _Q = struct.Struct(">q")
 _I = struct.Struct(">I")
 T = TypeVar("T")
+
+
+def _bitmap(bins: set[int]) -> bytes:
+    """`bins` as a big-endian integer with bit b set per bin b (what `owned` reads), in numpy:
+    shifting a Python int per bin is quadratic in B."""
+    if not bins:
+        return b"\x00"
+    flags = np.zeros(max(bins) // 8 * 8 + 8, dtype=bool)
+    flags[list(bins)] = True
+    return np.packbits(flags, bitorder="little")[::-1].tobytes()
 
 
 class CacheError(BallastError, RuntimeError):
@@ -127,15 +138,11 @@ class WorkerCache:
         v = txn.get(K_OWNED, db=self.meta)
         if not v:
             return set()
-        bits = int.from_bytes(v, "big")
-        return {b for b in range(bits.bit_length()) if bits >> b & 1}
+        return set(np.flatnonzero(np.unpackbits(np.frombuffer(v, np.uint8)[::-1], bitorder="little")).tolist())
 
     def set_owned(self, txn: Any, epoch: int, owned: set[int], warm: set[int], warm_epoch: int) -> None:
         """Commit point of an epoch: owned bins are at `epoch`, warm bins at `warm_epoch`."""
-        bits = 0
-        for b in owned:
-            bits |= 1 << b
-        txn.put(K_OWNED, bits.to_bytes(max(1, (bits.bit_length() + 7) // 8), "big"), db=self.meta)
+        txn.put(K_OWNED, _bitmap(owned), db=self.meta)
         for b in [b for b in self._at_entries(txn) if b in owned]:  # few: only loaded or warm bins
             txn.delete(P_AT + _I.pack(b), db=self.meta)
         for b in warm:
@@ -218,6 +225,12 @@ class WorkerCache:
         v = txn.get(P_BIN + _I.pack(b), db=self.meta)
         return _QQ.unpack(v) if v else (0, 0)
 
+    def bin_counters(self, txn: Any, bins: list[int]) -> list[tuple[int, int]]:
+        """Counters of many bins in one cursor pass (an epoch's metrics at B = 4096 read ~1 500)."""
+        keys = [P_BIN + _I.pack(b) for b in bins]
+        found = dict(txn.cursor(db=self.meta).getmulti(keys)) if keys else {}
+        return [_QQ.unpack(v) if (v := found.get(k)) else (0, 0) for k in keys]
+
     def add_bin_counter(self, txn: Any, b: int, dkeys: int, dbytes: int) -> tuple[int, int]:
         keys, nbytes = self.bin_counter(txn, b)
         keys, nbytes = keys + dkeys, nbytes + dbytes
@@ -297,15 +310,23 @@ class WorkerCache:
             self.add_bin_counter(txn, b, dk, dbytes)
         return len(keys), nbytes
 
-    def export_bin(self, txn: Any, b: int, k: int) -> tuple[list[bytes], list[bytes]]:
-        lo, hi = bin_range(b, k)
-        keys: list[bytes] = []
-        vals: list[bytes] = []
+    def export_bins(self, txn: Any, bins: set[int], k: int) -> tuple[list[int], list[bytes], list[bytes]]:
+        """(bin of each entry, store keys, values) of every entry of `bins`, in key order: one
+        cursor pass per run of consecutive bins (a snapshot at B = 4096 reads 2 048 bins)."""
+        out_keys: list[bytes] = []
+        out_vals: list[bytes] = []
+        order = sorted(bins)
+        runs = np.split(np.asarray(order, dtype=np.int64), np.flatnonzero(np.diff(order) != 1) + 1) if order else []
         cur = txn.cursor(db=self.data)
-        if cur.set_range(lo):
-            for key, v in cur:
-                if hi is not None and key >= hi:
-                    break
-                keys.append(key)
-                vals.append(v)
-        return keys, vals
+        for run in runs:
+            lo, _ = bin_range(int(run[0]), k)
+            _, hi = bin_range(int(run[-1]), k)
+            if cur.set_range(lo):
+                for key, v in cur:
+                    if hi is not None and key >= hi:
+                        break
+                    out_keys.append(key)
+                    out_vals.append(v)
+        prefixes = np.frombuffer(b"".join(key[:8] for key in out_keys), dtype=">u8")
+        of = (prefixes >> np.uint64(64 - k)).astype(np.int64) if k else np.zeros(len(out_keys), np.int64)
+        return of.tolist(), out_keys, out_vals

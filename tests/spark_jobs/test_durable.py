@@ -176,6 +176,43 @@ def test_objects_chunk_many_bins_into_few_batches(tmp_path, monkeypatch):
     r.close()
 
 
+@pytest.mark.parametrize("chunk", [1, 3, 10, 65_536])
+def test_add_bins_writes_the_object_add_bin_writes(monkeypatch, chunk):
+    import spark_jobs.durable as D
+
+    monkeypatch.setattr(D, "CHUNK_ROWS", chunk)
+    for seed in range(50):
+        r = random.Random(seed)
+        one, many = ObjectWriter(meta={}), ObjectWriter(meta={})
+        nxt = 0
+        for _ in range(r.randrange(1, 4)):  # several calls, each many bins with 1..15 rows
+            bins = sorted(r.sample(range(nxt, nxt + 50), r.randrange(1, 10)))
+            nxt = bins[-1] + 1
+            rows = [(b, b"%d-%d" % (b, i), None if r.random() < 0.2 else b"v")
+                    for b in bins for i in range(r.choice([1, 2, 5, 15]))]
+            for b in bins:
+                one.add_bin(b, [k for x, k, _ in rows if x == b], [v for x, _, v in rows if x == b])
+            many.add_bins([x for x, _, _ in rows], [k for _, k, _ in rows], [v for _, _, v in rows])
+        assert many.to_bytes() == one.to_bytes()
+    with pytest.raises(ValueError):
+        many.add_bins([nxt - 1], [b"k"], [b"v"])
+
+
+def test_export_bins_reads_every_entry_of_the_bins_asked(tmp_path):
+    c = WorkerCache(tmp_path, "s", "j", 0)
+    rng = random.Random(3)
+    entries = {B.store_key(rng.getrandbits(64) - (1 << 63), b"k%d" % i): b"v%d" % i for i in range(500)}
+    bins = {0, 1, 2, 5, 7}  # two runs of consecutive bins, and the last bin (no upper bound)
+    with c.env.begin(write=True) as txn:
+        for sk, v in entries.items():
+            txn.put(sk, v, db=c.data)
+        of, keys, vals = c.export_bins(txn, bins, K)
+    c.close()
+    expect = sorted((sk, v) for sk, v in entries.items() if B.bin_of_store_key(sk, K) in bins)
+    assert list(zip(keys, vals)) == expect
+    assert of == [B.bin_of_store_key(sk, K) for sk in keys]
+
+
 def test_state_survives_moves_new_executors_and_snapshots(tmp_path):
     hz = Harness(tmp_path, workers=2, snapshot_every=3)
     for e in range(4):
