@@ -70,21 +70,26 @@ def new_attempt_id(stage: int, attempt: int) -> str:
 
 # ----------------------------------------------------------------------------- objects ---------
 CHUNK_ROWS = 65_536  # rows per record batch: few batches at B = 4096, still a bounded read per bin
+# ... and bytes per record batch: reading one bin reads its whole batch, so with large values (1 KiB:
+# 64 MiB per 65 536 rows) a bin of a few hundred KB cost a 64 MiB read per object (bench spike-1)
+CHUNK_BYTES = 2 << 20
 
 
 @dataclass
 class ObjectWriter:
     """Collects one task attempt's object: per-bin state changes (in bin order), then outputs.
 
-    Consecutive bins share a record batch of up to CHUNK_ROWS rows, and the index says where each
-    bin's rows are (batch, offset, length): one batch per bin cost ~100 ms per epoch at B = 4096,
-    while reading one bin still reads one bounded batch, not the whole object."""
+    Consecutive bins share a record batch of up to CHUNK_ROWS rows and CHUNK_BYTES bytes (a bin
+    larger than that has a batch of its own), and the index says where each bin's rows are (batch,
+    offset, length): one batch per bin cost ~100 ms per epoch at B = 4096, while reading one bin
+    still reads one bounded batch, not the whole object."""
 
     meta: dict[str, Any]
     _index: list[list[int]] = field(default_factory=list)  # [bin, batch, offset, length]
     _keys: list[bytes] = field(default_factory=list)
     _values: list[bytes | None] = field(default_factory=list)
     _bins: list[int] = field(default_factory=list)
+    _nbytes: int = 0  # keys and values in the batch being collected
     _batches: list[pa.RecordBatch] = field(default_factory=list)
     _outputs: list[tuple[int, bytes, bytes, str | None]] = field(default_factory=list)
 
@@ -92,8 +97,10 @@ class ObjectWriter:
         """Changes of one bin (None value = delete); bins must come in increasing order."""
         if self._index and b <= self._index[-1][0]:
             raise ValueError(f"bins must be added in increasing order ({b} after {self._index[-1][0]})")
-        if self._keys and len(self._keys) + len(keys) > CHUNK_ROWS:
+        nbytes = sum(map(len, keys)) + sum(len(v) for v in values if v is not None)
+        if self._keys and (len(self._keys) + len(keys) > CHUNK_ROWS or self._nbytes + nbytes > CHUNK_BYTES):
             self._flush()
+        self._nbytes += nbytes
         self._index.append([b, len(self._batches), len(self._keys), len(keys)])
         self._keys.extend(keys)
         self._values.extend(values)
@@ -108,6 +115,7 @@ class ObjectWriter:
             [kinds, pa.array(self._bins, pa.int32()), pa.array(self._keys, pa.binary()),
              pa.array(self._values, pa.binary()), pa.nulls(n, pa.string())], schema=SCHEMA))
         self._keys, self._values, self._bins = [], [], []
+        self._nbytes = 0
 
     def add_output(self, kind: int, key: bytes, value: bytes, note: str | None = None) -> None:
         self._outputs.append((kind, key, value, note))
