@@ -33,14 +33,16 @@ def migration_session(ctx: Ctx, label: str, bins: int, keys: int, strategies: tu
                       max_steps: int | None = None, reconfig: bool = False, *,
                       spec_extra: dict[str, Any] | None = None,
                       target_of: Callable[[list[int], int], list[int]] = half_of_half,
-                      setup: bool = True) -> dict[str, Any]:
+                      setup: bool = True, clean_steady: bool = False) -> dict[str, Any]:
     """One job: prefill `keys`, catch up, open-loop load, a set-up migration (uniform → half of half,
     all-at-once), then one measured migration per strategy, alternating direction; optionally a
     live rescale W → reconfig_to_workers at the end (experiment 3).
 
     `spec_extra`: JobSpec fields (another operator, its environment, job arguments); `target_of`:
     the map the migrations go to from the uniform one (and back); `setup=False`: no set-up
-    migration, the first measured one leaves the uniform map."""
+    migration, the first measured one leaves the uniform map. `clean_steady`: before each measured
+    migration, first wait until the job keeps up, then the `steady_s` that are its steady window (a
+    migration whose backlog outlasts `settle_s` would otherwise leak into the next one's window)."""
     P = ctx.profile
     out = ctx.run_dir / label
     out.mkdir(parents=True, exist_ok=True)
@@ -75,7 +77,11 @@ def migration_session(ctx: Ctx, label: str, bins: int, keys: int, strategies: tu
                 migrations.append(first)
                 targets = [uniform, half]
             for i, strat in enumerate(strategies):
-                wait_steady(ctx, job, P.rate, P.steady_s + P.settle_s)
+                if clean_steady:
+                    wait_steady(ctx, job, P.rate, P.settle_s)
+                    time.sleep(P.steady_s)
+                else:
+                    wait_steady(ctx, job, P.rate, P.steady_s + P.settle_s)
                 n_moving = sum(1 for a, b in zip(job.current_map()[2], targets[i % 2]) if a != b)
                 batch_bins = max(1, math.ceil(n_moving / P.batch_steps))
                 m = job.migrate(targets[i % 2], strat, batch_bins=batch_bins,

@@ -92,7 +92,7 @@ def exp_spike(ctx: Ctx) -> dict[str, Any]:
                   "env": {VALUE_BYTES_ENV: str(S.value_bytes)},
                   "extra_args": ("--snapshot-every", str(S.snapshot_every)), "log_level": "DEBUG"}
     r = migration_session(sub, "spike", S.bins, S.keys, S.strategies, max_steps=S.fluid_max_steps,
-                          spec_extra=spec_extra, target_of=swap_half, setup=False)
+                          spec_extra=spec_extra, target_of=swap_half, setup=False, clean_steady=True)
     load_end = os.getloadavg()
     out = ctx.run_dir / "spike"
     r["state"] = state_size(ctx, r)
