@@ -3,9 +3,10 @@
 One job (`bench.padded:PaddedCount`: key-count whose state value per key is `value_bytes` long) with
 GBs of state under open-loop load. The migrations go from the uniform map to `swap_half` (every other
 bin changes worker: half of the state moves, in both directions) and back, alternating direction as
-`migration_session` does; no set-up migration. Strategies: all-at-once, batched (`batch_steps` steps),
-fluid (one bin per step), batched with pre-copy (each step warmed for an epoch at its new owner first,
-steps sent one after the other, see `BallastJob.migrate`). Per strategy: max latency, duration, bytes
+`migration_session` does; no set-up migration. Strategies: all-at-once, batched (`batch_steps`
+steps back to back), batched-gap (the same, `gap_s` apart), batched with pre-copy (each step warmed
+for an epoch at its new owner first, steps sent one after the other, see `BallastJob.migrate`), fluid
+(one bin per step). Per strategy: max latency, duration, bytes
 moved, the steps' pauses (`checkpoints.migration_ms` of each step); the goal ratios
 all-at-once / batched max latency and batched max latency / steady p99 (summary.json → `spike`).
 
@@ -35,7 +36,7 @@ from bench.padded import ENV as VALUE_BYTES_ENV
 
 # fluid last: the bins' durable state grows with every epoch since the prefill (no snapshots), the
 # longest strategy adds most of it
-STRATEGIES = ("all-at-once", "batched", "batched-precopy", "fluid")
+STRATEGIES = ("all-at-once", "batched", "batched-gap", "batched-precopy", "fluid")
 
 
 @dataclass
@@ -49,6 +50,7 @@ class SpikeProfile:
     steady_s: float = 5.0
     settle_s: float = 3.0
     batch_steps: int = 8
+    gap_s: float = 2.0  # batched-gap: seconds between steps
     strategies: tuple[str, ...] = STRATEGIES
     # epochs with changes between snapshots of the durable state: a snapshot writes each worker's
     # whole state (GBs here), so the run takes none (rebuilds read the prefill's changelogs)
@@ -58,10 +60,12 @@ class SpikeProfile:
 
 
 SPIKE_SMOKE = SpikeProfile()
-# 2.2 M keys x 1 KiB: ~2.3 GB of state; swap_half moves ~1.15 GB. 16 batched steps of ~72 MB each: one
-# step's load (~0.4 s at the ~200 MB/s measured) fits inside an ordinary epoch. Measurements: bench/REPORT.md §8.
+# 2.2 M keys x 1 KiB: ~2.3 GB of state; swap_half moves ~1.15 GB. 32 batched steps of ~36 MB: spike-2's 16
+# steps of ~72 MB paused 0.6-1.3 s each (a receiver loads ~36 MB of it), and back to back their epochs
+# (2-3 s) outran the 500 ms trigger. batched-gap: the same steps gap_s apart, so the job catches up
+# between them. Measurements: bench/REPORT.md §8.
 SPIKE_FULL = SpikeProfile(keys=2_200_000, value_bytes=1024, bins=256, rate=2000.0, max_offsets=200_000,
-                          steady_s=15.0, settle_s=4.0, batch_steps=16, timeout_s=3600.0)
+                          steady_s=15.0, settle_s=4.0, batch_steps=32, timeout_s=3600.0)
 
 
 def profile_for(ctx: Ctx) -> SpikeProfile:
@@ -85,6 +89,7 @@ def exp_spike(ctx: Ctx) -> dict[str, Any]:
     load_start = os.getloadavg()
     P = dataclasses.replace(ctx.profile, rate=S.rate, trigger_ms=S.trigger_ms, steady_s=S.steady_s,
                             settle_s=S.settle_s, catchup_max_offsets=S.max_offsets, batch_steps=S.batch_steps,
+                            gap_s=S.gap_s,
                             timeouts_s=S.timeout_s, workers=2)
     sub = dataclasses.replace(ctx, profile=P)
     ctx.log(f"[spike] {S.keys} keys x {S.value_bytes} B, B={S.bins}, {S.rate:.0f} rows/s; load {load_start}")
@@ -222,6 +227,8 @@ def summarize(S: SpikeProfile, r: dict[str, Any]) -> dict[str, Any]:
     s["batched_max_over_steady_p99"] = _ratio(ml.get("batched"), steady)
     s["batched_precopy_max_over_steady_p99"] = _ratio(ml.get("batched-precopy"), steady)
     s["all_at_once_over_batched_precopy"] = _ratio(ml.get("all-at-once"), ml.get("batched-precopy"))
+    s["max_over_steady_p99"] = {k: _ratio(v, steady) for k, v in ml.items()}
+    s["all_at_once_over"] = {k: _ratio(ml.get("all-at-once"), v) for k, v in ml.items() if k != "all-at-once"}
     aao, bat = s["all_at_once_over_batched"], s["batched_max_over_steady_p99"]
     moved = by.get("all-at-once", {}).get("state_bytes_moved") or by.get("all-at-once", {}).get("bytes_moved") or 0
     s["goals"] = {"all_at_once_moved_ge_1gb": moved >= 1e9,
@@ -260,7 +267,8 @@ def readme(s: dict[str, Any]) -> str:
         f"# Spike at a real state size: {p['keys']:,} keys x {p['value_bytes']} B, B={p['bins']}, W=2", "",
         f"State at its largest: {_f((s['state_bytes'] or 0) / 1e9, '.2f')} GB in {_f(s['state_keys'])} keys. "
         f"Open-loop {p['rate']:.0f} rows/s, trigger {p['trigger_ms']} ms; migrations uniform ↔ every other bin "
-        f"swapped (half the state moves), alternating direction; batched = {p['batch_steps']} steps; "
+        f"swapped (half the state moves), alternating direction; batched = {p['batch_steps']} steps back to back; "
+        f"batched-gap = the same steps {p.get('gap_s')} s apart; "
         f"batched-precopy = the same steps, each warmed one epoch first. Load average at start "
         f"{s['loadavg_start']}, at end {s['loadavg_end']}.", "",
         rp.md_table(rows, cols), "",
@@ -268,7 +276,10 @@ def readme(s: dict[str, Any]) -> str:
         f"all-at-once / batched max latency: **{_f(s['all_at_once_over_batched'], '.2f')}×** (goal ≥ 10: "
         f"{g['all_at_once_over_batched_ge_10']}); batched max / steady p99: "
         f"**{_f(s['batched_max_over_steady_p99'], '.2f')}** (goal ≤ 1.5: {g['batched_max_over_steady_p99_le_1_5']}); "
-        f"batched-precopy max / steady p99: {_f(s['batched_precopy_max_over_steady_p99'], '.2f')}.", "",
+        "Max latency ÷ steady p99 by strategy: "
+        + ", ".join(f"{k} {_f(v, '.2f')}" for k, v in (s.get("max_over_steady_p99") or {}).items())
+        + "; all-at-once ÷ each: "
+        + ", ".join(f"{k} {_f(v, '.2f')}×" for k, v in (s.get("all_at_once_over") or {}).items()) + ".", "",
         "Each strategy's slowest epoch, runner phases (ms): "
         + "; ".join(f"{k}: epoch {v.get('epoch')} {_f(v.get('batch_ms'))} (apply {_f(v.get('apply_ms'))}, "
                     f"db {_f(v.get('db_ms'))}, acks {_f(v.get('acks_ms'))}, "

@@ -58,6 +58,8 @@ def test_summary_ratios_and_goals_from_recorded_rows() -> None:
     assert s["goals"] == {"all_at_once_moved_ge_1gb": True, "all_at_once_over_batched_ge_10": True,
                           "batched_max_over_steady_p99_le_1_5": True}
     assert s["step_ms"]["batched"] == [500.0] * 16
+    assert s["max_over_steady_p99"]["fluid"] == pytest.approx(1.3) and s["all_at_once_over"]["fluid"] == pytest.approx(
+        24_000 / 1_300)
     text = readme(s)
     assert "| all-at-once |" in text and "17.14×" in text and "500 / 500" in text
 
