@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from bench import report as rp
-from bench.experiments.common import Ctx
+from bench.experiments.common import Ctx, own_profile
 from bench.experiments.migration import migration_session
 from bench.padded import ENV as VALUE_BYTES_ENV
 
@@ -69,14 +69,7 @@ SPIKE_FULL = SpikeProfile(keys=2_200_000, value_bytes=1024, bins=256, rate=2000.
 
 
 def profile_for(ctx: Ctx) -> SpikeProfile:
-    base = SPIKE_FULL if ctx.profile.name == "full" else SPIKE_SMOKE
-    over = dict((ctx.profile.extra or {}).get("spike", {}))
-    bad = [k for k in over if not hasattr(base, k)]
-    if bad:
-        raise ValueError(f"unknown spike profile field(s) {bad}")
-    if "strategies" in over:
-        over["strategies"] = tuple(over["strategies"])
-    return dataclasses.replace(base, **over)
+    return own_profile(ctx, "spike", SPIKE_SMOKE, SPIKE_FULL)
 
 
 def swap_half(assignment: list[int], workers: int) -> list[int]:
