@@ -48,6 +48,9 @@ class JobSpec:
     log_level: str = "INFO"  # DEBUG adds the runner's per-epoch phase line
     # a chain: the `--operator NAME=PATH` values; `operator` then names the one that is migrated
     operators: tuple[str, ...] = ()
+    operator_path: str | None = None  # a user's operator (`package.module:Class`), run as `operator`
+    env: dict[str, str] = field(default_factory=dict)  # extra environment of the job's process
+    extra_args: tuple[str, ...] = ()  # extra `spark_jobs.cli run` arguments (e.g. --snapshot-every)
 
     @property
     def checkpoint_dir(self) -> Path:
@@ -68,15 +71,16 @@ class BallastJob:
     # ------------------------------------------------------------------------- lifecycle
     def start(self) -> BallastJob:
         s = self.spec
-        ops = [a for op in (s.operators or (s.operator,)) for a in ("--operator", op)]
+        one = f"{s.operator}={s.operator_path}" if s.operator_path else s.operator
+        ops = [a for op in (s.operators or (one,)) for a in ("--operator", op)]
         args = [PY, "-m", "spark_jobs.cli", "run", "--job", s.job, *ops,
                 "--input-topic", s.input_topic, "--bins", str(s.bins), "--workers", str(s.workers),
                 "--checkpoint-dir", str(s.checkpoint_dir), "--bootstrap", s.bootstrap, "--db-url", s.db_url,
                 "--trigger-ms", str(s.trigger_ms)]
         if s.max_offsets_per_trigger:
             args += ["--max-offsets-per-trigger", str(s.max_offsets_per_trigger)]
-        self.proc = Proc(args, s.run_dir / "logs" / f"{s.job}.log", f"ballast job {s.job}",
-                         extra_env={"BALLAST_LOG_LEVEL": s.log_level}).start()
+        self.proc = Proc([*args, *s.extra_args], s.run_dir / "logs" / f"{s.job}.log", f"ballast job {s.job}",
+                         extra_env={"BALLAST_LOG_LEVEL": s.log_level, **s.env}).start()
         return self
 
     def stop(self) -> None:
@@ -134,8 +138,10 @@ class BallastJob:
         wait_until(done, timeout, f"{self.spec.job} to read {total_rows} rows", poll=1.0, proc=self.proc)
 
     # ------------------------------------------------------------------------- control
-    def emit(self, steps: list[Any], plan_id: str, gap_s: float = 0.0, reason: str = "bench") -> float:
-        """Send every step of a plan at once; step i is effective at now + i·gap. Returns the send time."""
+    def emit(self, steps: list[Any], plan_id: str, gap_s: float = 0.0, reason: str = "bench", *,
+             precopy: bool = False, total: int | None = None) -> float:
+        """Send steps of a plan at once (every step unless `total`, the plan's step count, says the
+        plan has more); step i is effective at now + (i-1)·gap. Returns the send time."""
         from kafka import KafkaProducer
 
         from ballast.protocol import ControlStep, control_topic, message_key
@@ -146,9 +152,10 @@ class BallastJob:
         futs = []
         for st in steps:
             msg = ControlStep(job=self.spec.job, operator=self.spec.operator, plan_id=plan_id, step=st.step,
-                              steps=len(steps), kind=st.kind, moves=tuple(st.moves), workers=st.workers,
+                              steps=total or len(steps), kind=st.kind, moves=tuple(st.moves), workers=st.workers,
                               map_version=st.map_version, issued_at=now,
-                              effective_at=now + timedelta(seconds=(st.step - 1) * gap_s), reason=reason)
+                              effective_at=now + timedelta(seconds=(st.step - 1) * gap_s), reason=reason,
+                              precopy=precopy)
             futs.append(self._producer.send(control_topic(self.spec.job),
                                             key=message_key(self.spec.job, self.spec.operator),
                                             value=msg.to_json()))
@@ -168,18 +175,32 @@ class BallastJob:
 
     def migrate(self, target: list[int], strategy: str, *, batch_bins: int | None = None, gap_s: float = 0.0,
                 timeout: float = 1800.0, max_steps: int | None = None) -> dict[str, Any]:
-        """Plan (ballast.policy) and run one migration to `target`; returns its timing and checkpoints."""
+        """Plan (ballast.policy) and run one migration to `target`; returns its timing and checkpoints.
+
+        `batched-precopy`: the batched steps with `precopy: true`, each sent once the one before it
+        has applied. (Sent together, every queued pre-copy step's bins would warm in the first epoch:
+        the whole move at once, see spark_jobs.control.warm_plan.) Each step then warms its bins for
+        one epoch at least and cuts over with only the changes since."""
         version, workers, current = self.current_map()
         target_workers = max(target) + 1 if max(target) + 1 > workers else workers
         load, size = self.bin_stats()
-        steps = make_steps(current, version, target, workers, target_workers, size, load, strategy, batch_bins)
+        precopy = strategy == "batched-precopy"
+        steps = make_steps(current, version, target, workers, target_workers, size, load,
+                           "batched" if precopy else strategy, batch_bins)
         truncated = None
         if max_steps is not None and len(steps) > max_steps:
             truncated = len(steps)
             steps = steps[:max_steps]
         plan_id = f"bench-{strategy}-{uuid.uuid4().hex[:8]}"
-        t_emit = self.emit(steps, plan_id, gap_s=gap_s, reason=f"bench {strategy}")
-        cps = self.wait_plan(plan_id, len(steps), timeout)
+        if precopy:
+            t_emit = 0.0
+            for i, st in enumerate(steps):
+                t = self.emit([st], plan_id, reason=f"bench {strategy}", precopy=True, total=len(steps))
+                t_emit = t_emit or t
+                cps = self.wait_plan(plan_id, i + 1, timeout)
+        else:
+            t_emit = self.emit(steps, plan_id, gap_s=gap_s, reason=f"bench {strategy}")
+            cps = self.wait_plan(plan_id, len(steps), timeout)
         t_end = max(unix(c.completed_at) for c in cps)
         t_first = min(unix(c.applied_at) for c in cps)
         return {
@@ -187,7 +208,11 @@ class BallastJob:
             "bins": sum(len(s.moves) for s in steps), "t_emit": t_emit, "t_first_applied": t_first, "t_end": t_end,
             "duration_s": t_end - t_emit, "keys_moved": sum(c.keys_moved for c in cps),
             "bytes_moved": sum(c.bytes_moved for c in cps), "move_ms_total": sum(c.migration_ms for c in cps),
-            "move_ms_max_step": max(c.migration_ms for c in cps), "gap_s": gap_s,
+            # the moved bins' state as the last bin metrics gave it (bytes_moved counts what the receivers
+            # replayed: every change since the last snapshot, superseded values included)
+            "state_bytes_moved": sum(size[m.bin] for st in steps for m in st.moves),
+            "move_ms_max_step": max(c.migration_ms for c in cps), "gap_s": gap_s, "precopy": precopy,
+            "step_ms": [c.migration_ms for c in cps], "step_bytes": [c.bytes_moved for c in cps],
             "epochs": [c.applied_epoch for c in cps],
         }
 

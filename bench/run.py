@@ -1,5 +1,8 @@
 """Benchmark entry point: `python -m bench.run --smoke | --full [--only migration,native,bins,ds2,cluster]`.
 
+`spike` (the migration spike at GBs of state, bench/experiments/spike.py) runs only when named in
+`--only`: it is neither in the default set nor in the smoke run `make test` starts.
+
 Results go to bench/results/<run-id>/ (ignored by git): one directory per experiment with CSVs,
 PNGs and a README.md, plus the run's summary.json and REPORT.md. `--publish` also copies the
 report, summary.json and the PNGs to bench/report/ (the committed copy; a run of some experiments
@@ -23,19 +26,23 @@ from typing import Any
 from bench import cluster as cl
 from bench import experiments as ex
 from bench import report as rp
-from bench.experiments import ds2, latency, migration, native, nexmark
+from bench.experiments import ds2, latency, migration, native, nexmark, spike
 from bench.infra import REPO, git_commit, kafka_up, machine_info
 
 RESULTS = REPO / "bench" / "results"
 PUBLISH = REPO / "bench" / "report"
 ORDER = ("migration", "native", "bins", "ds2", "latency", "cluster", "nexmark")
-RUNNERS = {"migration": migration.exp_migration, "native": native.exp_native, "bins": migration.exp_bins,
+OPTIONAL = ("spike",)  # only when asked for by name (--only)
+RUNNERS = {"spike": spike.exp_spike,
+           "migration": migration.exp_migration, "native": native.exp_native, "bins": migration.exp_bins,
            "ds2": ds2.exp_ds2, "latency": latency.exp_latency,
            "cluster": cl.exp_cluster, "nexmark": nexmark.exp_nexmark}
 # what each experiment contributes to summary.json and to the run directory (for a partial publish)
 SUMMARY_KEYS = {"migration": ("migration",), "native": ("throughput", "reconfig"), "bins": ("bins",),
-                "ds2": ("ds2",), "latency": ("latency",), "cluster": ("cluster",), "nexmark": ("nexmark",)}
-RUN_DIRS = {"migration": ("migration-b*",), "native": ("native",), "bins": ("bins", "bins-b*"), "ds2": ("ds2",),
+                "ds2": ("ds2",), "latency": ("latency",), "cluster": ("cluster",), "nexmark": ("nexmark",),
+                "spike": ("spike",)}
+RUN_DIRS = {"spike": ("spike",),
+            "migration": ("migration-b*",), "native": ("native",), "bins": ("bins", "bins-b*"), "ds2": ("ds2",),
             "latency": ("latency",),
             "cluster": ("cluster",), "nexmark": ("nexmark",)}
 
@@ -128,6 +135,7 @@ def build_summary(ctx: ex.Ctx, results: dict[str, Any], errors: dict[str, str], 
     s["cluster"] = results.get("cluster", {}).get("summary") or cl.summarize(cl.profile_for(ctx), {}, {})
     s["nexmark"] = ((results.get("nexmark") or {}).get("summary")
                     or {"migration": {}, "cost": {}, "backlog_events": None})
+    s["spike"] = (results.get("spike") or {}).get("summary") or {}
     return s
 
 
@@ -174,6 +182,8 @@ def write_report(run_dir: Path, s: dict[str, Any]) -> Path:
                                         "fluid_max_latency_ms"]),
         "", "## 5. Cluster data plane", "", cl.report_section(s["cluster"]),
         "", "## 7. NEXMark", "", nexmark.report_section(s["nexmark"]),
+        *(["", "## 8. Spike at a real state size", "", spike.readme(s["spike"]).split("\n", 2)[2]]
+          if s.get("spike") else []),
         "", "Per-experiment details (tables, timelines, CDFs): the README.md of each directory of the run.",
     ]
     if s["errors"]:
@@ -237,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     g = ap.add_mutually_exclusive_group(required=True)
     g.add_argument("--smoke", action="store_true", help="a few minutes; checks shapes, not absolute numbers")
     g.add_argument("--full", action="store_true", help="the full set (tens of minutes on 2 cores)")
-    ap.add_argument("--only", default=",".join(ORDER), help=f"comma list of {ORDER}")
+    ap.add_argument("--only", default=",".join(ORDER), help=f"comma list of {ORDER + OPTIONAL}")
     ap.add_argument("--run-id", default=None)
     ap.add_argument("--set", action="append", default=[], metavar="FIELD=JSON",
                     help="override a profile field, e.g. --set keys=500000 --set 'bins=[256]'")
@@ -296,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
         results["migration"] = ctx.shared["migration"] = {"by_bins": by_bins, "reused_from": str(src)}
         log(f"reusing experiment 1 sessions {sorted(by_bins)} from {src}")
         only = [x for x in only if x != "migration"]
-    for name in [x for x in ORDER if x in only]:
+    for name in [x for x in ORDER + OPTIONAL if x in only]:
         t0 = time.time()
         log(f"== {name}")
         try:

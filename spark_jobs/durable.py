@@ -72,21 +72,26 @@ def new_attempt_id(stage: int, attempt: int) -> str:
 
 # ----------------------------------------------------------------------------- objects ---------
 CHUNK_ROWS = 65_536  # rows per record batch: few batches at B = 4096, still a bounded read per bin
+# ... and bytes per record batch: reading one bin reads its whole batch, so with large values (1 KiB:
+# 64 MiB per 65 536 rows) a bin of a few hundred KB cost a 64 MiB read per object (bench spike-1)
+CHUNK_BYTES = 2 << 20
 
 
 @dataclass
 class ObjectWriter:
     """Collects one task attempt's object: per-bin state changes (in bin order), then outputs.
 
-    Consecutive bins share a record batch of up to CHUNK_ROWS rows, and the index says where each
-    bin's rows are (batch, offset, length): one batch per bin cost ~100 ms per epoch at B = 4096,
-    while reading one bin still reads one bounded batch, not the whole object."""
+    Consecutive bins share a record batch of up to CHUNK_ROWS rows and CHUNK_BYTES bytes (a bin
+    larger than that has a batch of its own), and the index says where each bin's rows are (batch,
+    offset, length): one batch per bin cost ~100 ms per epoch at B = 4096, while reading one bin
+    still reads one bounded batch, not the whole object."""
 
     meta: dict[str, Any]
     _index: list[list[int]] = field(default_factory=list)  # [bin, batch, offset, length]
     _keys: list[bytes] = field(default_factory=list)
     _values: list[bytes | None] = field(default_factory=list)
     _bins: list[int] = field(default_factory=list)
+    _nbytes: int = 0  # keys and values in the batch being collected
     _batches: list[pa.RecordBatch] = field(default_factory=list)
     _outputs: list[tuple[int, bytes, bytes, str | None]] = field(default_factory=list)
 
@@ -94,8 +99,10 @@ class ObjectWriter:
         """Changes of one bin (None value = delete); bins must come in increasing order."""
         if self._index and b <= self._index[-1][0]:
             raise ValueError(f"bins must be added in increasing order ({b} after {self._index[-1][0]})")
-        if self._keys and len(self._keys) + len(keys) > CHUNK_ROWS:
+        nbytes = sum(map(len, keys)) + sum(len(v) for v in values if v is not None)
+        if self._keys and (len(self._keys) + len(keys) > CHUNK_ROWS or self._nbytes + nbytes > CHUNK_BYTES):
             self._flush()
+        self._nbytes += nbytes
         self._index.append([b, len(self._batches), len(self._keys), len(keys)])
         self._keys.extend(keys)
         self._values.extend(values)
@@ -115,10 +122,15 @@ class ObjectWriter:
         if self._index and ub[0] <= self._index[-1][0]:
             raise ValueError(f"bins must be added in increasing order ({ub[0]} after {self._index[-1][0]})")
         ends = np.cumsum(counts)
+        sizes = np.fromiter((len(k) + (len(v) if v is not None else 0) for k, v in zip(keys, values)), np.int64,
+                            count=len(keys))
+        bend = np.cumsum(np.add.reduceat(sizes, starts))  # bytes up to the end of each bin
         i = 0
         while i < len(ub):  # per record batch: the bins that fit in it (add_bin's cut, for many bins)
             room = CHUNK_ROWS - len(self._keys) + (ends[i - 1] if i else 0)
-            j = int(np.searchsorted(ends, room, side="right"))
+            room_bytes = CHUNK_BYTES - self._nbytes + (bend[i - 1] if i else 0)
+            j = min(int(np.searchsorted(ends, room, side="right")),
+                    int(np.searchsorted(bend, room_bytes, side="right")))
             if j <= i:  # the next bin does not fit: a new batch, or alone in one if it is larger
                 if self._keys:
                     self._flush()
@@ -126,6 +138,7 @@ class ObjectWriter:
                 j = i + 1
             lo = int(starts[i])
             hi = int(ends[j - 1])
+            self._nbytes += int(bend[j - 1] - (bend[i - 1] if i else 0))
             batch, base = len(self._batches), len(self._keys) - lo
             self._index.extend([x, batch, base + s, c]
                                for x, s, c in zip(ub[i:j], starts[i:j].tolist(), counts[i:j].tolist()))
@@ -144,6 +157,7 @@ class ObjectWriter:
             [kinds, pa.array(self._bins, pa.int32()), pa.array(self._keys, pa.binary()),
              values, pa.nulls(n, pa.string())], schema=SCHEMA))
         self._keys, self._values, self._bins = [], [], []
+        self._nbytes = 0
 
     def add_output(self, kind: int, key: bytes, value: bytes, note: str | None = None) -> None:
         self._outputs.append((kind, key, value, note))

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from bench.experiments import Ctx
+from bench.experiments.common import own_profile
 
 OLD_COMMIT = "255fb5a"  # the last data plane with local-only stores (no --state-uri)
 
@@ -54,9 +55,4 @@ CLUSTER_FULL = ClusterProfile(
 
 
 def profile_for(ctx: Ctx) -> ClusterProfile:
-    base = CLUSTER_FULL if ctx.profile.name == "full" else CLUSTER_SMOKE
-    over = dict((ctx.profile.extra or {}).get("cluster", {}))
-    bad = [k for k in over if not hasattr(base, k)]
-    if bad:
-        raise ValueError(f"unknown cluster profile field(s) {bad}")
-    return replace(base, **over)
+    return own_profile(ctx, "cluster", CLUSTER_SMOKE, CLUSTER_FULL)

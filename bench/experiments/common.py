@@ -7,14 +7,15 @@ from __future__ import annotations
 import json
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from bench.ballast_job import BallastJob
 from bench.infra import PY, Proc, unix, wait_until
 
 STRATEGIES = ("all-at-once", "fluid", "batched", "batched-gap")
+T = TypeVar("T")
 
 
 @dataclass
@@ -96,6 +97,17 @@ FULL = Profile(
     nexmark_bins=256, nexmark_max_offsets=20_000, nexmark_cost_queries=("q1", "q2", "q3", "q4", "q5", "q6", "q7", "q8"),
     nexmark_backlog_events=400_000, nexmark_backlog_event_rate=2000.0,
 )
+
+
+def own_profile(ctx: Ctx, name: str, smoke: T, full: T) -> T:
+    """An experiment's own profile (a dataclass): `full` in a full run, else `smoke`, with the fields
+    given in `--set 'extra={"<name>": {...}}'` replaced (lists become tuples)."""
+    base = full if ctx.profile.name == "full" else smoke
+    over = {k: tuple(v) if isinstance(v, list) else v for k, v in (ctx.profile.extra or {}).get(name, {}).items()}
+    bad = [k for k in over if not hasattr(base, k)]
+    if bad:
+        raise ValueError(f"unknown {name} profile field(s) {bad}")
+    return replace(base, **over)  # type: ignore[type-var]
 
 
 @dataclass

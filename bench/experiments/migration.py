@@ -9,6 +9,7 @@ import json
 import math
 import statistics
 import time
+from collections.abc import Callable
 from typing import Any
 
 from bench import report as rp
@@ -29,10 +30,19 @@ from bench.rss import RssSampler
 
 
 def migration_session(ctx: Ctx, label: str, bins: int, keys: int, strategies: tuple[str, ...],
-                      max_steps: int | None = None, reconfig: bool = False) -> dict[str, Any]:
+                      max_steps: int | None = None, reconfig: bool = False, *,
+                      spec_extra: dict[str, Any] | None = None,
+                      target_of: Callable[[list[int], int], list[int]] = half_of_half,
+                      setup: bool = True, clean_steady: bool = False) -> dict[str, Any]:
     """One job: prefill `keys`, catch up, open-loop load, a set-up migration (uniform → half of half,
     all-at-once), then one measured migration per strategy, alternating direction; optionally a
-    live rescale W → reconfig_to_workers at the end (experiment 3)."""
+    live rescale W → reconfig_to_workers at the end (experiment 3).
+
+    `spec_extra`: JobSpec fields (another operator, its environment, job arguments); `target_of`:
+    the map the migrations go to from the uniform one (and back); `setup=False`: no set-up
+    migration, the first measured one leaves the uniform map. `clean_steady`: before each measured
+    migration, first wait until the job keeps up, then the `steady_s` that are its steady window (a
+    migration whose backlog outlasts `settle_s` would otherwise leak into the next one's window)."""
     P = ctx.profile
     out = ctx.run_dir / label
     out.mkdir(parents=True, exist_ok=True)
@@ -43,7 +53,7 @@ def migration_session(ctx: Ctx, label: str, bins: int, keys: int, strategies: tu
     prefill_s = time.time() - t_prefill
     spec = JobSpec(job=ctx.name(label), input_topic=topic, bins=bins, workers=P.workers, db_url=ctx.db_url,
                    bootstrap=ctx.bootstrap, run_dir=ctx.run_dir, trigger_ms=P.trigger_ms,
-                   max_offsets_per_trigger=P.catchup_max_offsets)
+                   max_offsets_per_trigger=P.catchup_max_offsets, **(spec_extra or {}))
     job = BallastJob(spec).start()
     rss = RssSampler(job.proc.pid).start()  # type: ignore[union-attr]
     tail = OffsetLogTail(spec.checkpoint_dir, topic).start()
@@ -58,14 +68,20 @@ def migration_session(ctx: Ctx, label: str, bins: int, keys: int, strategies: tu
         gen, sched_path = _start_gen(ctx, topic, keys, f"{P.rate}:{100000}", label)
         wait_steady(ctx, job, P.rate, P.steady_s)
         _, w, uniform = job.current_map()
-        half = half_of_half(uniform, w)
+        half = target_of(uniform, w)
         if bins > 1:
-            setup = job.migrate(half, "all-at-once", timeout=P.timeouts_s)
-            setup["role"] = "setup"
-            migrations.append(setup)
-            targets = [uniform, half]
+            targets = [half, uniform]
+            if setup:
+                first = job.migrate(half, "all-at-once", timeout=P.timeouts_s)
+                first["role"] = "setup"
+                migrations.append(first)
+                targets = [uniform, half]
             for i, strat in enumerate(strategies):
-                wait_steady(ctx, job, P.rate, P.steady_s + P.settle_s)
+                if clean_steady:
+                    wait_steady(ctx, job, P.rate, P.settle_s)
+                    time.sleep(P.steady_s)
+                else:
+                    wait_steady(ctx, job, P.rate, P.steady_s + P.settle_s)
                 n_moving = sum(1 for a, b in zip(job.current_map()[2], targets[i % 2]) if a != b)
                 batch_bins = max(1, math.ceil(n_moving / P.batch_steps))
                 m = job.migrate(targets[i % 2], strat, batch_bins=batch_bins,
@@ -139,7 +155,8 @@ def migration_session(ctx: Ctx, label: str, bins: int, keys: int, strategies: tu
         row = {
             "bins": bins, "keys": keys, "strategy": name, "role": m["role"], "steps": m["steps"],
             "steps_planned": m["steps_planned"], "bins_moved": m["bins"], "keys_moved": m["keys_moved"],
-            "bytes_moved": m["bytes_moved"], "duration_s": m["duration_s"],
+            "bytes_moved": m["bytes_moved"], "state_bytes_moved": m.get("state_bytes_moved"),
+            "duration_s": m["duration_s"],
             "duration_extrapolated_s": m["duration_s"] * m["steps_planned"] / max(1, m["steps"]),
             "max_latency_ms": h.max if h.total else math.nan, "p99_latency_ms": h.percentile(99),
             "p50_latency_ms": h.percentile(50), "records_in_window": h.total,
@@ -148,8 +165,12 @@ def migration_session(ctx: Ctx, label: str, bins: int, keys: int, strategies: tu
             "driver_peak_rss_mb": driver_peak, "driver_rss_delta_mb": driver_peak - driver_base,
             "move_ms_total": m["move_ms_total"], "move_ms_max_step": m["move_ms_max_step"],
             "max_epoch_gap_s": max(gaps) if gaps else math.nan,
+            "max_epoch_batch_ms": max((e["batch_ms"] for e in result["epochs"] if t0 <= e["ended_at"] <= t1),
+                                      default=math.nan),
+            "precopy": m.get("precopy", False), "step_ms": m.get("step_ms", []), "step_bytes": m.get("step_bytes", []),
             "steady_epoch_gap_s": statistics.median(steady_gaps) if steady_gaps else math.nan,
             "gap_s": m["gap_s"], "t_emit_rel_s": t0 - t_ref, "t_end_rel_s": m["t_end"] - t_ref,
+            "t_emit": t0, "t_end": m["t_end"], "applied_epochs": m["epochs"],
         }
         rows_out.append(row)
         hists[name] = h

@@ -176,11 +176,13 @@ def test_objects_chunk_many_bins_into_few_batches(tmp_path, monkeypatch):
     r.close()
 
 
-@pytest.mark.parametrize("chunk", [1, 3, 10, 65_536])
-def test_add_bins_writes_the_object_add_bin_writes(monkeypatch, chunk):
+@pytest.mark.parametrize("chunk, chunk_bytes", [(1, 2 << 20), (3, 2 << 20), (10, 2 << 20), (65_536, 2 << 20),
+                                                (65_536, 40), (10, 25), (65_536, 1)])
+def test_add_bins_writes_the_object_add_bin_writes(monkeypatch, chunk, chunk_bytes):
     import spark_jobs.durable as D
 
     monkeypatch.setattr(D, "CHUNK_ROWS", chunk)
+    monkeypatch.setattr(D, "CHUNK_BYTES", chunk_bytes)
     for seed in range(50):
         r = random.Random(seed)
         one, many = ObjectWriter(meta={}), ObjectWriter(meta={})
@@ -211,6 +213,31 @@ def test_export_bins_reads_every_entry_of_the_bins_asked(tmp_path):
     expect = sorted((sk, v) for sk, v in entries.items() if B.bin_of_store_key(sk, K) in bins)
     assert list(zip(keys, vals)) == expect
     assert of == [B.bin_of_store_key(sk, K) for sk in keys]
+
+
+def test_objects_chunk_by_bytes_too(tmp_path, monkeypatch):
+    """Large values: a batch holds at most CHUNK_BYTES (a bin above it gets a batch of its own), so
+    reading one bin does not read tens of MB of its neighbours."""
+    import spark_jobs.durable as D
+
+    monkeypatch.setattr(D, "CHUNK_BYTES", 1000)
+    w = ObjectWriter(meta={})
+    expect = {}
+    for b in range(40):
+        n = 5 if b != 7 else 30  # bin 7 alone is larger than a chunk
+        keys = [b"%02d-%d" % (b, i) for i in range(n)]
+        vals = [b"x" * 60 for _ in range(n)]
+        w.add_bin(b, keys, vals)
+        expect[b] = (keys, vals)
+    loc = Location.of(tmp_path) / "o.arrow"
+    loc.write_bytes(w.to_bytes())
+    r = ObjectReader(loc)
+    sizes = [r._reader.get_batch(i) for i in range(r._reader.num_record_batches)]
+    big = r._index[7][0]
+    assert all(rb.nbytes < 1500 for i, rb in enumerate(sizes) if i != big) and sizes[big].num_rows == 30
+    assert len(sizes) >= 40 * 5 * 64 // 1000
+    assert all(r.bin_changes(b) == kv for b, kv in expect.items())
+    r.close()
 
 
 def test_state_survives_moves_new_executors_and_snapshots(tmp_path):
