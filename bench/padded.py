@@ -11,17 +11,17 @@ size comes from the job's environment (its Spark Python workers inherit it in lo
 from __future__ import annotations
 
 import hashlib
-import os
 import struct
 from collections.abc import Sequence
 
+from ballast.options import env_var, settings
 from spark_jobs.operators import KeyCount, Output
 
-ENV = "BALLAST_BENCH_VALUE_BYTES"
+ENV = env_var("bench_value_bytes")
 
 
 def value_bytes() -> int:
-    return int(os.environ.get(ENV, "1024"))
+    return settings().bench_value_bytes
 
 
 def padding(key: bytes, n: int) -> bytes:

@@ -136,6 +136,9 @@ class Settings(BaseSettings):
     )
     # logs, tests, demo
     log_level: str = Field(default="INFO", description="log level of the data-plane CLI")
+    bench_value_bytes: int = Field(
+        default=1024, ge=8, description="bench only: bytes per key of the spike experiment's state (bench/padded.py)"
+    )
     faults_file: Path | None = Field(
         default=None, description="tests: file of `<point> <n>` lines, the n-th pass of a fault point kills the process"
     )
