@@ -336,6 +336,11 @@ def decide(
     )
 
 
+def is_split(applied: dict[str, Any] | None) -> bool:
+    """The epoch's applied step raised the bin count (EpochControl.applied)."""
+    return bool(applied) and applied.get("kind") == "split"  # type: ignore[union-attr]
+
+
 def warm_plan(st: ControlState) -> dict[str, list[int]]:
     """worker -> bins its task pre-copies this epoch: the incoming bins of every queued pre-copy
     step (Kafka Streams' warm-up replicas): at the cut-over only the changes since are replayed."""

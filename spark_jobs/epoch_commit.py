@@ -16,7 +16,7 @@ from typing import Any
 from ballast.protocol import CheckpointMessage, acks_topic, message_key, utcnow
 from ballast.store import writer as mx
 from migrations_db import models as m
-from spark_jobs.control import EpochControl
+from spark_jobs.control import EpochControl, is_split
 from spark_jobs.executors import ExecutorScaler
 from spark_jobs.run_config import RunConfig, as_utc, iso, parse_iso
 
@@ -165,7 +165,7 @@ class EpochCommit:
         useful = max((float(w["useful_ms"]) for w in worker_docs), default=0.0)
         who = f"{self.cfg.operator} " if self.cfg.siblings else ""  # a chain: which operator's epoch
         a = d.applied
-        if a and a.get("bins", 0) != a.get("bins_before", 0):
+        if a is not None and is_split(a):
             moved = f" split {a['bins_before']} -> {a['bins']} bins (no key moved; each bin's parts stay on its worker)"
         log.info("%sepoch %d%s: rows=%d W=%d B=%d map=v%d steps: %s%s; batch %.0f ms (max worker useful %.0f ms) "
                  "backlog=%s queued=%d", who, epoch, " (replay)" if replay else "", rows, st.workers,

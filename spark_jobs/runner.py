@@ -27,7 +27,15 @@ from ballast.protocol import acks_topic, control_topic, message_key, utcnow
 from ballast.store import writer as mx
 from spark_jobs import faults
 from spark_jobs.bins import bits_for
-from spark_jobs.control import ControlRecord, ControlState, decide, has_due_step, initial_state, tick_message
+from spark_jobs.control import (
+    ControlRecord,
+    ControlState,
+    decide,
+    has_due_step,
+    initial_state,
+    is_split,
+    tick_message,
+)
 from spark_jobs.durable import DurableState
 from spark_jobs.epoch_commit import EpochCommit, summarize_moves
 from spark_jobs.executors import ExecutorScaler
@@ -300,7 +308,7 @@ class JobRunner(JobClients, EpochCommit, WarmUp):
         clock = None
         if self.clocks is not None and self.durable is not None and self.timers is not None:
             clock = self.clocks.for_epoch(epoch, self.durable.event_max_before(epoch), self.timers.lateness_ms)
-        split = bool(applied) and applied.get("bins") != applied.get("bins_before")  # type: ignore[union-attr]
+        split = is_split(applied)
         if (input_rows or moving_in or warm or split
                 or (clock and self.timers and self.timers.epoch_needs_tasks(clock))):
             worker_docs = self._apply(df, epoch, st, moving_in, warm, clock, split)
@@ -345,7 +353,7 @@ class JobRunner(JobClients, EpochCommit, WarmUp):
         snapshot = durable.snapshot_due(epoch)
         src = self.inputs.rows(df, epoch)
         keyed = self.op.keyed(src)
-        k = bits_for(len(st.assignment))
+        k = self.k  # st is self._state: the map this epoch routes by
         acfg = ApplyConfig(
             epoch=epoch, job=cfg.job, operator=cfg.path, bins_bits=k, base_bits=bits_for(cfg.bins), workers=tasks,
             assignment=tuple(st.assignment), state_uri=durable.uri, store_id=durable.store_id,

@@ -23,12 +23,18 @@ from ballast.control.evaluate import GUARD_STATE_KEY, assess
 from ballast.control.handoffs import Placement, ScalingDecision, Snapshot
 from ballast.control.manual import InvalidRequest, manual_target, plan_manual, take_over_manual
 from ballast.control.place import place as _place
-from ballast.control.plan import PlanFailed, PlanRequest, build_plan, cost_model, new_plan_id, store_plan
+from ballast.control.plan import (
+    PlanFailed,
+    PlanRequest,
+    build_plan,
+    cost_model,
+    new_plan_id,
+    store_plan,
+    store_split,
+)
 from ballast.control.render import summary_table
 from ballast.control.verify import Progress, fail_plan, operator_advice, progress
 from ballast.control.verify import verify as _verify
-from ballast.policy import split_plan
-from ballast.protocol import split_assignment
 
 log = logging.getLogger(__name__)
 
@@ -75,9 +81,7 @@ def plan_split(url: str, cfg: JobConfig, s: Snapshot, d: ScalingDecision) -> dic
     """A one-step plan that raises the bin count to `d.target_bins`; nothing moves."""
     assert d.target_bins is not None
     req = PlanRequest(strategy="all-at-once", source="rebalance", reason=d.reason, decision_id=d.decision_id)
-    plan = split_plan(s.map.version, s.map.assignment, s.map.workers, d.target_bins)
-    target = split_assignment(s.map.assignment, d.target_bins)
-    return store_plan(url, cfg, s.map, target, plan, req, cost_model(url, cfg)).to_dict()
+    return store_split(url, cfg, s.map, d.target_bins, req).to_dict()
 
 
 def verify(url: str, plan_id: str) -> dict[str, Any]:

@@ -12,10 +12,9 @@ from ballast.config import JobConfig
 from ballast.control.collect import NotReady, current_state
 from ballast.control.handoffs import BinLoad, MapState
 from ballast.control.place import place
-from ballast.control.plan import PlanRequest, build_plan, cost_model, store_plan
+from ballast.control.plan import PlanRequest, build_plan, cost_model, store_plan, store_split
 from ballast.control.render import summary_table
 from ballast.errors import BallastError
-from ballast.protocol import split_assignment
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +112,6 @@ def _plan_split(url: str, cfg: JobConfig, current: MapState, bins: int, params: 
     if bins <= have or bins & (bins - 1) or bins > cfg.rebalance.max_bins:
         raise InvalidRequest(f"split_to must be a power of two above the job's {have} bins and at most "
                              f"rebalance.max_bins ({cfg.rebalance.max_bins}), got {bins}")
-    plan = policy.split_plan(current.version, current.assignment, current.workers, bins)
     rendered = f"split: {have} -> {bins} bins at map v{current.version}; every bin's parts stay on its worker"
     if params.get("dry_run"):
         log.info("DRY RUN — nothing stored, nothing emitted: %s", rendered)
@@ -122,8 +120,7 @@ def _plan_split(url: str, cfg: JobConfig, current: MapState, bins: int, params: 
     req = PlanRequest(strategy="all-at-once", emit_mode=params.get("emit_mode") or cfg.rebalance.emit_mode,
                       source="manual", reason=params.get("reason") or "manual split")
     try:
-        out = store_plan(url, cfg, current, split_assignment(current.assignment, bins), plan, req,
-                         cost_model(url, cfg)).to_dict()
+        out = store_split(url, cfg, current, bins, req).to_dict()
     except repo.PlanConflict as exc:
         raise InvalidRequest(str(exc)) from exc
     out["rendered"] = rendered

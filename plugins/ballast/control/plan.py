@@ -19,7 +19,7 @@ from ballast.config import JobConfig
 from ballast.control.handoffs import BinLoad, MapState, StoredPlan
 from ballast.errors import BallastError
 from ballast.options import EmitMode, Order, Strategy
-from ballast.protocol import ControlStep, Move
+from ballast.protocol import ControlStep, Move, split_assignment
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +72,13 @@ def build_plan(current: MapState, bins: BinLoad, target: Sequence[int], target_w
     if state != list(target):
         raise PlanFailed("internal error: the planner's steps do not compose to the target map; nothing stored")
     return plan
+
+
+def store_split(url: str, cfg: JobConfig, current: MapState, bins: int, req: PlanRequest) -> StoredPlan:
+    """Store the one-step plan that raises the bin count to `bins` (nothing moves); its target map
+    is `ballast.protocol.split_assignment`'s, the rule the job applies."""
+    plan = policy.split_plan(current.version, current.assignment, current.workers, bins)
+    return store_plan(url, cfg, current, split_assignment(current.assignment, bins), plan, req, cost_model(url, cfg))
 
 
 def store_plan(url: str, cfg: JobConfig, current: MapState, target: Sequence[int], plan: policy.MigrationPlan,

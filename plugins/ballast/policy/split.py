@@ -14,7 +14,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-MAX_BINS = 1 << 16  # the protocol's bound
+from ballast.protocol import MAX_BINS
 
 
 @dataclass(frozen=True)
