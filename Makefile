@@ -7,6 +7,8 @@ VENV  ?= .venv
 PY    := $(VENV)/bin/python
 STACK := $(PY) scripts/stack.py
 PYTEST_ARGS ?=
+# pytest-xdist workers for `make test` (0: one process); the suite mostly waits on Spark and Kafka
+TEST_WORKERS ?= 3
 
 .PHONY: setup up down status lint test test-fast demo bench bench-smoke lock db wheel clean help
 
@@ -33,8 +35,8 @@ lint: setup ## ruff (style, imports, bugbear, pyupgrade) and mypy (strict on the
 	@$(VENV)/bin/ruff check .
 	@$(PY) -m mypy
 
-test: setup ## the whole suite, against real Kafka, Spark, SQLite, PostgreSQL and Airflow
-	@$(PY) -m pytest --durations=30 $(PYTEST_ARGS)
+test: setup ## the whole suite, against real Kafka, Spark, SQLite, PostgreSQL and Airflow (TEST_WORKERS=3 xdist workers)
+	@$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=30 $(PYTEST_ARGS)
 
 test-fast: setup ## the policy unit tests only (milliseconds)
 	@$(PY) -m pytest -m "controlplane and not slow" tests/policy $(PYTEST_ARGS)

@@ -7,13 +7,18 @@ SQLite metrics DB, so tests never see each other's data.
 
 from __future__ import annotations
 
+import fcntl
 import importlib.util
 import logging
 import os
 import sys
+import tempfile
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -32,41 +37,141 @@ def _load_stack():  # type: ignore[no-untyped-def]
 stack = _load_stack()
 
 
+@contextmanager
+def _exclusive(service: str) -> Iterator[None]:
+    """One test process at a time checks and starts a shared service (pytest-xdist workers race)."""
+    stack.STATE.mkdir(parents=True, exist_ok=True)
+    with open(stack.STATE / f"{service}.test-lock", "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield
+
+
+def _owned_mark(service: str) -> Path:
+    """Marks a shared service a test worker started: the xdist controller stops it at the end (a
+    worker cannot, as other workers may still use it)."""
+    return stack.STATE / f"{service}.test-session-owned"
+
+
+def _is_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+def _is_controller(config: pytest.Config) -> bool:
+    return not _is_worker(config) and getattr(config.option, "dist", "no") != "no" \
+        and bool(getattr(config.option, "tx", None))
+
+
+def _shared_service(config: pytest.Config, service: str, alive: Callable[[], bool], up: Callable[[], None],
+                    down: Callable[[], None]) -> Iterator[None]:
+    """Start `service` unless it runs; stop it at the end when this session started it. Under
+    xdist the first worker starts it and the controller stops it (pytest_unconfigure)."""
+    worker = _is_worker(config)
+    with _exclusive(service):
+        started = not alive()
+        up()
+        if started and worker:
+            _owned_mark(service).touch()
+    yield
+    if started and not worker:
+        down()
+
+
 @pytest.fixture(scope="session")
-def kafka_bootstrap() -> Iterator[str]:
+def kafka_bootstrap(request: pytest.FixtureRequest) -> Iterator[str]:
     """A running local KRaft broker; fails the test if it cannot start.
 
     A broker this session started is stopped at its end (by its pid file); one that was already
     running (`make up`, another session) is left as it was."""
-    started = not stack.default_broker().alive()
-    try:
-        stack.kafka_up()
-    except stack.StackError as exc:
-        pytest.fail(f"Kafka broker could not be started: {exc}")
+    svc = _start(_shared_service(request.config, "kafka", lambda: stack.default_broker().alive(),
+                                 stack.kafka_up, stack.kafka_down), "Kafka broker could not be started")
     yield stack.kafka_bootstrap()
-    if started:
-        stack.kafka_down()
+    next(svc, None)
+
+
+def _start(svc: Iterator[None], failure: str) -> Iterator[None]:
+    """Runs a `_shared_service` up to its yield; a service that cannot start fails the test."""
+    try:
+        next(svc)
+    except stack.StackError as exc:
+        pytest.fail(f"{failure}: {exc}")
+    return svc
 
 
 SMOKE_FIXTURE = "smoke_run"
+SMOKE_TESTS = "tests/bench/test_smoke.py::"  # what the xdist controller sees of them: node ids
+# tests that share an expensive session fixture run on one xdist worker (one Airflow, one cluster)
+XDIST_GROUPS = {"console_stack": "console", "spark_cluster": "cluster", SMOKE_FIXTURE: "bench-smoke"}
+_SMOKE = pytest.StashKey[Any]()  # the controller's tests.helpers.bench_smoke.BackgroundSmoke
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The benchmark smoke's tests go last: its run starts with the session (below) and overlaps
-    everything before them."""
+    everything before them. Under xdist (`--dist loadgroup`), tests on one expensive session
+    fixture share a worker."""
     items.sort(key=lambda item: SMOKE_FIXTURE in getattr(item, "fixturenames", ()))
+    for item in items:
+        group = next((g for f, g in XDIST_GROUPS.items() if f in getattr(item, "fixturenames", ())), None)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The xdist controller owns the smoke run: workers are told where it writes (below)."""
+    if _is_controller(config):
+        from bench.run import RESULTS
+        from tests.helpers.bench_smoke import BackgroundSmoke
+
+        config.stash[_SMOKE] = BackgroundSmoke(RESULTS, Path(tempfile.mkdtemp(prefix="ballast-bench-smoke-")))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """xdist controller: hand each worker the smoke run's files (it may start only later)."""
+    smoke = node.config.stash.get(_SMOKE, None)
+    if smoke is not None:
+        node.workerinput["ballast_smoke"] = {**smoke.run.as_dict(), "started_at": time.time()}
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node: Any, ids: list[str]) -> None:
+    """xdist controller: start the smoke run as soon as a worker has collected one of its tests."""
+    smoke = node.config.stash.get(_SMOKE, None)
+    if smoke is None or smoke.proc is not None or not any(i.startswith(SMOKE_TESTS) for i in ids):
+        return
+    with _exclusive("kafka"):  # the smoke uses the stack's broker
+        if not stack.default_broker().alive():
+            stack.kafka_up()
+            _owned_mark("kafka").touch()
+    smoke.start()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """xdist controller: stop the smoke if it still runs, and the shared services workers started."""
+    if not _is_controller(config):
+        return
+    smoke = config.stash.get(_SMOKE, None)
+    if smoke is not None:
+        smoke.stop()
+    for service, down in (("kafka", stack.kafka_down), ("postgres", stack.postgres_down)):
+        if _owned_mark(service).exists():
+            down()
+            _owned_mark(service).unlink()
 
 
 @pytest.fixture(scope="session", autouse=True)
 def bench_smoke(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     """Starts `bench.run --smoke` in the background when any selected test reads its result (see
-    tests/helpers/bench_smoke.py for why); stops it if the session ends first."""
+    tests/helpers/bench_smoke.py for why); stops it if the session ends first. Under xdist the
+    controller started it, and this is a handle to wait on it."""
     if not any(SMOKE_FIXTURE in getattr(i, "fixturenames", ()) for i in request.session.items):
         yield None
         return
     from bench.run import RESULTS
-    from tests.helpers.bench_smoke import BackgroundSmoke
+    from tests.helpers.bench_smoke import BackgroundSmoke, SmokeRun
 
+    if _is_worker(request.config):
+        yield BackgroundSmoke(RESULTS, RESULTS, SmokeRun(**request.config.workerinput["ballast_smoke"]))
+        return
     request.getfixturevalue("kafka_bootstrap")
     smoke = BackgroundSmoke(RESULTS, tmp_path_factory.mktemp("bench-smoke"))
     smoke.start()
@@ -75,18 +180,15 @@ def bench_smoke(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
 
 
 @pytest.fixture(scope="session")
-def postgres_base_url() -> Iterator[str]:
+def postgres_base_url(request: pytest.FixtureRequest) -> Iterator[str]:
     """The stack's throwaway PostgreSQL cluster (Debian's postgresql installed when absent).
 
     Stopped at the end of the session when this session started it."""
-    started = not stack.default_postgres().alive()
-    try:
-        stack.postgres_up()
-    except stack.StackError as exc:
-        pytest.fail(f"PostgreSQL could not be installed or started here: {exc}")
+    svc = _start(_shared_service(request.config, "postgres", lambda: stack.default_postgres().alive(),
+                                 stack.postgres_up, stack.postgres_down),
+                 "PostgreSQL could not be installed or started here")
     yield stack.postgres_url()
-    if started:
-        stack.postgres_down()
+    next(svc, None)
 
 
 @pytest.fixture
