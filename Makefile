@@ -38,8 +38,8 @@ lint: setup ## ruff (style, imports, bugbear, pyupgrade) and mypy (strict on the
 test: setup ## the whole suite, against real Kafka, Spark, SQLite, PostgreSQL and Airflow (TEST_WORKERS=3 xdist workers)
 	@$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=30 $(PYTEST_ARGS)
 
-test-fast: setup ## the policy unit tests only (milliseconds)
-	@$(PY) -m pytest -m "controlplane and not slow" tests/policy $(PYTEST_ARGS)
+test-fast: setup ## every test that needs no service and is not slow (the inner loop; a few minutes)
+	@$(PY) -m pytest -n $(TEST_WORKERS) -m "not services and not slow" $(PYTEST_ARGS)
 
 demo: up ## end to end: key-count job, load, a live 1->2 worker migration driven by Airflow
 	@$(PY) scripts/demo.py

@@ -16,7 +16,7 @@ from ballast.signing import Keyring, SigningKey, sign
 from spark_jobs.control import ControlRecord, decide, initial_state
 from tests.helpers.fuzz_messages import NOW, encode, hostile_bytes, near_valid, valid_docs
 
-pytestmark = pytest.mark.security
+pytestmark = [pytest.mark.security, pytest.mark.slow]  # ~1-2 min of Hypothesis examples
 
 BINS = 8
 KEY = SigningKey.of("k1", "fuzz-secret-0123456789")

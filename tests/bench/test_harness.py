@@ -150,9 +150,11 @@ def test_rss_sampler_separates_the_root_from_its_children() -> None:
     import sys
     import time
 
-    child = subprocess.Popen([sys.executable, "-c", "b = bytearray(200 * 2**20); import time; time.sleep(30)"])
+    # the child says when its 200 MB are allocated (a fixed sleep raced a slow start on a loaded machine)
+    child = subprocess.Popen([sys.executable, "-c", "b = bytearray(200 * 2**20); print('ready', flush=True); "
+                              "import time; time.sleep(30)"], stdout=subprocess.PIPE, text=True)
     try:
-        time.sleep(1.5)
+        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
         import os
 
         with RssSampler(os.getpid(), 0.02) as s:

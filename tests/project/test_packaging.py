@@ -14,7 +14,7 @@ import pytest
 
 from spark_jobs import ship
 
-pytestmark = pytest.mark.foundation
+pytestmark = [pytest.mark.foundation, pytest.mark.services]  # builds wheels, spark-submit
 REPO = Path(__file__).resolve().parents[2]
 PACKAGES = ("ballast", "spark_jobs", "migrations_db")
 MUST_SHIP = ["spark_jobs/worker.py", "ballast/protocol.py", "ballast/policy/ds2.py", "ballast/store/writer.py",

@@ -13,7 +13,7 @@ import pytest
 
 from tests.helpers.procs import free_port
 
-pytestmark = pytest.mark.foundation
+pytestmark = [pytest.mark.foundation, pytest.mark.services]  # `make up` / `make down` on ports of its own
 REPO = Path(__file__).resolve().parents[2]
 
 

@@ -20,7 +20,7 @@ from tests.helpers.brokers import own_broker
 from tests.helpers.dp_helpers import checkpoints
 from tests.helpers.wait import wait_until
 
-pytestmark = pytest.mark.security
+pytestmark = [pytest.mark.security, pytest.mark.services]  # brokers of its own
 
 
 @pytest.fixture(scope="module")
