@@ -39,6 +39,7 @@ from typing import Any
 from ballast.protocol import (
     MAX_MESSAGE_BYTES,
     ControlStep,
+    Move,
     clip,
     describe_error,
     parse_document,
@@ -64,6 +65,59 @@ class ControlRecord:
     value: bytes | None
 
 
+@dataclass(frozen=True)
+class QueuedStep:
+    """A step received but not applied yet: the protocol's typed step, where it came from
+    (`partition:offset` of the control record) and the epoch that received it."""
+
+    step: ControlStep
+    offset: str
+    epoch: int
+
+    @property
+    def key(self) -> str:
+        return step_key(self.step.plan_id, self.step.step)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The journal's JSON (unchanged since the queue held dicts: old checkpoints still load)."""
+        return {"msg": self.step.to_dict(), "offset": self.offset, "epoch": self.epoch}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> QueuedStep:
+        return cls(step_from_document(d["msg"]), d["offset"], d["epoch"])
+
+
+@dataclass(frozen=True)
+class AppliedStep:
+    """The step an epoch applied, as the runner and the epoch commit act on it."""
+
+    plan_id: str
+    step: int
+    kind: str
+    moves: tuple[Move, ...]
+    workers_before: int
+    workers: int
+    bins_before: int
+    bins: int
+    map_version_before: int
+    map_version_after: int
+
+    @property
+    def is_split(self) -> bool:
+        """It raised the bin count."""
+        return self.kind == "split"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The journal's JSON (moves as [bin, from, to] triples, as before the type existed)."""
+        d = asdict(self)
+        d["moves"] = [[m.bin, m.src, m.dst] for m in self.moves]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> AppliedStep:
+        return cls(**{**d, "moves": tuple(Move(int(b), int(s), int(t)) for b, s, t in d["moves"])})
+
+
 @dataclass
 class ControlState:
     """Everything the job knows about its configuration after an epoch (logged with the decision)."""
@@ -71,16 +125,17 @@ class ControlState:
     map_version: int
     workers: int
     assignment: list[int]
-    queue: list[dict[str, Any]] = field(default_factory=list)  # {"msg": ..., "offset": ..., "epoch": ...}
+    queue: list[QueuedStep] = field(default_factory=list)
     final: dict[str, dict[str, Any]] = field(default_factory=dict)  # step_key -> {status, epoch, reason}
     plans: list[str] = field(default_factory=list)  # plan ids in arrival order; last = current
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {"map_version": self.map_version, "workers": self.workers, "assignment": list(self.assignment),
+                "queue": [q.to_dict() for q in self.queue], "final": self.final, "plans": list(self.plans)}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ControlState:
-        return cls(**d)
+        return cls(**{**d, "queue": [QueuedStep.from_dict(q) for q in d.get("queue", [])]})
 
 
 @dataclass
@@ -110,7 +165,7 @@ class EpochControl:
     state_after: ControlState
     map_version_before: int
     workers_before: int
-    applied: dict[str, Any] | None = None  # {plan_id, step, moves [[bin, from, to]], workers, map_version_after}
+    applied: AppliedStep | None = None
     warm: dict[str, list[int]] = field(default_factory=dict)  # worker -> bins to pre-copy in this epoch
 
     def to_dict(self) -> dict[str, Any]:
@@ -118,7 +173,7 @@ class EpochControl:
             "epoch": self.epoch, "decided_at": self.decided_at,
             "entries": [asdict(e) for e in self.entries], "state_after": self.state_after.to_dict(),
             "map_version_before": self.map_version_before, "workers_before": self.workers_before,
-            "applied": self.applied, "warm": self.warm,
+            "applied": self.applied.to_dict() if self.applied else None, "warm": self.warm,
         }
 
     @classmethod
@@ -126,7 +181,8 @@ class EpochControl:
         return cls(
             epoch=d["epoch"], decided_at=d["decided_at"], entries=[Entry(**e) for e in d["entries"]],
             state_after=ControlState.from_dict(d["state_after"]), map_version_before=d["map_version_before"],
-            workers_before=d["workers_before"], applied=d.get("applied"), warm=d.get("warm", {}),
+            workers_before=d["workers_before"], warm=d.get("warm", {}),
+            applied=AppliedStep.from_dict(d["applied"]) if d.get("applied") else None,
         )
 
 
@@ -179,14 +235,10 @@ def tick_message(job: str, operator: str, at: datetime) -> bytes:
     return json.dumps({"schema": TICK_SCHEMA, "job": job, "operator": operator, "at": at.isoformat()}).encode()
 
 
-def _step_of(q: dict[str, Any]) -> ControlStep:
-    return step_from_document(q["msg"])
-
-
 def has_due_step(st: ControlState, now: datetime) -> bool:
     """A queued step could apply at an epoch starting now (the runner ticks when no data comes)."""
     for q in st.queue:
-        s = _step_of(q)
+        s = q.step
         if s.effective_at <= now and (s.step == 1 or step_key(s.plan_id, s.step - 1) in st.final):
             return True  # a pre-copy step received in an earlier epoch has been warmed: due as well
     return False
@@ -235,7 +287,7 @@ def decide(
             add("duplicate", s.plan_id, s.step, f"duplicate: already {f['status']} at epoch {f['epoch']}",
                 rec.offset, checkpoint=False, reecho=True)
             return
-        if any(step_key(q["msg"]["plan_id"], q["msg"]["step"]) == sk for q in st.queue):
+        if any(q.key == sk for q in st.queue):
             add("duplicate", s.plan_id, s.step, "duplicate: already queued", rec.offset, checkpoint=False)
             return
         if keyring is not None and (expired := keyring.expired_reason(s.issued_at, now)):
@@ -250,10 +302,10 @@ def decide(
             return
         if s.plan_id not in st.plans:
             for q in st.queue:
-                finish(_step_of(q), "superseded", f"superseded by newer plan {s.plan_id}", q["offset"], "supersede")
+                finish(q.step, "superseded", f"superseded by newer plan {s.plan_id}", q.offset, "supersede")
             st.queue = []
             st.plans = (st.plans + [s.plan_id])[-KEEP_PLANS:]
-        st.queue.append({"msg": s.to_dict(), "offset": rec.offset, "epoch": epoch})
+        st.queue.append(QueuedStep(s, rec.offset, epoch))
         received.add(sk)
 
     # 1) the epoch's new control records, in topic order; whatever one raises, it is rejected
@@ -269,26 +321,20 @@ def decide(
             add("reject", "", 0, f"{kind}: {describe_error(exc)}", rec.offset, checkpoint=False, event=True)
 
     # 2) the queue: apply at most one due step, in order
-    applied: dict[str, Any] | None = None
-    remaining: list[dict[str, Any]] = []
+    applied: AppliedStep | None = None
+    remaining: list[QueuedStep] = []
     waiting: dict[str, str] = {}
     for q in st.queue:
-        try:
-            s = _step_of(q)
-        except Exception as exc:  # cannot happen for what phase 1 queued; never fail the epoch for it
-            add("reject", str(q.get("msg", {}).get("plan_id", ""))[:100], 0, f"queued step unreadable: "
-                f"{describe_error(exc)}", str(q.get("offset", "")), checkpoint=False, event=True)
-            continue
-        sk = step_key(s.plan_id, s.step)
+        s, sk = q.step, q.key
         if applied is not None:
             remaining.append(q)
-            waiting[sk] = f"waits: step {applied['plan_id']}#{applied['step']} applies at this epoch"
+            waiting[sk] = f"waits: step {applied.plan_id}#{applied.step} applies at this epoch"
             continue
         if s.effective_at > now:
             remaining.append(q)
             waiting[sk] = f"queued until effective_at {s.effective_at.isoformat()}"
             continue
-        if s.precopy and q["epoch"] >= epoch:
+        if s.precopy and q.epoch >= epoch:
             remaining.append(q)
             waiting[sk] = "pre-copy: the new owners warm its bins in this epoch; cut-over at a later one"
             continue
@@ -299,12 +345,12 @@ def decide(
                 waiting[sk] = f"waits for step {s.step - 1} of plan {s.plan_id}"
                 continue
             if prev["status"] != "applied":
-                finish(s, "rejected", f"step {s.step - 1} of plan {s.plan_id} was {prev['status']}", q["offset"],
+                finish(s, "rejected", f"step {s.step - 1} of plan {s.plan_id} was {prev['status']}", q.offset,
                        "reject")
                 continue
         err = validate(s, st)
         if err:
-            finish(s, "rejected", err, q["offset"], "reject")
+            finish(s, "rejected", err, q.offset, "reject")
             continue
         before = (st.map_version, st.workers, list(st.assignment))
         if s.kind == "split" and s.bins is not None:
@@ -313,20 +359,14 @@ def decide(
             st.assignment[m.bin] = m.dst
         st.workers = s.workers
         st.map_version += 1  # every applied step is one new map version (the planner counts on it)
-        applied = {
-            "plan_id": s.plan_id, "step": s.step, "kind": s.kind,
-            "moves": [[m.bin, m.src, m.dst] for m in s.moves],
-            "workers_before": before[1], "workers": st.workers, "bins_before": len(before[2]),
-            "bins": len(st.assignment),
-            "map_version_before": before[0], "map_version_after": st.map_version,
-        }
-        finish(s, "applied", s.reason, q["offset"], "apply")
+        applied = AppliedStep(s.plan_id, s.step, s.kind, s.moves, workers_before=before[1], workers=st.workers,
+                              bins_before=len(before[2]), bins=len(st.assignment), map_version_before=before[0],
+                              map_version_after=st.map_version)
+        finish(s, "applied", s.reason, q.offset, "apply")
     st.queue = remaining
     for q in remaining:
-        sk = step_key(q["msg"]["plan_id"], q["msg"]["step"])
-        if sk in received:
-            add("queue", q["msg"]["plan_id"], q["msg"]["step"], waiting.get(sk, "queued"), q["offset"],
-                checkpoint=False)
+        if q.key in received:
+            add("queue", q.step.plan_id, q.step.step, waiting.get(q.key, "queued"), q.offset, checkpoint=False)
     if len(st.final) > KEEP_FINAL:
         st.final = dict(list(st.final.items())[-KEEP_FINAL:])
     return EpochControl(
@@ -336,23 +376,17 @@ def decide(
     )
 
 
-def is_split(applied: dict[str, Any] | None) -> bool:
-    """The epoch's applied step raised the bin count (EpochControl.applied)."""
-    return bool(applied) and applied.get("kind") == "split"  # type: ignore[union-attr]
-
-
 def warm_plan(st: ControlState) -> dict[str, list[int]]:
     """worker -> bins its task pre-copies this epoch: the incoming bins of every queued pre-copy
     step (Kafka Streams' warm-up replicas): at the cut-over only the changes since are replayed."""
     warm: dict[str, set[int]] = {}
     bins = len(st.assignment)
     for q in st.queue:
-        msg = q["msg"]
-        if not msg.get("precopy"):
+        if not q.step.precopy:
             continue
-        for m in msg["moves"]:
-            if 0 <= m["bin"] < bins:
-                warm.setdefault(str(m["to"]), set()).add(m["bin"])
+        for m in q.step.moves:
+            if 0 <= m.bin < bins:
+                warm.setdefault(str(m.dst), set()).add(m.bin)
     return {w: sorted(bs) for w, bs in sorted(warm.items())}
 
 

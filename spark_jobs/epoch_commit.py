@@ -16,7 +16,7 @@ from typing import Any
 from ballast.protocol import CheckpointMessage, acks_topic, message_key, utcnow
 from ballast.store import writer as mx
 from migrations_db import models as m
-from spark_jobs.control import EpochControl, is_split
+from spark_jobs.control import AppliedStep, EpochControl
 from spark_jobs.executors import ExecutorScaler
 from spark_jobs.run_config import RunConfig, as_utc, iso, parse_iso
 
@@ -62,8 +62,8 @@ class EpochCommit:
             # routing map in force from this epoch (version 0 at the first epoch)
             applied = d.applied
             mx.ensure_routing_map(s, cfg.job, cfg.operator, st.map_version, epoch, st.workers, st.assignment,
-                                  ended_at, applied["plan_id"] if applied else None,
-                                  applied["step"] if applied else None)
+                                  ended_at, applied.plan_id if applied else None,
+                                  applied.step if applied else None)
             for e in d.entries:
                 if e.checkpoint:
                     is_applied = e.action == "apply"
@@ -165,8 +165,8 @@ class EpochCommit:
         useful = max((float(w["useful_ms"]) for w in worker_docs), default=0.0)
         who = f"{self.cfg.operator} " if self.cfg.siblings else ""  # a chain: which operator's epoch
         a = d.applied
-        if a is not None and is_split(a):
-            moved = f" split {a['bins_before']} -> {a['bins']} bins (no key moved; each bin's parts stay on its worker)"
+        if a is not None and a.is_split:
+            moved = f" split {a.bins_before} -> {a.bins} bins (no key moved; each bin's parts stay on its worker)"
         log.info("%sepoch %d%s: rows=%d W=%d B=%d map=v%d steps: %s%s; batch %.0f ms (max worker useful %.0f ms) "
                  "backlog=%s queued=%d", who, epoch, " (replay)" if replay else "", rows, st.workers,
                  len(st.assignment), st.map_version, steps, moved, batch_ms, useful, backlog, len(st.queue))
@@ -174,12 +174,12 @@ class EpochCommit:
 
 
 
-def summarize_moves(applied: dict[str, Any], docs: list[dict[str, Any]]) -> dict[str, Any]:
+def summarize_moves(applied: AppliedStep, docs: list[dict[str, Any]]) -> dict[str, Any]:
     """Stats of the applied step's moves, from the receiving tasks' reports (they did the work,
     in parallel: the migration time is the slowest receiver's)."""
     per_bin = []
     per_worker_ms: dict[int, float] = {}
-    moving = {int(b): (int(src), int(dst)) for b, src, dst in applied["moves"]}
+    moving = {m.bin: (m.src, m.dst) for m in applied.moves}
     for d in docs:
         for b, info in (d.get("moved_in") or {}).items():
             if int(b) in moving:

@@ -33,7 +33,6 @@ from spark_jobs.control import (
     decide,
     has_due_step,
     initial_state,
-    is_split,
     tick_message,
 )
 from spark_jobs.durable import DurableState
@@ -300,19 +299,19 @@ class JobRunner(JobClients, EpochCommit, WarmUp):
         # the durable state, pre-copied ones only replay the changes since they were warmed)
         applied = decision.applied
         moving_in: dict[int, tuple[int, ...]] = {}
-        for b, _src, dst in (applied["moves"] if applied else []):
-            moving_in[dst] = moving_in.get(dst, ()) + (b,)
+        for m in (applied.moves if applied else ()):
+            moving_in[m.dst] = moving_in.get(m.dst, ()) + (m.bin,)
         warm = {int(w): tuple(bs) for w, bs in decision.warm.items()}
         worker_docs: list[dict[str, Any]] | None = None
         moves_doc: dict[str, Any] | None = None
         clock = None
         if self.clocks is not None and self.durable is not None and self.timers is not None:
             clock = self.clocks.for_epoch(epoch, self.durable.event_max_before(epoch), self.timers.lateness_ms)
-        split = is_split(applied)
+        split = applied is not None and applied.is_split
         if (input_rows or moving_in or warm or split
                 or (clock and self.timers and self.timers.epoch_needs_tasks(clock))):
             worker_docs = self._apply(df, epoch, st, moving_in, warm, clock, split)
-            moves_doc = summarize_moves(applied, worker_docs) if applied and applied["moves"] else None
+            moves_doc = summarize_moves(applied, worker_docs) if applied and applied.moves else None
         if cached:
             df.unpersist()
         faults.hit("after_apply")

@@ -82,7 +82,7 @@ def test_size_bound_is_checked_before_parsing_and_is_configurable():
     assert "larger than the 100-byte limit" in e.reason
     big_ok = json.dumps(_good(reason="r" * 1500)).encode()
     d = _decide([big_ok], max_message_bytes=4 * MAX_MESSAGE_BYTES)
-    assert d.applied and d.applied["map_version_after"] == 1
+    assert d.applied and d.applied.map_version_after == 1
 
 
 def test_bounds_are_the_db_columns():
@@ -114,7 +114,7 @@ def test_a_hostile_record_does_not_disturb_the_good_ones_around_it(monkeypatch):
     acts = [(e.action, e.plan_id, e.step) for e in d.entries]
     assert acts == [("reject", "", 0), ("reject", "", 0), ("apply", "a", 1), ("queue", "a", 2)], acts
     assert "KeyError" in d.entries[1].reason
-    assert [q["msg"]["plan_id"] for q in d.state_after.queue] == ["a"]
+    assert [q.step.plan_id for q in d.state_after.queue] == ["a"]
 
 
 def test_a_tick_is_still_a_tick():

@@ -74,7 +74,7 @@ def _run(st, msgs, epoch=5, now=NOW):
 def test_decide_applies_one_valid_step_and_bumps_the_map():
     st = initial_state(8, 2)
     d = _run(st, [_step(moves=((0, 0, 1), (7, 1, 0)))])
-    assert d.applied and d.applied["map_version_after"] == 1
+    assert d.applied and d.applied.map_version_after == 1
     assert d.state_after.assignment[0] == 1 and d.state_after.assignment[7] == 0
     assert st.assignment[0] == 0, "input state is not mutated"
     assert [(e.action, e.checkpoint) for e in d.entries] == [("apply", True)]
@@ -110,13 +110,13 @@ def test_queue_order_duplicates_and_supersede():
     s2 = _step(plan="a", step=2, steps=3, moves=((1, 0, 1),), version=1)
     s3 = _step(plan="a", step=3, steps=3, moves=((2, 0, 1),), version=2, eff=NOW + timedelta(seconds=30))
     d = _run(st, [s2, s1, s3])  # out of order: step 2 waits for step 1; one step per epoch
-    assert d.applied["step"] == 1
+    assert d.applied.step == 1
     assert {(e.plan_id, e.step, e.action) for e in d.entries} == {
         ("a", 1, "apply"), ("a", 2, "queue"), ("a", 3, "queue")}
     assert not has_due_step(initial_state(8, 2), NOW)
     assert has_due_step(d.state_after, NOW)
     d2 = _run(d.state_after, [s1], epoch=6)  # duplicate of a finished step: no checkpoint, ack re-echo
-    assert d2.applied["step"] == 2
+    assert d2.applied.step == 2
     dup = [e for e in d2.entries if e.action == "duplicate"]
     assert dup and dup[0].reecho and not dup[0].checkpoint
     d3 = _run(d2.state_after, [], epoch=7)
@@ -155,7 +155,7 @@ def test_split_raises_the_bin_count_and_keeps_every_key_on_its_worker():
     st = initial_state(8, 2)
     st.assignment = [0, 1, 0, 1, 1, 0, 0, 1]
     d = _run(st, [_split(32)])
-    assert d.applied and d.applied["bins_before"] == 8 and d.applied["bins"] == 32 and d.applied["moves"] == []
+    assert d.applied and d.applied.bins_before == 8 and d.applied.bins == 32 and d.applied.moves == ()
     after = d.state_after.assignment
     assert len(after) == 32 and d.state_after.map_version == 1 and d.state_after.workers == 2
     assert all(after[b] == st.assignment[b >> 2] for b in range(32))  # bin b's quarters stay on b's worker
@@ -229,7 +229,7 @@ def test_precopy_step_warms_one_epoch_then_applies():
     assert [e.action for e in d.entries] == ["queue"] and "pre-copy" in d.entries[0].reason
     assert has_due_step(d.state_after, NOW)  # the runner ticks for it
     d2 = _run(d.state_after, [], epoch=6)
-    assert d2.applied and d2.applied["moves"] == [[0, 0, 1], [5, 1, 0]] and d2.warm == {}
+    assert d2.applied and d2.applied.moves == (Move(0, 0, 1), Move(5, 1, 0)) and d2.warm == {}
     # a replay of the warm epoch decides the same (the decision is logged; this is the pure part)
     assert _run(st, [step], epoch=5).to_dict()["warm"] == d.to_dict()["warm"]
 
