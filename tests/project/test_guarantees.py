@@ -3,7 +3,7 @@ broke. This keeps the page honest: every named test exists (its file defines tha
 `Class::method`), every row of a guarantee table names at least one, and every link goes to an
 existing page and heading. A renamed or deleted test, or a renamed heading, fails here.
 
-Parsing only (ast and text, no imports of the tests): milliseconds."""
+Parsing only (ast and text, no imports of the tests), so it takes a fraction of a second."""
 
 from __future__ import annotations
 
