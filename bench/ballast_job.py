@@ -66,7 +66,7 @@ class BallastJob:
     def __init__(self, spec: JobSpec) -> None:
         self.spec = spec
         self.proc: Proc | None = None
-        self._producer: Any = None
+        self._emitter: Any = None
 
     # ------------------------------------------------------------------------- lifecycle
     def start(self) -> BallastJob:
@@ -86,9 +86,9 @@ class BallastJob:
     def stop(self) -> None:
         if self.proc is not None:
             self.proc.stop(timeout=180)
-        if self._producer is not None:
-            self._producer.close()
-            self._producer = None
+        if self._emitter is not None:
+            self._emitter.close()
+            self._emitter = None
 
     # ------------------------------------------------------------------------- metrics DB
     @property
@@ -142,26 +142,18 @@ class BallastJob:
              precopy: bool = False, total: int | None = None) -> float:
         """Send steps of a plan at once (every step unless `total`, the plan's step count, says the
         plan has more); step i is effective at now + (i-1)·gap. Returns the send time."""
-        from kafka import KafkaProducer
+        from ballast.emitter import ControlEmitter
+        from ballast.protocol import ControlStep
 
-        from ballast.protocol import ControlStep, control_topic, message_key
-
-        if self._producer is None:
-            self._producer = KafkaProducer(bootstrap_servers=self.spec.bootstrap, acks="all")
+        if self._emitter is None:  # the control plane's emitter: one way to put a step on the topic
+            self._emitter = ControlEmitter(self.spec.bootstrap, self.spec.db_url)
         now = datetime.now(UTC)
-        futs = []
         for st in steps:
-            msg = ControlStep(job=self.spec.job, operator=self.spec.operator, plan_id=plan_id, step=st.step,
-                              steps=total or len(steps), kind=st.kind, moves=tuple(st.moves), workers=st.workers,
-                              map_version=st.map_version, issued_at=now,
-                              effective_at=now + timedelta(seconds=(st.step - 1) * gap_s), reason=reason,
-                              precopy=precopy)
-            futs.append(self._producer.send(control_topic(self.spec.job),
-                                            key=message_key(self.spec.job, self.spec.operator),
-                                            value=msg.to_json()))
-        self._producer.flush(timeout=30)
-        for f in futs:
-            f.get(timeout=30)
+            self._emitter.send(ControlStep(
+                job=self.spec.job, operator=self.spec.operator, plan_id=plan_id, step=st.step,
+                steps=total or len(steps), kind=st.kind, moves=tuple(st.moves), workers=st.workers,
+                map_version=st.map_version, issued_at=now, effective_at=now + timedelta(seconds=(st.step - 1) * gap_s),
+                reason=reason, precopy=precopy))
         return now.timestamp()
 
     def wait_plan(self, plan_id: str, steps: int, timeout: float) -> list[Any]:

@@ -154,7 +154,10 @@ class ControlEmitter:
             )
         self._checked_topics.add(topic)
 
-    def _send(self, step: ControlStep) -> tuple[int, int]:
+    def send(self, step: ControlStep) -> tuple[int, int]:
+        """One step to its job's control topic, signed when the emitter has a key; the record's
+        (partition, offset). Plans go through `emit` (it claims and records every step); `send`
+        alone serves callers that keep no plan in the metrics DB (the benchmarks)."""
         topic = control_topic(step.job)
         self._check_topic(topic)
         try:
@@ -181,7 +184,7 @@ class ControlEmitter:
                      rec.plan_id)
             return None
         try:
-            partition, offset = self._send(msg)
+            partition, offset = self.send(msg)
         except EmitError:
             repo.release_step_claim(self.db_url, rec.plan_id, rec.step, self.claimant)
             raise

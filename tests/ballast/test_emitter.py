@@ -158,3 +158,25 @@ def test_rejected_step_fails_the_plan_with_its_reason(kafka_bootstrap, db_url, j
     with ControlEmitter(kafka_bootstrap, db_url) as em, pytest.raises(EmitError, match="already failed"):
         em.emit(plan_id)
     assert len(_topic_messages(kafka_bootstrap, job)) == 2
+
+
+def test_send_puts_one_signed_step_on_the_control_topic_without_a_plan(kafka_bootstrap, db_url, job):
+    """`send` (what the benchmarks use: no plan in the metrics DB) signs like `emit` does."""
+    import json
+    from datetime import UTC, datetime
+
+    from ballast.protocol import ControlStep, Move
+    from ballast.signing import Keyring, SigningKey
+
+    now = datetime.now(UTC)
+    step = ControlStep(job, "keycount", "bench-1", 1, 1, "moves", (Move(0, 0, 1),), 2, 0, now, now)
+    with ControlEmitter(kafka_bootstrap, db_url, signing_key=SigningKey("k1", b"s" * 32)) as em:
+        partition, offset = em.send(step)
+    c = KafkaConsumer(bootstrap_servers=kafka_bootstrap, enable_auto_commit=False, consumer_timeout_ms=1500)
+    tp = TopicPartition(control_topic(job), 0)
+    c.assign([tp])
+    c.seek_to_beginning(tp)
+    [rec] = list(c)
+    c.close()
+    assert (partition, offset) == (0, rec.offset) and parse_control(rec.value) == step
+    assert Keyring({"k1": b"s" * 32}).authenticate(json.loads(rec.value)) == "k1"
