@@ -18,7 +18,7 @@ setup: ## venv + pinned packages, Maven jars into .cache/ (idempotent)
 
 up: setup ## start Kafka (KRaft) and Airflow standalone on 127.0.0.1, migrate the metrics DB (BALLAST_KAFKA_AUTH=scram: SASL/SCRAM + ACLs)
 	@$(STACK) up kafka airflow
-	@$(PY) -m migrations_db upgrade
+	@$(PY) -m ballast.store upgrade
 
 down: ## stop every local service this project started
 	@$(STACK) down
@@ -27,7 +27,7 @@ status: ## which local services are up
 	@$(STACK) status
 
 db: setup ## upgrade the metrics DB at BALLAST_DB_URL (default: SQLite under .state/)
-	@$(PY) -m migrations_db upgrade
+	@$(PY) -m ballast.store upgrade
 
 lint: setup ## ruff (style, imports, bugbear, pyupgrade) and mypy (strict on the framework-free core)
 	@$(VENV)/bin/ruff check .
