@@ -1,6 +1,6 @@
 # Ballast — every target installs what it needs and is safe to re-run.
 #   make demo   run the main job end to end on the embedded defaults
-#   make lint   ruff and mypy (run by .ci/run before the suite)
+#   make lint   ruff, mypy and the import layers (run by .ci/run before the suite)
 #   make test   the whole test suite (starts the services it needs itself)
 SHELL := /bin/bash
 VENV  ?= .venv
@@ -29,9 +29,10 @@ status: ## which local services are up
 db: setup ## upgrade the metrics DB at BALLAST_DB_URL (default: SQLite under .state/)
 	@$(PY) -m ballast.store upgrade
 
-lint: setup ## ruff (style, imports, bugbear, pyupgrade) and mypy (strict on the framework-free core)
+lint: setup ## ruff (style, imports, bugbear, pyupgrade), mypy (strict on the framework-free core), the layer contracts (lint-imports; docs/architecture.md)
 	@$(VENV)/bin/ruff check .
 	@$(PY) -m mypy
+	@$(VENV)/bin/lint-imports
 
 test: setup ## the whole suite, against real Kafka, Spark, SQLite, PostgreSQL and Airflow
 	@$(PY) -m pytest --durations=30 $(PYTEST_ARGS)

@@ -25,7 +25,7 @@ def get_operator(name: str) -> Operator:
         cls = import_operator_class(name)
         if isinstance(cls, type) and issubclass(cls, Operator):
             return cls()
-        if is_processor(cls):
+        if isinstance(cls, type) and is_processor(cls):
             return ProcessorOperator(cls)
         raise ValueError(f"operator {name!r} is not a subclass of spark_jobs.operators.Operator nor a "
                          "stateful processor (a class with init(handle) and handleInputRows / handle_input_rows, "
