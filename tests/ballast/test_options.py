@@ -218,8 +218,9 @@ def test_code_reads_knobs_through_the_module() -> None:
 
 def test_the_direct_read_pattern() -> None:
     """Reads by name or by an ENV_ constant are caught; a write and a read of another variable are not."""
-    for line in ('os.environ.get("BALLAST_DB_URL")', 'os.getenv("SPARK_MASTER", "x")', 'os.environ["BALLAST_X"]',
-                 "(env if env is not None else os.environ).get(ENV_SIGNING_KEY)", "os.environ[ENV_CONFIG]"):
+    for line in ('os.environ.get("BALLAST_DB_URL")', 'os.getenv("SPARK_MASTER", "x")',
+                 'os.environ["BALLAST_STATE_DIR"]', "(env if env is not None else os.environ).get(ENV_SIGNING_KEY)",
+                 "os.environ[ENV_CONFIG]"):
         assert DIRECT_READ.search(line), line
-    for line in ('os.environ["BALLAST_X"] = "1"', 'os.environ.get("PYSPARK_PYTHON")', "env.get(ENV_KEYS)"):
+    for line in ('os.environ["BALLAST_STATE_DIR"] = "1"', 'os.environ.get("PYSPARK_PYTHON")', "env.get(ENV_KEYS)"):
         assert not DIRECT_READ.search(line), line
