@@ -1,6 +1,6 @@
 # Ballast — every target installs what it needs and is safe to re-run.
 #   make demo   run the main job end to end on the embedded defaults
-#   make lint   ruff and mypy (run by .ci/run before the suite)
+#   make lint   ruff, mypy and the import layers (run by .ci/run before the suite)
 #   make test   the whole test suite (starts the services it needs itself)
 SHELL := /bin/bash
 VENV  ?= .venv
@@ -20,7 +20,7 @@ setup: ## venv + pinned packages, Maven jars into .cache/ (idempotent)
 
 up: setup ## start Kafka (KRaft) and Airflow standalone on 127.0.0.1, migrate the metrics DB (BALLAST_KAFKA_AUTH=scram: SASL/SCRAM + ACLs)
 	@$(STACK) up kafka airflow
-	@$(PY) -m migrations_db upgrade
+	@$(PY) -m ballast.store upgrade
 
 down: ## stop every local service this project started
 	@$(STACK) down
@@ -29,11 +29,12 @@ status: ## which local services are up
 	@$(STACK) status
 
 db: setup ## upgrade the metrics DB at BALLAST_DB_URL (default: SQLite under .state/)
-	@$(PY) -m migrations_db upgrade
+	@$(PY) -m ballast.store upgrade
 
-lint: setup ## ruff (style, imports, bugbear, pyupgrade) and mypy (strict on the framework-free core)
+lint: setup ## ruff (style, imports, bugbear, pyupgrade), mypy (strict on the framework-free core), the layer contracts (lint-imports; docs/architecture.md)
 	@$(VENV)/bin/ruff check .
 	@$(PY) -m mypy
+	@$(VENV)/bin/lint-imports
 
 test: setup ## the whole suite, against real Kafka, Spark, SQLite, PostgreSQL and Airflow (TEST_WORKERS=3 xdist workers)
 	@$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=30 $(PYTEST_ARGS)

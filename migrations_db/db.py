@@ -1,7 +1,9 @@
-"""Engine and session from `BALLAST_DB_URL`: the only place the rest of the code gets a DB from.
+"""Engine and session for a metrics DB URL: the only place the rest of the code gets a DB from.
 
-Default: a SQLite file under the repo's ignored `.state/` directory. SQLite is opened in WAL mode
-with a busy timeout because the Spark driver, Airflow tasks and tests write to it concurrently.
+The schema imports nothing of Ballast's, so every function takes the URL from its caller (who has
+it from `ballast.options`: BALLAST_DB_URL, else SQLite under the state dir; see
+`ballast.store.schema.default_url`). SQLite is opened in WAL mode with a busy timeout because the
+Spark driver, Airflow tasks and tests write to it concurrently.
 """
 
 from __future__ import annotations
@@ -14,18 +16,8 @@ from pathlib import Path
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.orm import Session, sessionmaker
 
-from ballast.options import settings
-
 ALEMBIC_DIR = Path(__file__).resolve().parent / "alembic"
 VERSION_TABLE = "ballast_alembic_version"  # Airflow's metadata DB has its own alembic_version
-
-
-def default_url() -> str:
-    """BALLAST_DB_URL, else SQLite under BALLAST_STATE_DIR (created: SQLite needs the directory)."""
-    s = settings()
-    if not s.db_url:
-        s.state_dir.mkdir(parents=True, exist_ok=True)
-    return s.metrics_db_url()
 
 
 def is_unreachable(exc: BaseException) -> bool:
@@ -44,9 +36,8 @@ def _sqlite_pragmas(dbapi_conn, _record) -> None:
 
 
 @lru_cache(maxsize=16)
-def get_engine(url: str | None = None) -> Engine:
+def get_engine(url: str) -> Engine:
     """One pooled engine per URL and process."""
-    url = url or default_url()
     if url.startswith("sqlite"):
         engine = create_engine(url, connect_args={"timeout": 30})
         event.listen(engine, "connect", _sqlite_pragmas)
@@ -56,49 +47,30 @@ def get_engine(url: str | None = None) -> Engine:
 
 
 @contextmanager
-def session_scope(url: str | None = None) -> Iterator[Session]:
+def session_scope(url: str) -> Iterator[Session]:
     """A transaction: commits on success, rolls back on error."""
     maker = sessionmaker(get_engine(url), expire_on_commit=False)
     with maker() as session, session.begin():
         yield session
 
 
-def alembic_config(url: str | None = None):
+def alembic_config(url: str):
     from alembic.config import Config
 
     cfg = Config()
     cfg.set_main_option("script_location", str(ALEMBIC_DIR))
-    cfg.set_main_option("sqlalchemy.url", (url or default_url()).replace("%", "%%"))
+    cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
     return cfg
 
 
-def migrate(url: str | None = None, revision: str = "head") -> None:
+def migrate(url: str, revision: str = "head") -> None:
     """Upgrade the metrics DB to `revision` (idempotent)."""
     from alembic import command
 
     command.upgrade(alembic_config(url), revision)
 
 
-def downgrade(url: str | None = None, revision: str = "base") -> None:
+def downgrade(url: str, revision: str = "base") -> None:
     from alembic import command
 
     command.downgrade(alembic_config(url), revision)
-
-
-def main() -> None:
-    """`python -m migrations_db [upgrade|downgrade] [revision]` for the on-call and the Makefile."""
-    import sys
-
-    action = sys.argv[1] if len(sys.argv) > 1 else "upgrade"
-    rev = sys.argv[2] if len(sys.argv) > 2 else ("head" if action == "upgrade" else "base")
-    if action == "upgrade":
-        migrate(revision=rev)
-    elif action == "downgrade":
-        downgrade(revision=rev)
-    else:
-        raise SystemExit(f"unknown action {action!r}: use upgrade or downgrade")
-    print(f"metrics DB {action}d to {rev}: {default_url()}")
-
-
-if __name__ == "__main__":
-    main()

@@ -44,7 +44,7 @@ import stack  # noqa: E402
 
 from ballast.options import settings  # noqa: E402
 from ballast.store import JobStore  # noqa: E402
-from migrations_db.db import default_url  # noqa: E402
+from ballast.store.schema import default_url  # noqa: E402
 
 JOB, OPERATOR = "clicks", "keycount"
 API = f"http://{stack.HOST}:{stack.AIRFLOW_PORT}"

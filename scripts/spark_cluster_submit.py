@@ -8,12 +8,17 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from spark_cluster_procs import HOST
 
-if TYPE_CHECKING:
-    from spark_cluster import SparkCluster
+
+class HasMasterURL(Protocol):
+    """What a submit needs of a cluster (spark_cluster.SparkCluster): not imported, since
+    spark_cluster imports this module to build its own submit lines."""
+
+    @property
+    def master_url(self) -> str: ...
 
 
 def spark_home() -> str:
@@ -32,7 +37,7 @@ def submit_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 
 
 def spark_submit_cmd(
-    cluster_or_master_url: SparkCluster | str,
+    cluster_or_master_url: HasMasterURL | str,
     app: str,
     app_args: list[str],
     *,

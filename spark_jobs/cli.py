@@ -76,7 +76,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def config_from_args(a: argparse.Namespace) -> RunConfig:
-    from migrations_db.db import default_url
+    from ballast.store.schema import default_url
 
     first = (a.operator or ["keycount"])[0]  # NAME=PATH names a single operator too
     return RunConfig(
@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging()
     a = parser().parse_args(argv)
     if a.cmd == "run":
-        from spark_jobs.operators import get_operator
+        from spark_jobs.operator_loader import get_operator
 
         ops = a.operator or ["keycount"]
         try:  # before Spark starts: a wrong import path fails in a second, with what to do

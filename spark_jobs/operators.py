@@ -80,38 +80,3 @@ def decode_count(state: bytes) -> int:
 
 
 OPERATORS: dict[str, type[Operator]] = {KeyCount.name: KeyCount, WordCount.name: WordCount}
-
-
-def get_operator(name: str) -> Operator:
-    """A shipped operator by name, or a user's by import path `package.module:Class`: an
-    `Operator` subclass, or a stateful processor (spark_jobs.processor: Ballast's or PySpark's
-    `StatefulProcessor`), which runs through spark_jobs.processing.
-
-    A user's module must reach the executors the way the job's own code does (spark-submit
-    `--py-files`, or `spark.submit.pyFiles`)."""
-    if ":" in name:
-        import importlib
-
-        from spark_jobs.processor import is_processor
-
-        mod_name, _, cls_name = name.partition(":")
-        if not mod_name or not cls_name:
-            raise ValueError(f"operator {name!r}: write an import path as package.module:Class")
-        try:
-            cls = getattr(importlib.import_module(mod_name), cls_name)
-        except (ImportError, AttributeError) as exc:
-            raise ValueError(f"operator {name!r} does not import: {exc}. Ship its module with --py-files "
-                             "(it must be importable on the driver and on every executor)") from None
-        if isinstance(cls, type) and issubclass(cls, Operator):
-            return cls()
-        if is_processor(cls):
-            from spark_jobs.processing import ProcessorOperator
-
-            return ProcessorOperator(cls)
-        raise ValueError(f"operator {name!r} is not a subclass of spark_jobs.operators.Operator nor a "
-                         "stateful processor (a class with init(handle) and handleInputRows / handle_input_rows, "
-                         "e.g. a subclass of spark_jobs.processor.StatefulProcessor)")
-    try:
-        return OPERATORS[name]()
-    except KeyError:
-        raise ValueError(f"unknown operator {name!r}; known: {sorted(OPERATORS)}, or package.module:Class") from None

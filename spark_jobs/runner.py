@@ -42,7 +42,7 @@ from spark_jobs.inputs import InputRows
 from spark_jobs.job_clients import JobClients
 from spark_jobs.journal import KEEP_EPOCHS, Journal
 from spark_jobs.offsets import committed_epochs
-from spark_jobs.operators import get_operator
+from spark_jobs.operator_loader import get_operator
 from spark_jobs.output import dlq_topic
 from spark_jobs.processing import ProcessorOperator
 from spark_jobs.run_config import RunConfig, ensure_job_topics, tick_topic

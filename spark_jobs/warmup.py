@@ -105,7 +105,7 @@ def _warm_fn(operator: str, job: str, cache_dir: str | None, store_id: str) -> A
 
         from spark_jobs import worker  # noqa: F401
         from spark_jobs.cache import WorkerCache, default_cache_root
-        from spark_jobs.operators import get_operator
+        from spark_jobs.operator_loader import get_operator
 
         op = get_operator(operator)
         if store_id:

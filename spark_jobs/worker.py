@@ -145,7 +145,7 @@ def _run(cfg: ApplyConfig, cache: Any, txn: Any, worker: int, table: Any, n: int
         writer = ObjectWriter(meta={"epoch": e, "worker": worker, "attempt": attempt, "kind": "changelog"})
         extra: dict[str, Any] = {}
         if cfg.clock is not None:  # a stateful processor: typed state, timers, event time
-            from spark_jobs.operators import get_operator
+            from spark_jobs.operator_loader import get_operator
             from spark_jobs.processing import run_processor
 
             dead, per_bin, extra = run_processor(cfg, cache, txn, table, n, owned, writer,
@@ -264,7 +264,7 @@ def fold_rows(cfg: ApplyConfig, cache: Any, txn: Any, table: Any, n: int,
     import pyarrow.compute as pc
 
     from spark_jobs.bins import SHORT_KEY_MAX, decode_value, encode_value, store_key
-    from spark_jobs.operators import get_operator
+    from spark_jobs.operator_loader import get_operator
 
     if not n:
         return 0, BinRecords.empty()

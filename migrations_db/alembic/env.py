@@ -3,11 +3,14 @@
 from alembic import context
 from sqlalchemy import create_engine, pool
 
-from migrations_db.db import VERSION_TABLE, default_url
+from migrations_db.db import VERSION_TABLE
 from migrations_db.models import Base
 
 config = context.config
-URL = config.get_main_option("sqlalchemy.url") or default_url()
+URL = config.get_main_option("sqlalchemy.url")
+if not URL:  # migrations_db.db.alembic_config sets it; a bare `alembic` run must too
+    raise SystemExit("no metrics DB URL: run `python -m ballast.store upgrade` (BALLAST_DB_URL), "
+                     "or set sqlalchemy.url in migrations_db/alembic.ini for a bare `alembic` run")
 target_metadata = Base.metadata
 
 

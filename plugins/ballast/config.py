@@ -16,6 +16,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from ballast.operator_names import check_operator_name
 from ballast.options import DEFAULT_MAX_WORKERS, REPO, ConfigError, EmitMode, Launcher, Order, Strategy, settings
 from ballast.policy.ds2 import Aggregation
 
@@ -90,9 +91,7 @@ class OperatorEntry(BaseModel):
     @classmethod
     def _imports(cls, path: str) -> str:
         """Checked when the jobs file loads: a wrong path fails there, not at the job's launch."""
-        from spark_jobs.operators import get_operator
-
-        get_operator(path)  # its ValueError says what is wrong and what to do
+        check_operator_name(path)  # its ValueError says what is wrong and what to do
         return path
 
 

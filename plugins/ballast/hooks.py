@@ -104,7 +104,7 @@ class BallastMetricsDbHook(BaseHook):
 
     `extra.sqlalchemy_url` wins; else the URL is built from the connection (sqlite: host = file
     path; postgres: postgresql+psycopg2://login:password@host:port/schema). Absent connection:
-    BALLAST_DB_URL, else the repo's .state/metrics.db (migrations_db.db.default_url()).
+    BALLAST_DB_URL, else the repo's .state/metrics.db (ballast.store.schema.default_url()).
     """
 
     conn_name_attr = "db_conn_id"
@@ -119,7 +119,7 @@ class BallastMetricsDbHook(BaseHook):
     def url(self) -> str:
         conn = _connection_or_none(self.db_conn_id)
         if conn is None:
-            from migrations_db.db import default_url
+            from ballast.store.schema import default_url
 
             return default_url()
         extra = conn.extra_dejson or {}

@@ -14,15 +14,15 @@ properties, JAAS line included). The password is kept out of reprs and logs.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ballast.errors import BallastError
+from ballast.options import env_var, settings
 
-ENV_CONFIG = "BALLAST_KAFKA_CONFIG"
+ENV_CONFIG = env_var("kafka_config")
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 _JAAS = {"PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
@@ -77,7 +77,8 @@ class KafkaSecurity:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> KafkaSecurity:
-        raw = (env if env is not None else os.environ).get(ENV_CONFIG)
+        """BALLAST_KAFKA_CONFIG (through ballast.options; `env` stands in for the environment in tests)."""
+        raw = env.get(ENV_CONFIG) if env is not None else settings().kafka_config
         if not raw:
             return cls()
         try:

@@ -22,7 +22,6 @@ import binascii
 import hashlib
 import hmac
 import json
-import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -31,12 +30,13 @@ from pathlib import Path
 from typing import Any
 
 from ballast.errors import BallastError
+from ballast.options import env_var, settings
 from ballast.protocol import ControlStep, ProtocolError, brief
 
 ALG = "HMAC-SHA256"
 SIG_FIELD = "sig"
-ENV_KEYS = "BALLAST_CONTROL_KEYS"  # job side: JSON {kid: secret}
-ENV_SIGNING_KEY = "BALLAST_CONTROL_SIGNING_KEY"  # controller side without Airflow: JSON {"kid":..., "secret":...}
+ENV_KEYS = env_var("control_keys")  # job side: JSON {kid: secret}
+ENV_SIGNING_KEY = env_var("control_signing_key")  # controller side without Airflow: JSON {"kid":..., "secret":...}
 DEFAULT_MAX_AGE_S = 600.0
 DEFAULT_MAX_SKEW_S = 60.0
 MIN_SECRET_BYTES = 16
@@ -91,8 +91,9 @@ class SigningKey:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> SigningKey | None:
-        """BALLAST_CONTROL_SIGNING_KEY = '{"kid": "...", "secret": "..."}' (None when unset)."""
-        raw = (env if env is not None else os.environ).get(ENV_SIGNING_KEY)
+        """BALLAST_CONTROL_SIGNING_KEY = '{"kid": "...", "secret": "..."}' (None when unset); `env`
+        stands in for the environment (tests), else the variable comes through ballast.options."""
+        raw = env.get(ENV_SIGNING_KEY) if env is not None else settings().control_signing_key
         if not raw:
             return None
         try:
@@ -201,14 +202,15 @@ def parse_keys(text: str, origin: str) -> dict[str, bytes]:
 
 def load_keyring(path: str | None = None, env: Mapping[str, str] | None = None,
                  max_age_s: float = DEFAULT_MAX_AGE_S, max_skew_s: float = DEFAULT_MAX_SKEW_S) -> Keyring | None:
-    """The job's keys from `path` (wins) or BALLAST_CONTROL_KEYS; None = unsigned mode."""
-    env = env if env is not None else os.environ
+    """The job's keys from `path` (wins) or BALLAST_CONTROL_KEYS (from `env` if given, else through
+    ballast.options); None = unsigned mode."""
     if path:
         try:
             text = Path(path).read_text()
         except OSError as exc:
             raise KeyConfigError(f"cannot read control keys file {path}: {exc}") from exc
         return Keyring(parse_keys(text, f"control keys file {path}"), max_age_s, max_skew_s)
-    if env.get(ENV_KEYS):
-        return Keyring(parse_keys(env[ENV_KEYS], ENV_KEYS), max_age_s, max_skew_s)
+    raw = env.get(ENV_KEYS) if env is not None else settings().control_keys
+    if raw:
+        return Keyring(parse_keys(raw, ENV_KEYS), max_age_s, max_skew_s)
     return None

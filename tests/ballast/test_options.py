@@ -198,7 +198,10 @@ def test_every_ballast_variable_in_the_tree_is_declared() -> None:
 
 
 NAME = r"(?:BALLAST_[A-Z0-9_]+|SPARK_MASTER)"
-DIRECT_READ = re.compile(rf"""(?:environ\.get|getenv)\(\s*["']{NAME}["']|environ\[\s*["']{NAME}["']\s*\](?!\s*=[^=])""")
+# a variable named in a string, or through a module constant (`ENV_KEYS = env_var(...)`; signing and
+# kafka_security once read theirs that way, around ballast.options)
+VAR = rf"""["']{NAME}["']|ENV_[A-Z0-9_]+"""
+DIRECT_READ = re.compile(rf"""(?:environ\)?\.get|getenv)\(\s*(?:{VAR})|environ\[\s*(?:{VAR})\s*\](?!\s*=[^=])""")
 
 
 def test_code_reads_knobs_through_the_module() -> None:
@@ -211,3 +214,13 @@ def test_code_reads_knobs_through_the_module() -> None:
         if DIRECT_READ.search(line)
     ]
     assert not offenders, "read these through ballast.options.settings():\n" + "\n".join(offenders)
+
+
+def test_the_direct_read_pattern() -> None:
+    """Reads by name or by an ENV_ constant are caught; a write and a read of another variable are not."""
+    for line in ('os.environ.get("BALLAST_DB_URL")', 'os.getenv("SPARK_MASTER", "x")',
+                 'os.environ["BALLAST_STATE_DIR"]', "(env if env is not None else os.environ).get(ENV_SIGNING_KEY)",
+                 "os.environ[ENV_CONFIG]"):
+        assert DIRECT_READ.search(line), line
+    for line in ('os.environ["BALLAST_STATE_DIR"] = "1"', 'os.environ.get("PYSPARK_PYTHON")', "env.get(ENV_KEYS)"):
+        assert not DIRECT_READ.search(line), line

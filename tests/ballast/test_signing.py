@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from ballast.errors import BallastError
 from ballast.protocol import ControlStep, Move
 from ballast.signing import ALG, KeyConfigError, Keyring, SigningKey, canonical, load_keyring, sign, signed_step
 from spark_jobs.control import ControlRecord, decide, initial_state
@@ -120,6 +121,19 @@ def test_keys_from_file_and_env_and_their_errors(tmp_path):
     env_key = SigningKey.from_env({"BALLAST_CONTROL_SIGNING_KEY": json.dumps({"kid": "k1",
                                                                               "secret": "first-secret-0123456789"})})
     assert env_key == K1
+
+
+def test_without_a_mapping_the_keys_come_through_the_options(monkeypatch):
+    """The process environment is read by ballast.options, as every other knob (an empty value is unset)."""
+    monkeypatch.setenv("BALLAST_CONTROL_KEYS", json.dumps({"a": "0123456789abcdef"}))
+    monkeypatch.setenv("BALLAST_CONTROL_SIGNING_KEY", json.dumps({"kid": "k1", "secret": "first-secret-0123456789"}))
+    assert load_keyring(None).kids == ["a"] and SigningKey.from_env() == K1
+    monkeypatch.setenv("BALLAST_CONTROL_KEYS", "")
+    monkeypatch.delenv("BALLAST_CONTROL_SIGNING_KEY")
+    assert load_keyring(None) is None and SigningKey.from_env() is None
+    monkeypatch.setenv("BALLAST_PG_PORT", "fifty")  # a bad knob anywhere is named, not skipped
+    with pytest.raises(BallastError, match="BALLAST_PG_PORT='fifty'"):
+        load_keyring(None)
 
 
 def test_sign_replaces_an_existing_sig():

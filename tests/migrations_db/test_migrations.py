@@ -99,3 +99,16 @@ def test_0003_closes_extra_open_plans_and_dedups_events_sqlite(tmp_path):
 
 def test_0003_closes_extra_open_plans_and_dedups_events_postgres(postgres_url):
     _upgrade_0003_with_old_data(_fresh_postgres_db(postgres_url, "ballast_migrations_0003"))
+
+
+def test_alembic_without_a_url_says_where_the_url_comes_from():
+    """The schema has no default URL of its own (it imports nothing of Ballast's): a bare run is refused."""
+    from alembic import command
+    from alembic.config import Config
+
+    from migrations_db.db import ALEMBIC_DIR
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(ALEMBIC_DIR))
+    with pytest.raises(SystemExit, match=r"no metrics DB URL: run `python -m ballast.store upgrade`"):
+        command.upgrade(cfg, "head")

@@ -72,7 +72,7 @@ def test_every_dependency_is_waited_for_by_health_or_completion():
 def test_init_order_topic_login_and_fernet_key():
     services = _services()
     init = services["airflow-init"]
-    assert "airflow db migrate" in init["command"][0] and "python -m migrations_db upgrade" in init["command"][0]
+    assert "airflow db migrate" in init["command"][0] and "python -m ballast.store upgrade" in init["command"][0]
     for name in ("airflow-api-server", "airflow-scheduler", "airflow-dag-processor", "airflow-triggerer"):
         deps = services[name]["depends_on"]
         assert deps["airflow-init"]["condition"] == "service_completed_successfully", name

@@ -264,7 +264,8 @@ def test_location_keeps_the_scheme_and_writes_atomically(tmp_path):
 
 
 def test_user_operator_by_import_path_and_clear_errors():
-    from spark_jobs.operators import KeyCount, get_operator
+    from spark_jobs.operator_loader import get_operator
+    from spark_jobs.operators import KeyCount
 
     assert isinstance(get_operator("spark_jobs.operators:KeyCount"), KeyCount)
     with pytest.raises(ValueError, match="does not import"):

@@ -148,7 +148,7 @@ class _Bad:
 
 
 def test_operator_by_import_path_accepts_processors_with_clear_errors():
-    from spark_jobs.operators import get_operator
+    from spark_jobs.operator_loader import get_operator
     from spark_jobs.processing import ProcessorOperator
 
     op = get_operator("window_counts:WindowCounts")

@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     fl.add_argument("--reason", default="failed by hand: its run is gone")
     args = ap.parse_args(argv)
 
-    from migrations_db.db import default_url
+    from ballast.store.schema import default_url
 
     url = args.db_url or default_url()
     if args.cmd == "open":
@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"plan {args.plan_id} is {'not in the metrics DB' if plan is None else plan.status}: nothing to do",
               file=sys.stderr)
         return 2
-    from ballast.controller import fail_plan
+    from ballast.control.verify import fail_plan
 
     print(fail_plan(url, args.plan_id, f"plan {args.plan_id}: {args.reason}", "plan_failed_by_hand"))
     return 0

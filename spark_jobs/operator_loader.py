@@ -1,0 +1,36 @@
+"""From an operator's name to the object the workers fold with.
+
+Apart from spark_jobs.operators (the operator API) because a name may also give a stateful
+processor, run through spark_jobs.processing, which itself builds on the operator API: the loader
+sits above both, so neither imports the other back. The name's form and the import of a user's
+class are ballast.operator_names (the jobs file checks a name with it too).
+"""
+
+from __future__ import annotations
+
+from ballast.operator_names import import_operator_class
+from spark_jobs.operators import OPERATORS, Operator
+from spark_jobs.processing import ProcessorOperator
+from spark_jobs.processor import is_processor
+
+
+def get_operator(name: str) -> Operator:
+    """A shipped operator by name, or a user's by import path `package.module:Class`: an
+    `Operator` subclass, or a stateful processor (spark_jobs.processor: Ballast's or PySpark's
+    `StatefulProcessor`), which runs through spark_jobs.processing.
+
+    A user's module must reach the executors the way the job's own code does (spark-submit
+    `--py-files`, or `spark.submit.pyFiles`)."""
+    if ":" in name:
+        cls = import_operator_class(name)
+        if isinstance(cls, type) and issubclass(cls, Operator):
+            return cls()
+        if isinstance(cls, type) and is_processor(cls):
+            return ProcessorOperator(cls)
+        raise ValueError(f"operator {name!r} is not a subclass of spark_jobs.operators.Operator nor a "
+                         "stateful processor (a class with init(handle) and handleInputRows / handle_input_rows, "
+                         "e.g. a subclass of spark_jobs.processor.StatefulProcessor)")
+    try:
+        return OPERATORS[name]()
+    except KeyError:
+        raise ValueError(f"unknown operator {name!r}; known: {sorted(OPERATORS)}, or package.module:Class") from None
