@@ -14,7 +14,8 @@ It never trusts local files it did not check:
      its cut-over, a cache that missed epochs); or load it from the durable state (a bin that
      moved in, a new or lost executor);
    * fold the rows (sorted by hash, key, Kafka partition, offset: deterministic), recording
-     every state change by bin; a record whose fold raises goes to the dead-letter topic;
+     every state change by bin; a record without a key or whose fold raises goes to the
+     dead-letter topic with its reason (spark_jobs.records);
    * write the changelog object (durable, write-once, named by this attempt) — and a snapshot
      object when the driver asked for one — and only then commit the cache.
    The commit is conditional by construction: whatever the cache held, the result is the durable
@@ -35,6 +36,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from spark_jobs.durable import DEAD_LETTER, OUTPUT, History
+from spark_jobs.records import (
+    MAX_RECORD_BYTES,
+    OPERATOR_ERROR,
+    REASON_HEADER,
+    REJECT_COLUMN,
+    TOO_LARGE,
+    dead_note,
+    error_text,
+    source_of,
+    split_rejected,
+    too_large,
+)
 
 OUTPUT_SCHEMA = "topic string, key binary, value binary, headers array<struct<key:string,value:binary>>"
 ID_HEADER = "ballast-id"
@@ -105,18 +118,23 @@ def make_apply_fn(cfg: ApplyConfig) -> Callable[[Iterator[Any]], Iterator[Any]]:
 
 
 def _to_arrow(cfg: ApplyConfig, worker: int, outputs: list[tuple[int, bytes, bytes, str | None]]):
-    """Kafka-writer rows: outputs to `<job>.output`, dead letters to `<job>.dlq` with their reason."""
+    """Kafka-writer rows: outputs to `<job>.output`, dead letters to `<job>.dlq` with their reason
+    (spark_jobs.records), source (topic:partition:offset) and error."""
     import pyarrow as pa
 
     topics, keys, values, headers = [], [], [], []
     for seq, (kind, key, value, note) in enumerate(outputs):
         hdr = [{"key": ID_HEADER, "value": b"%d:%d:%d" % (cfg.epoch, worker, seq)}]
+        info = json.loads(note or "{}") if kind == DEAD_LETTER else {}
         if kind == DEAD_LETTER:
-            info = json.loads(note or "{}")
-            hdr += [{"key": "ballast-error", "value": str(info.get("error", "")).encode()},
-                    {"key": "ballast-epoch", "value": b"%d" % cfg.epoch},
-                    {"key": "ballast-source",
-                     "value": f"{info.get('topic')}:{info.get('partition')}:{info.get('offset')}".encode()}]
+            hdr += _dead_headers(cfg.epoch, info.get("reason", OPERATOR_ERROR), str(info.get("error", "")), info)
+        size = too_large(key, value, hdr)
+        if size:  # the writer would fail the epoch (and every replay of it): a dead letter without payload
+            what = "dead letter" if kind == DEAD_LETTER else f"output to {cfg.output_topic}"
+            err = (f"{what} of {size} bytes is over the job's {MAX_RECORD_BYTES}-byte record limit; "
+                   f"its key and value were dropped (the source record is still in its topic)")
+            hdr = hdr[:1] + _dead_headers(cfg.epoch, TOO_LARGE, err, info)
+            kind, key, value = DEAD_LETTER, None, None
         topics.append(cfg.dlq_topic if kind == DEAD_LETTER else cfg.output_topic)
         keys.append(key)
         values.append(value)
@@ -125,6 +143,12 @@ def _to_arrow(cfg: ApplyConfig, worker: int, outputs: list[tuple[int, bytes, byt
     return pa.RecordBatch.from_arrays(
         [pa.array(topics, pa.string()), pa.array(keys, pa.binary()), pa.array(values, pa.binary()),
          pa.array(headers, hdr_t)], names=["topic", "key", "value", "headers"])
+
+
+def _dead_headers(epoch: int, reason: str, error: str, info: dict[str, Any]) -> list[dict[str, Any]]:
+    source = f"{info.get('topic')}:{info.get('partition')}:{info.get('offset')}"
+    return [{"key": REASON_HEADER, "value": reason.encode()}, {"key": "ballast-error", "value": error.encode()},
+            {"key": "ballast-epoch", "value": b"%d" % epoch}, {"key": "ballast-source", "value": source.encode()}]
 
 
 def _run(cfg: ApplyConfig, cache: Any, txn: Any, worker: int, table: Any, n: int, attempt: str,
@@ -268,6 +292,13 @@ def fold_rows(cfg: ApplyConfig, cache: Any, txn: Any, table: Any, n: int,
 
     if not n:
         return 0, BinRecords.empty()
+    topics = input_topics(cfg)
+    table, rejected = split_rejected(table, topics)  # before the fold: a null key has no store key
+    for dk_, dv, note in rejected:
+        writer.add_output(DEAD_LETTER, dk_, dv, note)
+    n = table.num_rows
+    if not n:
+        return len(rejected), BinRecords.empty()
     op = get_operator(cfg.operator)
     table = table.sort_by([("h", "ascending"), ("key", "ascending"), ("partition", "ascending"),
                            ("offset", "ascending")])
@@ -298,7 +329,7 @@ def fold_rows(cfg: ApplyConfig, cache: Any, txn: Any, table: Any, n: int,
     ch_vals: list[bytes | None] = []
     ch_dk: list[int] = []
     ch_db: list[int] = []
-    dead = 0
+    dead = len(rejected)
     for gi in range(len(starts) - 1):
         i, j = starts[gi], starts[gi + 1]
         sk, key = sks[i], keys[i]
@@ -315,9 +346,8 @@ def fold_rows(cfg: ApplyConfig, cache: Any, txn: Any, table: Any, n: int,
                     new2, outs = op.fold(key, new, [vals[r]])
                 except Exception as exc:
                     dead += 1
-                    note = json.dumps({"error": f"{type(exc).__name__}: {exc}"[:1000], "topic": cfg.input_topic,
-                                       "partition": parts[r], "offset": offs[r]})
-                    writer.add_output(DEAD_LETTER, key, vals[r], note)
+                    writer.add_output(DEAD_LETTER, key, vals[r],
+                                      dead_note(OPERATOR_ERROR, *source_of(topics, parts[r], offs[r]), error_text(exc)))
                     continue
                 new = new2
                 for ok, ov in outs:
@@ -352,11 +382,18 @@ def fold_rows(cfg: ApplyConfig, cache: Any, txn: Any, table: Any, n: int,
     return dead, BinRecords(ub.tolist(), recs.tolist(), counters)
 
 
+def input_topics(cfg: ApplyConfig) -> list[str]:
+    """The job's input topics (`input_topic` lists a join's inputs comma-separated)."""
+    return [t.strip() for t in cfg.input_topic.split(",") if t.strip()]
+
+
 def route(keyed: Any, k: int, assignment: Any, tasks: int, fn: Any) -> Any:
     """The epoch's routing: hash, bin and worker columns, one partition per worker
     (`repartitionById`), `fn` over each by `mapInArrow`. Used by the epoch and by its warm-up."""
     from spark_jobs.bins import spark_columns
 
     h, b, w = spark_columns("key", k, assignment)
-    routed = keyed.select("key", "value", "partition", "offset", h.alias("h"), b.alias("bin"), w.alias("worker"))
+    rejects = [REJECT_COLUMN] if REJECT_COLUMN in keyed.columns else []  # spark_jobs.records
+    routed = keyed.select("key", "value", "partition", "offset", *rejects, h.alias("h"), b.alias("bin"),
+                          w.alias("worker"))
     return routed.repartitionById(tasks, "worker").mapInArrow(fn, OUTPUT_SCHEMA)

@@ -223,10 +223,11 @@ def test_run_processor_fires_event_time_timers_once(tmp_path):
         outs, extra = _epoch(cache, 0, [ev("a", 1_000, 1), ev("a", 2_000, 2), ev("b", 12_000, 5)],
                              timers.EpochClock(0, 0, 0), wc.WindowCounts)
         assert outs == [] and extra["max_event_ms"] == 12_000 and extra["next_timer_ms"] == 10_000
-        # watermark 7 s: a row at 6 s is late and dropped; nothing is due yet
+        # watermark 7 s: a row at 6 s is late, a dead letter with its reason; nothing is due yet
         outs, extra = _epoch(cache, 1, [ev("a", 6_000, 100), ev("a", 9_000, 3)], timers.EpochClock(1, 0, 7_000),
                              wc.WindowCounts)
-        assert outs == [] and extra["late_rows"] == 1
+        assert [(kind, json.loads(note)["reason"], json.loads(note)["offset"]) for kind, _, _, note in outs] == [
+            (DEAD_LETTER, "late", 0)] and extra["late_rows"] == 1
         # no input, watermark 10 s: a's window [0, 10 s) fires, b's [10 s, 20 s) waits
         outs, extra = _epoch(cache, 2, [], timers.EpochClock(2, 0, 10_000), wc.WindowCounts)
         assert [(k, json.loads(v)) for kind, k, v, _ in outs if kind == OUTPUT] == [
