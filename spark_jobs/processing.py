@@ -9,7 +9,8 @@ every attempt of the epoch computes the same changes and outputs:
 1. rows `keyed` rejected (a value that does not parse) or without a key go to the dead-letter
    topic (spark_jobs.records); the rest sorted by (hash, key, Kafka partition, offset), grouped by
    key; in EventTime mode a row whose event time is below the epoch's watermark is late: a dead
-   letter with reason `late` (and counted in `late_rows`);
+   letter with reason `late` (and counted in `late_rows`), and one further ahead of the epoch's
+   processing time than `QuerySpec.max_ahead_ms` is one with reason `event-time-ahead`;
 2. per key: load its `KeyState`, `handleInputRows(key, rows, timerValues)`, save it;
 3. per owned bin in order: fire the user timers due at the epoch's clock (event time: watermark;
    processing time: processing time) with `handleExpiredTimer`, deleting each as it fires; then
@@ -40,6 +41,7 @@ from spark_jobs.processor import (
     bound_methods,
 )
 from spark_jobs.records import (
+    AHEAD,
     DECODE_ERROR,
     LATE,
     NULL_VALUE,
@@ -259,6 +261,12 @@ def run_processor(cfg: Any, cache: Any, txn: Any, table: Any, n: int, owned: set
                     writer.add_output(DEAD_LETTER, key, value, dead_note(exc.reason, *where, str(exc)))
                     continue
                 if et is not None:
+                    if spec.max_ahead_ms is not None and et > rt.now + spec.max_ahead_ms:
+                        dead += 1
+                        writer.add_output(DEAD_LETTER, key, value, dead_note(
+                            AHEAD, *where, f"event time {et} ms is more than max_ahead_ms {spec.max_ahead_ms} ms "
+                            f"ahead of the epoch's processing time {rt.now} ms (a producer's clock or unit is off)"))
+                        continue
                     max_et = et if max_et is None else max(max_et, et)
                     if et < rt.tv.getCurrentWatermarkInMs():
                         late += 1

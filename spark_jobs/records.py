@@ -23,9 +23,10 @@ NULL_VALUE = "null-value"  # a processor with an input schema got a tombstone: n
 DECODE_ERROR = "decode-error"  # the value does not parse with the processor's input schema
 OPERATOR_ERROR = "operator-error"  # the operator's fold or handler raised on the record
 LATE = "late"  # event time below the epoch's watermark (processors in EventTime mode)
+AHEAD = "event-time-ahead"  # event time beyond processing time + QuerySpec.max_ahead_ms
 TIME_OUT_OF_RANGE = "time-out-of-range"  # a timestamp column a Python datetime cannot hold
 TOO_LARGE = "too-large"  # an output or dead letter over MAX_RECORD_BYTES: sent without its key and value
-REASONS = (NULL_KEY, NULL_VALUE, DECODE_ERROR, OPERATOR_ERROR, LATE, TIME_OUT_OF_RANGE, TOO_LARGE)
+REASONS = (NULL_KEY, NULL_VALUE, DECODE_ERROR, OPERATOR_ERROR, LATE, AHEAD, TIME_OUT_OF_RANGE, TOO_LARGE)
 
 # The largest record the job writes: its output and dead-letter topics are created with this
 # `max.message.bytes` and its Kafka writer with this `max.request.size` (Kafka's default is 1 MB,

@@ -338,3 +338,21 @@ def test_rehome_moves_only_stray_entries_and_records_them(tmp_path):
             assert (v is None) or (lo <= ik and (hi is None or ik < hi)), "a put lands inside its part"
         with pytest.raises(RuntimeError, match="without moves"):
             cache.write(lambda txn: timers.rehome(txn, cache.data, {0, 4, 8}, K + 2, lambda *a: None))
+
+
+def test_event_time_far_ahead_is_a_dead_letter_that_leaves_the_watermark(tmp_path):
+    import dataclasses
+
+    import window_counts as wc
+
+    bounded = type("Bounded", (wc.WindowCounts,), {
+        "ballast_query": dataclasses.replace(wc.WindowCounts.ballast_query, max_ahead_ms=60_000)})
+    ev = lambda name, ms: (json.dumps({"user": name}).encode(), {"user": name, "ts": ms, "amount": 1})  # noqa: E731
+    with WorkerCache(tmp_path, "s", "job", 0) as cache:
+        outs, extra = _epoch(cache, 0, [ev("a", 1_000), ev("b", 253402300799000), ev("c", 150_000)],
+                             timers.EpochClock(0, 100_000, 0), bounded)
+    dead = [json.loads(note) for kind, _, _, note in outs if kind == DEAD_LETTER]
+    assert [(d["reason"], d["offset"]) for d in dead] == [("event-time-ahead", 1)]
+    assert extra["max_event_ms"] == 150_000, "the year-9999 row does not move the watermark"
+    with pytest.raises(ValueError, match="max_ahead_ms"):
+        QuerySpec(max_ahead_ms=-1)

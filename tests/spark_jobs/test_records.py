@@ -12,6 +12,7 @@ import pytest
 from spark_jobs.bins import bin_of_hash
 from spark_jobs.cache import WorkerCache
 from spark_jobs.durable import DEAD_LETTER, OUTPUT, ObjectWriter
+from spark_jobs.processor import StatefulProcessor, query
 from spark_jobs.records import (
     DECODE_ERROR,
     NULL_KEY,
@@ -137,3 +138,34 @@ def test_fold_dead_letters_what_the_operators_decoder_rejects(tmp_path, monkeypa
 def test_only_rejected_rows_give_an_empty_fold(tmp_path):
     _, dead, outs = _fold(tmp_path, _table([None, None], [None, b"x"], [NULL_VALUE, None]))
     assert dead == 2 and [json.loads(n)["reason"] for *_, n in outs] == [NULL_VALUE, NULL_KEY]
+
+
+Sessions = query(StatefulProcessor, input_schema="user STRING, ts TIMESTAMP, amount INT", grouping_keys=("user",),
+                 time_mode="EventTime", event_time_column="ts", where="amount > 0")
+
+
+@pytest.mark.dataplane
+def test_processor_keyed_rejects_what_its_input_schema_cannot_parse(spark):
+    """JVM side, before routing: a tombstone or a value that does not parse is not a row of nulls
+    (which would have grouped every bad record under one key): a null key, the raw value and the
+    reason; the user's `where` filters only the rows that parsed."""
+    from spark_jobs.processing import ProcessorOperator
+
+    op = ProcessorOperator(Sessions)
+    rows = [(b"k", b'{"user":"a","ts":1,"amount":1}'), (b"k", None), (None, b"{oops"), (b"k", b"\xff\xfe"),
+            (b"k", b'{"user":"b","ts":2,"amount":0}'), (b"k", b'{"user":"c","ts":253402300800,"amount":2}'),
+            (b"k", b'{"user":"d","ts":"soon","amount":3}'), (b"k", b'[1,2]')]
+    df = spark.createDataFrame([(k, v, 0, i) for i, (k, v) in enumerate(rows)],
+                               "key binary, value binary, partition int, offset long")
+    out = {r["offset"]: r for r in op.keyed(df).collect()}
+    assert sorted(out) == [0, 1, 2, 3, 5, 6, 7], "only the parsed row that fails `where` is filtered"
+    reasons = {o: r[REJECT_COLUMN] for o, r in out.items()}
+    assert reasons == {0: None, 1: NULL_VALUE, 2: DECODE_ERROR, 3: DECODE_ERROR, 5: None, 6: DECODE_ERROR,
+                       7: DECODE_ERROR}
+    assert all(out[o]["key"] is None and out[o]["value"] == rows[o][1] for o in (1, 2, 3, 6, 7))
+    assert json.loads(out[0]["key"]) == {"user": "a"} and json.loads(out[0]["value"])["ts"] == 1000
+    assert op.task_conf() == {"ts_columns": ["ts"]}
+    # year 10000 parses in the JVM but no Python datetime holds it: the worker dead-letters it
+    with pytest.raises(RowRejected) as exc:
+        decode_row(out[5]["value"], ("ts",), "ts")
+    assert exc.value.reason == TIME_OUT_OF_RANGE
