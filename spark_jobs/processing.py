@@ -237,8 +237,8 @@ def run_processor(cfg: Any, cache: Any, txn: Any, table: Any, n: int, owned: set
     topics = [t.strip() for t in cfg.input_topic.split(",") if t.strip()]
     if n:  # rows `keyed` rejected, or without a key: dead letters before any handler runs
         table, rejected = split_rejected(table, topics)
-        for rk, rv, note in rejected:
-            writer.add_output(DEAD_LETTER, rk, rv, note)
+        for rk, rv, why in rejected:
+            writer.add_output(DEAD_LETTER, rk, rv, why)
         dead, n = len(rejected), table.num_rows
     if n:
         table = table.sort_by([("h", "ascending"), ("key", "ascending"), ("partition", "ascending"),

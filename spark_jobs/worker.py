@@ -122,8 +122,13 @@ def _to_arrow(cfg: ApplyConfig, worker: int, outputs: list[tuple[int, bytes, byt
     (spark_jobs.records), source (topic:partition:offset) and error."""
     import pyarrow as pa
 
-    topics, keys, values, headers = [], [], [], []
-    for seq, (kind, key, value, note) in enumerate(outputs):
+    topics: list[str] = []
+    keys: list[bytes | None] = []
+    values: list[bytes | None] = []
+    headers: list[list[dict[str, Any]]] = []
+    for seq, (kind, k_in, v_in, note) in enumerate(outputs):
+        key: bytes | None = k_in
+        value: bytes | None = v_in
         hdr = [{"key": ID_HEADER, "value": b"%d:%d:%d" % (cfg.epoch, worker, seq)}]
         info = json.loads(note or "{}") if kind == DEAD_LETTER else {}
         if kind == DEAD_LETTER:
