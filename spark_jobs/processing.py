@@ -58,6 +58,14 @@ from spark_jobs.records import (
 CORRUPT = "__corrupt"  # from_json's column for a value that does not parse
 
 
+def _with_corrupt_column(schema: str) -> str:
+    """The input schema (DDL `a INT, b STRING` or `struct<a:int,b:string>`) plus CORRUPT."""
+    s = schema.strip()
+    if s.lower().startswith("struct<") and s.endswith(">"):
+        return f"{s[:-1]}, {CORRUPT}: string>"
+    return f"{s}, {CORRUPT} STRING"
+
+
 class ProcessorOperator(Operator):
     """Adapts a processor class to the data plane's operator interface (routing + worker)."""
 
@@ -80,7 +88,7 @@ class ProcessorOperator(Operator):
         tail = ["__p", "__o", *([spec.source_column] if spec.source_column else [])]
         internal = ("__p", "__o", "__raw", "__reject", CORRUPT)
         if spec.input_schema:  # a value that does not parse is a dead letter, not a row of nulls
-            parsed = F.from_json(F.col("value").cast("string"), f"{spec.input_schema}, {CORRUPT} STRING",
+            parsed = F.from_json(F.col("value").cast("string"), _with_corrupt_column(spec.input_schema),
                                  {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT})
             rows = src.select(parsed.alias("__r"), F.col("value").alias("__raw"), *tail)
             reject = (F.when(F.col("__raw").isNull(), F.lit(NULL_VALUE))

@@ -169,3 +169,7 @@ def test_processor_keyed_rejects_what_its_input_schema_cannot_parse(spark):
     with pytest.raises(RowRejected) as exc:
         decode_row(out[5]["value"], ("ts",), "ts")
     assert exc.value.reason == TIME_OUT_OF_RANGE
+    # the schema as a struct type string works the same
+    op2 = ProcessorOperator(query(StatefulProcessor, input_schema="struct<user:string>", grouping_keys=("user",)))
+    got = {r["offset"]: r[REJECT_COLUMN] for r in op2.keyed(df.where("offset < 3")).collect()}
+    assert got == {0: None, 1: NULL_VALUE, 2: DECODE_ERROR}
