@@ -196,7 +196,7 @@ KEYS = st.one_of(st.none(), st.just(b""), st.binary(max_size=24), st.text(max_si
                  st.sampled_from([b"\xff\xfe\xfd", b"\xc3\x28", b"k", b"\x00"]))
 VALUES = st.one_of(st.none(), st.just(b""), st.binary(max_size=64), st.sampled_from([b"\xff" * 3, b"{oops"]))
 HEADERS = st.lists(st.tuples(st.text(max_size=8), st.binary(max_size=4096)), max_size=3)
-TIMESTAMPS = st.one_of(st.none(), st.just(0), st.just(YEAR_9999_MS), st.integers(0, YEAR_9999_MS))
+TIMESTAMPS = st.one_of(st.none(), st.just(0), st.just(-5), st.just(YEAR_9999_MS), st.integers(-(10**15), YEAR_9999_MS))
 RECORD = st.fixed_dictionaries({"key": KEYS, "value": VALUES, "headers": HEADERS, "ts": TIMESTAMPS,
                                 "partition": st.integers(0, 1)})
 
@@ -207,9 +207,10 @@ RECORD = st.fixed_dictionaries({"key": KEYS, "value": VALUES, "headers": HEADERS
 @given(batch=st.lists(RECORD, min_size=1, max_size=25),
        big=st.sampled_from(["key", "value", "headers", "none"]))
 def test_every_record_is_counted_or_dead_lettered_exactly_once(shapes_job, batch, big):
-    """Random shapes (null/empty/non-UTF-8 key and value, headers, Kafka timestamps 0 to year
-    9999), one record of several MB, and always one (null, null): the job's output counts and its
-    dead letters account for every record exactly once, and the query keeps running."""
+    """Random shapes (null/empty/non-UTF-8 key and value, headers, Kafka timestamps from 30 000
+    years before 1970 to year 9999), one record of several MB, and always one (null, null): the
+    job's output counts and its dead letters account for every record exactly once, and the query
+    keeps running."""
     j = shapes_job
     heavy: dict[str, Any] = {"key": b"K" * MB3, "value": b"v", "partition": 1}
     if big == "value":
@@ -221,3 +222,25 @@ def test_every_record_is_counted_or_dead_lettered_exactly_once(shapes_job, batch
     j.settle()
     j.check()
 
+
+
+def test_kafka_timestamps_the_broker_takes_and_refuses(kafka_bootstrap, make_topics, unique_name):
+    """What docs/dataplane.md says of Kafka timestamps: a negative one is stored as is (Kafka's Java
+    producer refuses it, kafka-python does not), one more than an hour ahead is refused under
+    Kafka 4's default and never becomes a record a job could read."""
+    from kafka.errors import InvalidTimestampError
+
+    topic = f"{unique_name}.ts"
+    make_topics({topic: 1})
+    p = KafkaProducer(bootstrap_servers=kafka_bootstrap, retries=0)
+    try:
+        assert p.send(topic, key=b"k", value=b"v", timestamp_ms=-5).get(timeout=30).timestamp == -5
+    finally:
+        p.close()
+    p = KafkaProducer(bootstrap_servers=kafka_bootstrap, retries=0)
+    try:
+        with pytest.raises(InvalidTimestampError):
+            p.send(topic, key=b"k", value=b"v", timestamp_ms=YEAR_9999_MS).get(timeout=30)
+    finally:
+        p.close()
+    assert end_offsets(kafka_bootstrap, topic) == {0: 1}
