@@ -51,6 +51,7 @@ from spark_jobs.records import (
     dead_note,
     decode_row,
     error_text,
+    input_topics,
     source_of,
     split_rejected,
 )
@@ -242,7 +243,7 @@ def run_processor(cfg: Any, cache: Any, txn: Any, table: Any, n: int, owned: set
     dead = late = fired = 0
     max_et: int | None = None
     bin_records: dict[int, int] = {}
-    topics = [t.strip() for t in cfg.input_topic.split(",") if t.strip()]
+    topics = input_topics(cfg.input_topic)
     if n:  # rows `keyed` rejected, or without a key: dead letters before any handler runs
         table, rejected = split_rejected(table, topics)
         for rk, rv, why in rejected:

@@ -72,6 +72,11 @@ def error_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS]
 
 
+def input_topics(input_topic: str) -> list[str]:
+    """The job's input topics: `--input-topic` lists a join's inputs comma-separated."""
+    return [t.strip() for t in input_topic.split(",") if t.strip()]
+
+
 def source_of(topics: list[str], partition: int, offset: int) -> tuple[str, int, int]:
     """(topic, Kafka partition, offset) of a routed row: with n > 1 input topics the routed
     partition is `partition * n + source` (spark_jobs.inputs)."""

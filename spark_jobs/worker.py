@@ -44,6 +44,7 @@ from spark_jobs.records import (
     TOO_LARGE,
     dead_note,
     error_text,
+    input_topics,
     source_of,
     split_rejected,
     too_large,
@@ -297,10 +298,10 @@ def fold_rows(cfg: ApplyConfig, cache: Any, txn: Any, table: Any, n: int,
 
     if not n:
         return 0, BinRecords.empty()
-    topics = input_topics(cfg)
+    topics = input_topics(cfg.input_topic)
     table, rejected = split_rejected(table, topics)  # before the fold: a null key has no store key
-    for dk_, dv, note in rejected:
-        writer.add_output(DEAD_LETTER, dk_, dv, note)
+    for rk, rv, why in rejected:
+        writer.add_output(DEAD_LETTER, rk, rv, why)
     n = table.num_rows
     if not n:
         return len(rejected), BinRecords.empty()
@@ -385,11 +386,6 @@ def fold_rows(cfg: ApplyConfig, cache: Any, txn: Any, table: Any, n: int,
                                                          zip(dk[moved].tolist(), db[moved].tolist()))))
     ub, recs = np.unique(bin_np, return_counts=True)
     return dead, BinRecords(ub.tolist(), recs.tolist(), counters)
-
-
-def input_topics(cfg: ApplyConfig) -> list[str]:
-    """The job's input topics (`input_topic` lists a join's inputs comma-separated)."""
-    return [t.strip() for t in cfg.input_topic.split(",") if t.strip()]
 
 
 def route(keyed: Any, k: int, assignment: Any, tasks: int, fn: Any) -> Any:
