@@ -244,3 +244,40 @@ def test_kafka_timestamps_the_broker_takes_and_refuses(kafka_bootstrap, make_top
     finally:
         p.close()
     assert end_offsets(kafka_bootstrap, topic) == {0: 1}
+
+
+def test_a_processor_job_dead_letters_what_it_cannot_read(spark, kafka_bootstrap, make_topics, unique_name,
+                                                          tmp_path, db_url, monkeypatch):
+    """The event-time example processor (docs/operators.md) on records it cannot take: a value that
+    is not JSON, not UTF-8, a tombstone, a timestamp of year 10000 (Spark parses it, Python cannot
+    hold it) and a row behind the watermark: each a dead letter with its reason; the job goes on."""
+    from tests.helpers.window_helpers import EXAMPLES
+
+    job, topic = unique_name, f"{unique_name}.in"
+    make_topics({topic: 1})
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    spark.sparkContext.addPyFile(str(EXAMPLES / "window_counts.py"))
+    cfg = RunConfig(job=job, operator="window_counts:WindowCounts", input_topic=topic,
+                    checkpoint_dir=str(tmp_path / "ckpt"), bootstrap=kafka_bootstrap, db_url=db_url, bins=4,
+                    workers=2, trigger_ms=200)
+    runner = start_job(spark, cfg)
+    j = ShapesJob(spark, kafka_bootstrap, cfg, runner)
+    row = lambda user, ts: b'{"user":"%s","ts":%d,"amount":1}' % (user.encode(), ts)  # noqa: E731 - ts in seconds
+    try:
+        j.write([{"key": b"k", "value": row("a", 100)}, {"key": b"k", "value": b"{oops"},
+                 {"key": b"k", "value": None}, {"key": b"k", "value": b"\xff\xfe"},
+                 {"key": b"k", "value": row("c", 253402300800)}, {"key": b"k", "value": row("b", 101)}])
+        j.settle()
+        j.write([{"key": b"k", "value": row("a", 1)}])  # the watermark is now 101 s - 5 s lateness: late
+        j.settle()
+        dlq = j.read(f"{job}.dlq")
+        got = sorted((int(dict(d.headers)["ballast-source"].decode().rsplit(":", 1)[1]),
+                      dict(d.headers)["ballast-reason"].decode()) for d in dlq)
+        assert got == [(1, "decode-error"), (2, "null-value"), (3, "decode-error"), (4, "time-out-of-range"),
+                       (6, "late")]
+        assert [d.value for d in sorted(dlq, key=lambda d: dict(d.headers)["ballast-source"])][:3] == [
+            b"{oops", None, b"\xff\xfe"], "the raw value of a record that did not parse"
+        with session_scope(db_url) as s:
+            assert s.scalar(select(func.sum(m.EpochMetrics.dead_letters)).where(m.EpochMetrics.job == job)) == 5
+    finally:
+        runner.stop()
