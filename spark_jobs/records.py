@@ -62,6 +62,13 @@ def dead_note(reason: str, topic: str, partition: Any, offset: Any, error: str =
                        "partition": partition, "offset": offset, **extra})
 
 
+def dead_headers(epoch: int, reason: str, error: str, info: dict[str, Any]) -> list[dict[str, Any]]:
+    """The Kafka headers of a dead letter, from its note (`dead_note`)."""
+    source = f"{info.get('topic')}:{info.get('partition')}:{info.get('offset')}"
+    return [{"key": REASON_HEADER, "value": reason.encode()}, {"key": "ballast-error", "value": error.encode()},
+            {"key": "ballast-epoch", "value": b"%d" % epoch}, {"key": "ballast-source", "value": source.encode()}]
+
+
 def too_large(key: bytes | None, value: bytes | None, headers: list[dict[str, Any]]) -> int:
     """The record's payload size when it would not fit in MAX_RECORD_BYTES, else 0."""
     size = len(key or b"") + len(value or b"") + sum(len(h["key"]) + len(h["value"]) for h in headers)

@@ -39,9 +39,9 @@ from spark_jobs.durable import DEAD_LETTER, OUTPUT, History
 from spark_jobs.records import (
     MAX_RECORD_BYTES,
     OPERATOR_ERROR,
-    REASON_HEADER,
     REJECT_COLUMN,
     TOO_LARGE,
+    dead_headers,
     dead_note,
     error_text,
     input_topics,
@@ -133,13 +133,13 @@ def _to_arrow(cfg: ApplyConfig, worker: int, outputs: list[tuple[int, bytes, byt
         hdr = [{"key": ID_HEADER, "value": b"%d:%d:%d" % (cfg.epoch, worker, seq)}]
         info = json.loads(note or "{}") if kind == DEAD_LETTER else {}
         if kind == DEAD_LETTER:
-            hdr += _dead_headers(cfg.epoch, info.get("reason", OPERATOR_ERROR), str(info.get("error", "")), info)
+            hdr += dead_headers(cfg.epoch, info.get("reason", OPERATOR_ERROR), str(info.get("error", "")), info)
         size = too_large(key, value, hdr)
         if size:  # the writer would fail the epoch (and every replay of it): a dead letter without payload
             what = "dead letter" if kind == DEAD_LETTER else f"output to {cfg.output_topic}"
             err = (f"{what} of {size} bytes is over the job's {MAX_RECORD_BYTES}-byte record limit; "
                    f"its key and value were dropped (the source record is still in its topic)")
-            hdr = hdr[:1] + _dead_headers(cfg.epoch, TOO_LARGE, err, info)
+            hdr = hdr[:1] + dead_headers(cfg.epoch, TOO_LARGE, err, info)
             kind, key, value = DEAD_LETTER, None, None
         topics.append(cfg.dlq_topic if kind == DEAD_LETTER else cfg.output_topic)
         keys.append(key)
@@ -149,12 +149,6 @@ def _to_arrow(cfg: ApplyConfig, worker: int, outputs: list[tuple[int, bytes, byt
     return pa.RecordBatch.from_arrays(
         [pa.array(topics, pa.string()), pa.array(keys, pa.binary()), pa.array(values, pa.binary()),
          pa.array(headers, hdr_t)], names=["topic", "key", "value", "headers"])
-
-
-def _dead_headers(epoch: int, reason: str, error: str, info: dict[str, Any]) -> list[dict[str, Any]]:
-    source = f"{info.get('topic')}:{info.get('partition')}:{info.get('offset')}"
-    return [{"key": REASON_HEADER, "value": reason.encode()}, {"key": "ballast-error", "value": error.encode()},
-            {"key": "ballast-epoch", "value": b"%d" % epoch}, {"key": "ballast-source", "value": source.encode()}]
 
 
 def _run(cfg: ApplyConfig, cache: Any, txn: Any, worker: int, table: Any, n: int, attempt: str,
