@@ -25,6 +25,7 @@ from typing import Any
 from ballast.errors import BallastError
 from ballast.topics import create_missing_topics, handoff_topic
 from spark_jobs.journal import Journal
+from spark_jobs.records import MAX_RECORD_BYTES
 from spark_jobs.runner import JobRunner, RunConfig
 
 log = logging.getLogger("ballast.chain")
@@ -91,8 +92,9 @@ class ChainRunner:
         self.journal.ensure_job({"job": b.job, "operators": [[s.name, s.path] for s in self.specs],
                                  "bins": b.bins, "input_topic": b.input_topic})
         (self.journal.dir / "STOP").delete()
-        create_missing_topics(b.bootstrap, {c.output_topic: b.output_partitions for c in self.configs[:-1]},
-                              security=b.security)
+        handoffs = [c.output_topic for c in self.configs[:-1]]
+        create_missing_topics(b.bootstrap, {t: b.output_partitions for t in handoffs}, security=b.security,
+                              configs={t: {"max.message.bytes": str(MAX_RECORD_BYTES)} for t in handoffs})
         for r in self.runners:
             r.start()
         threading.Thread(target=self._watch_stop_file, name="ballast-chain-stop", daemon=True).start()

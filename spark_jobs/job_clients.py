@@ -14,6 +14,7 @@ from typing import Any
 
 from spark_jobs.journal import Journal
 from spark_jobs.offsets import epoch_ranges
+from spark_jobs.records import MAX_RECORD_BYTES
 from spark_jobs.run_config import RunConfig
 
 log = logging.getLogger("ballast.runner")
@@ -76,9 +77,9 @@ class JobClients:
         outage of up to `kafka_outage_s` (defaults: 60 s for an offset lookup, then the query fails)."""
         ms = str(int(self.cfg.kafka_outage_s * 1000))
         opts = {**self.cfg.security.spark_options(), "kafka.default.api.timeout.ms": ms}
-        if not source:
+        if not source:  # records up to the size the job's own topics take (spark_jobs.records)
             opts.update({"kafka.max.block.ms": ms, "kafka.delivery.timeout.ms": ms,
-                         "kafka.request.timeout.ms": "30000"})
+                         "kafka.request.timeout.ms": "30000", "kafka.max.request.size": str(MAX_RECORD_BYTES)})
         return opts
 
 

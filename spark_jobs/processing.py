@@ -6,8 +6,11 @@ with timestamps as epoch milliseconds. Worker side, `run_processor` does in one 
 what Spark's TransformWithStateExec does in one batch of one partition, in a fixed order so that
 every attempt of the epoch computes the same changes and outputs:
 
-1. rows sorted by (hash, key, Kafka partition, offset), grouped by key; in EventTime mode a row
-   whose event time is below the epoch's watermark is late and dropped (counted);
+1. rows `keyed` rejected (a value that does not parse) or without a key go to the dead-letter
+   topic (spark_jobs.records); the rest sorted by (hash, key, Kafka partition, offset), grouped by
+   key; in EventTime mode a row whose event time is below the epoch's watermark is late: a dead
+   letter with reason `late` (and counted in `late_rows`), and one further ahead of the epoch's
+   processing time than `QuerySpec.max_ahead_ms` is one with reason `event-time-ahead`;
 2. per key: load its `KeyState`, `handleInputRows(key, rows, timerValues)`, save it;
 3. per owned bin in order: fire the user timers due at the epoch's clock (event time: watermark;
    processing time: processing time) with `handleExpiredTimer`, deleting each as it fires; then
@@ -23,7 +26,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from datetime import datetime
 from typing import Any
 
 from spark_jobs import timers
@@ -38,6 +40,31 @@ from spark_jobs.processor import (
     TimerValues,
     bound_methods,
 )
+from spark_jobs.records import (
+    AHEAD,
+    DECODE_ERROR,
+    LATE,
+    NULL_VALUE,
+    OPERATOR_ERROR,
+    REJECT_COLUMN,
+    RowRejected,
+    dead_note,
+    decode_row,
+    error_text,
+    input_topics,
+    source_of,
+    split_rejected,
+)
+
+CORRUPT = "__corrupt"  # from_json's column for a value that does not parse
+
+
+def _with_corrupt_column(schema: str) -> str:
+    """The input schema (DDL `a INT, b STRING` or `struct<a:int,b:string>`) plus CORRUPT."""
+    s = schema.strip()
+    if s.lower().startswith("struct<") and s.endswith(">"):
+        return f"{s[:-1]}, {CORRUPT}: string>"
+    return f"{s}, {CORRUPT} STRING"
 
 
 class ProcessorOperator(Operator):
@@ -60,17 +87,22 @@ class ProcessorOperator(Operator):
         src = df.select(F.col("key"), F.col("value"), F.col("partition").alias("__p"), F.col("offset").alias("__o"),
                         *extra)
         tail = ["__p", "__o", *([spec.source_column] if spec.source_column else [])]
-        if spec.input_schema:
-            rows = src.select(F.from_json(F.col("value").cast("string"), spec.input_schema).alias("__r"), *tail)
-            rows = rows.select("__r.*", *tail)
+        internal = ("__p", "__o", "__raw", "__reject", CORRUPT)
+        if spec.input_schema:  # a value that does not parse is a dead letter, not a row of nulls
+            parsed = F.from_json(F.col("value").cast("string"), _with_corrupt_column(spec.input_schema),
+                                 {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT})
+            rows = src.select(parsed.alias("__r"), F.col("value").alias("__raw"), *tail)
+            reject = (F.when(F.col("__raw").isNull(), F.lit(NULL_VALUE))
+                      .when(F.col(f"__r.{CORRUPT}").isNotNull(), F.lit(DECODE_ERROR)))
+            rows = rows.select("__r.*", "__raw", *tail, reject.alias("__reject"))
         else:
             rows = src.select(F.col("key").cast("string").alias("key"), F.col("value").cast("string").alias("value"),
-                              *tail)
-        if spec.where:
-            rows = rows.where(F.expr(spec.where))
+                              F.col("value").alias("__raw"), *tail, F.lit(None).cast("string").alias("__reject"))
+        if spec.where:  # a rejected row passes the user's filter: it must reach the dead-letter topic
+            rows = rows.where(F.col("__reject").isNotNull() | F.expr(spec.where))
         for name, expr in spec.columns:
             rows = rows.withColumn(name, F.expr(expr))
-        cols = [f for f in rows.schema.fields if f.name not in ("__p", "__o")]
+        cols = [f for f in rows.schema.fields if f.name not in internal]
         missing = [g for g in spec.grouping_keys if g not in {f.name for f in cols}]
         if missing or (spec.event_time_column and spec.event_time_column not in {f.name for f in cols}):
             raise ValueError(f"processor {self.cls.__name__}: grouping key(s) {missing} or event-time column "
@@ -78,10 +110,11 @@ class ProcessorOperator(Operator):
         self.ts_columns = tuple(f.name for f in cols if isinstance(f.dataType, (TimestampType, TimestampNTZType)))
         fields = [F.unix_millis(F.col(f.name)).alias(f.name) if f.name in self.ts_columns else F.col(f.name)
                   for f in cols]
+        ok = F.col("__reject").isNull()  # rejected: null key, the raw value, the reason (spark_jobs.records)
         return rows.select(
-            F.to_json(F.struct(*[F.col(g) for g in spec.grouping_keys])).cast("binary").alias("key"),
-            F.to_json(F.struct(*fields)).cast("binary").alias("value"),
-            F.col("__p").alias("partition"), F.col("__o").alias("offset"))
+            F.when(ok, F.to_json(F.struct(*[F.col(g) for g in spec.grouping_keys])).cast("binary")).alias("key"),
+            F.when(ok, F.to_json(F.struct(*fields)).cast("binary")).otherwise(F.col("__raw")).alias("value"),
+            F.col("__p").alias("partition"), F.col("__o").alias("offset"), F.col("__reject").alias(REJECT_COLUMN))
 
     def task_conf(self) -> dict[str, Any]:
         """What the workers need beyond the class (known only after `keyed` saw the schema)."""
@@ -167,7 +200,7 @@ class _Runtime:
         except Exception as exc:
             for value, where in dead:
                 note = json.loads(where)
-                note["error"] = f"{type(exc).__name__}: {exc}"[:1000]
+                note.update(reason=note.get("reason", OPERATOR_ERROR), error=error_text(exc))
                 self.writer.add_output(DEAD_LETTER, key, value, json.dumps(note))
             return len(dead)
         finally:
@@ -210,6 +243,12 @@ def run_processor(cfg: Any, cache: Any, txn: Any, table: Any, n: int, owned: set
     dead = late = fired = 0
     max_et: int | None = None
     bin_records: dict[int, int] = {}
+    topics = input_topics(cfg.input_topic)
+    if n:  # rows `keyed` rejected, or without a key: dead letters before any handler runs
+        table, rejected = split_rejected(table, topics)
+        for rk, rv, why in rejected:
+            writer.add_output(DEAD_LETTER, rk, rv, why)
+        dead, n = len(rejected), table.num_rows
     if n:
         table = table.sort_by([("h", "ascending"), ("key", "ascending"), ("partition", "ascending"),
                                ("offset", "ascending")])
@@ -223,19 +262,30 @@ def run_processor(cfg: Any, cache: Any, txn: Any, table: Any, n: int, owned: set
             bin_records[b] = bin_records.get(b, 0) + (j - i)
             rows, dl = [], []
             for r in range(i, j):
-                d = json.loads(cols["value"][r])
-                et = d.get(et_col) if et_col else None
+                value, where = cols["value"][r], source_of(topics, cols["partition"][r], cols["offset"][r])
+                try:
+                    d, et = decode_row(value, ts_cols, et_col)
+                except RowRejected as exc:
+                    dead += 1
+                    writer.add_output(DEAD_LETTER, key, value, dead_note(exc.reason, *where, str(exc)))
+                    continue
                 if et is not None:
+                    if spec.max_ahead_ms is not None and et > rt.now + spec.max_ahead_ms:
+                        dead += 1
+                        writer.add_output(DEAD_LETTER, key, value, dead_note(
+                            AHEAD, *where, f"event time {et} ms is more than max_ahead_ms {spec.max_ahead_ms} ms "
+                            f"ahead of the epoch's processing time {rt.now} ms (a producer's clock or unit is off)"))
+                        continue
                     max_et = et if max_et is None else max(max_et, et)
                     if et < rt.tv.getCurrentWatermarkInMs():
                         late += 1
+                        dead += 1
+                        writer.add_output(DEAD_LETTER, key, value, dead_note(
+                            LATE, *where, f"event time {et} ms is below the epoch's watermark "
+                            f"{rt.tv.getCurrentWatermarkInMs()} ms (raise QuerySpec.lateness_ms to accept it)"))
                         continue
-                for c in ts_cols:
-                    if d.get(c) is not None:
-                        d[c] = datetime.fromtimestamp(d[c] / 1000)
                 rows.append(Row(**d))
-                dl.append((cols["value"][r], json.dumps({"topic": cfg.input_topic, "partition": cols["partition"][r],
-                                                         "offset": cols["offset"][r]})))
+                dl.append((value, dead_note(OPERATOR_ERROR, *where)))
             i = j
             if rows:
                 gk = tuple(json.loads(key).values())

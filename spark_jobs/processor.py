@@ -40,7 +40,10 @@ class QuerySpec:
     generators such as explode allowed) run on the parsed rows before routing: a stateless query
     (a filter, a projection) or a key computed from the row (e.g. a NEXMark join key) needs no code
     in the processor. The watermark follows the rows that pass `where` (as a filter before Spark's
-    `withWatermark` would)."""
+    `withWatermark` would). `max_ahead_ms` (EventTime): a row whose event time is further ahead of
+    the epoch's processing time is a dead letter (`event-time-ahead`) and does not move the
+    watermark, so one record stamped year 9999 cannot make every later row late (None: Spark's
+    rule, no bound)."""
 
     input_schema: str | None = None
     grouping_keys: tuple[str, ...] = ("key",)
@@ -50,6 +53,7 @@ class QuerySpec:
     source_column: str | None = None
     where: str | None = None
     columns: tuple[tuple[str, str], ...] = ()
+    max_ahead_ms: int | None = None
 
     def __post_init__(self) -> None:
         if self.time_mode not in TIME_MODES:
@@ -60,6 +64,8 @@ class QuerySpec:
             raise ValueError("grouping_keys must name at least one input column")
         if self.lateness_ms < 0:
             raise ValueError(f"lateness_ms must be >= 0, got {self.lateness_ms}")
+        if self.max_ahead_ms is not None and self.max_ahead_ms < 0:
+            raise ValueError(f"max_ahead_ms must be >= 0 or None (no bound), got {self.max_ahead_ms}")
 
 
 def query(processor: type, **spec: Any) -> type:

@@ -15,6 +15,7 @@ from ballast.protocol import MAX_MESSAGE_BYTES, acks_topic, control_topic
 from ballast.signing import Keyring
 from ballast.topics import create_missing_topics
 from spark_jobs.output import dlq_topic, output_topic
+from spark_jobs.records import MAX_RECORD_BYTES
 
 
 @dataclass
@@ -98,9 +99,12 @@ def tick_topic(job: str) -> str:
 
 def ensure_job_topics(bootstrap: str, job: str, output_partitions: int, security: KafkaSecurity | None = None) -> None:
     """Create `<job>.control` (1 partition: steps stay ordered), acks (1), output (N), the
-    dead-letter topic (1) and the ticks topic (1) if missing."""
+    dead-letter topic (1) and the ticks topic (1) if missing; output and dead letters take
+    records up to MAX_RECORD_BYTES (spark_jobs.records)."""
+    big = {"max.message.bytes": str(MAX_RECORD_BYTES)}
     create_missing_topics(bootstrap, {control_topic(job): 1, acks_topic(job): 1, output_topic(job): output_partitions,
-                                      dlq_topic(job): 1, tick_topic(job): 1}, security=security)
+                                      dlq_topic(job): 1, tick_topic(job): 1}, security=security,
+                          configs={output_topic(job): big, dlq_topic(job): big})
 
 
 

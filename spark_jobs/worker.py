@@ -14,7 +14,8 @@ It never trusts local files it did not check:
      its cut-over, a cache that missed epochs); or load it from the durable state (a bin that
      moved in, a new or lost executor);
    * fold the rows (sorted by hash, key, Kafka partition, offset: deterministic), recording
-     every state change by bin; a record whose fold raises goes to the dead-letter topic;
+     every state change by bin; a record without a key or whose fold raises goes to the
+     dead-letter topic with its reason (spark_jobs.records);
    * write the changelog object (durable, write-once, named by this attempt) — and a snapshot
      object when the driver asked for one — and only then commit the cache.
    The commit is conditional by construction: whatever the cache held, the result is the durable
@@ -35,6 +36,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from spark_jobs.durable import DEAD_LETTER, OUTPUT, History
+from spark_jobs.records import (
+    MAX_RECORD_BYTES,
+    OPERATOR_ERROR,
+    REJECT_COLUMN,
+    TOO_LARGE,
+    dead_headers,
+    dead_note,
+    error_text,
+    input_topics,
+    source_of,
+    split_rejected,
+    too_large,
+)
 
 OUTPUT_SCHEMA = "topic string, key binary, value binary, headers array<struct<key:string,value:binary>>"
 ID_HEADER = "ballast-id"
@@ -105,18 +119,28 @@ def make_apply_fn(cfg: ApplyConfig) -> Callable[[Iterator[Any]], Iterator[Any]]:
 
 
 def _to_arrow(cfg: ApplyConfig, worker: int, outputs: list[tuple[int, bytes, bytes, str | None]]):
-    """Kafka-writer rows: outputs to `<job>.output`, dead letters to `<job>.dlq` with their reason."""
+    """Kafka-writer rows: outputs to `<job>.output`, dead letters to `<job>.dlq` with their reason
+    (spark_jobs.records), source (topic:partition:offset) and error."""
     import pyarrow as pa
 
-    topics, keys, values, headers = [], [], [], []
-    for seq, (kind, key, value, note) in enumerate(outputs):
+    topics: list[str] = []
+    keys: list[bytes | None] = []
+    values: list[bytes | None] = []
+    headers: list[list[dict[str, Any]]] = []
+    for seq, (kind, k_in, v_in, note) in enumerate(outputs):
+        key: bytes | None = k_in
+        value: bytes | None = v_in
         hdr = [{"key": ID_HEADER, "value": b"%d:%d:%d" % (cfg.epoch, worker, seq)}]
+        info = json.loads(note or "{}") if kind == DEAD_LETTER else {}
         if kind == DEAD_LETTER:
-            info = json.loads(note or "{}")
-            hdr += [{"key": "ballast-error", "value": str(info.get("error", "")).encode()},
-                    {"key": "ballast-epoch", "value": b"%d" % cfg.epoch},
-                    {"key": "ballast-source",
-                     "value": f"{info.get('topic')}:{info.get('partition')}:{info.get('offset')}".encode()}]
+            hdr += dead_headers(cfg.epoch, info.get("reason", OPERATOR_ERROR), str(info.get("error", "")), info)
+        size = too_large(key, value, hdr)
+        if size:  # the writer would fail the epoch (and every replay of it): a dead letter without payload
+            what = "dead letter" if kind == DEAD_LETTER else f"output to {cfg.output_topic}"
+            err = (f"{what} of {size} bytes is over the job's {MAX_RECORD_BYTES}-byte record limit; "
+                   f"its key and value were dropped (the source record is still in its topic)")
+            hdr = hdr[:1] + dead_headers(cfg.epoch, TOO_LARGE, err, info)
+            kind, key, value = DEAD_LETTER, None, None
         topics.append(cfg.dlq_topic if kind == DEAD_LETTER else cfg.output_topic)
         keys.append(key)
         values.append(value)
@@ -268,6 +292,13 @@ def fold_rows(cfg: ApplyConfig, cache: Any, txn: Any, table: Any, n: int,
 
     if not n:
         return 0, BinRecords.empty()
+    topics = input_topics(cfg.input_topic)
+    table, rejected = split_rejected(table, topics)  # before the fold: a null key has no store key
+    for rk, rv, why in rejected:
+        writer.add_output(DEAD_LETTER, rk, rv, why)
+    n = table.num_rows
+    if not n:
+        return len(rejected), BinRecords.empty()
     op = get_operator(cfg.operator)
     table = table.sort_by([("h", "ascending"), ("key", "ascending"), ("partition", "ascending"),
                            ("offset", "ascending")])
@@ -298,7 +329,7 @@ def fold_rows(cfg: ApplyConfig, cache: Any, txn: Any, table: Any, n: int,
     ch_vals: list[bytes | None] = []
     ch_dk: list[int] = []
     ch_db: list[int] = []
-    dead = 0
+    dead = len(rejected)
     for gi in range(len(starts) - 1):
         i, j = starts[gi], starts[gi + 1]
         sk, key = sks[i], keys[i]
@@ -315,9 +346,8 @@ def fold_rows(cfg: ApplyConfig, cache: Any, txn: Any, table: Any, n: int,
                     new2, outs = op.fold(key, new, [vals[r]])
                 except Exception as exc:
                     dead += 1
-                    note = json.dumps({"error": f"{type(exc).__name__}: {exc}"[:1000], "topic": cfg.input_topic,
-                                       "partition": parts[r], "offset": offs[r]})
-                    writer.add_output(DEAD_LETTER, key, vals[r], note)
+                    writer.add_output(DEAD_LETTER, key, vals[r],
+                                      dead_note(OPERATOR_ERROR, *source_of(topics, parts[r], offs[r]), error_text(exc)))
                     continue
                 new = new2
                 for ok, ov in outs:
@@ -358,5 +388,7 @@ def route(keyed: Any, k: int, assignment: Any, tasks: int, fn: Any) -> Any:
     from spark_jobs.bins import spark_columns
 
     h, b, w = spark_columns("key", k, assignment)
-    routed = keyed.select("key", "value", "partition", "offset", h.alias("h"), b.alias("bin"), w.alias("worker"))
+    rejects = [REJECT_COLUMN] if REJECT_COLUMN in keyed.columns else []  # spark_jobs.records
+    routed = keyed.select("key", "value", "partition", "offset", *rejects, h.alias("h"), b.alias("bin"),
+                          w.alias("worker"))
     return routed.repartitionById(tasks, "worker").mapInArrow(fn, OUTPUT_SCHEMA)

@@ -76,6 +76,10 @@ def attention(url: str, job: str, operator: str, status: str, hb: repo.Heartbeat
         recent_failure = p.status == "failed" and p.finished_at and p.finished_at >= now - timedelta(hours=1)
         if p.operator == operator and recent_failure:
             out.append({"level": "error", "text": f"plan {p.plan_id} failed: {p.reason[:300]}"})
+    _, dead = repo.dead_letter_counts(url, job, operator, since)
+    if dead:
+        out.append({"level": "warning", "text": f"{dead:,} record(s) went to the dead-letter topic {job}.dlq in the "
+                    "last 15 min: its headers ballast-reason and ballast-source say why and where from"})
     rejected = repo.events_since(url, job, since, kinds=["control_rejected"], limit=1000)
     if rejected:
         out.append({"level": "warning", "text": f"{len(rejected)} control message(s) rejected in the last 15 min "
@@ -120,6 +124,7 @@ def jobs(url: str, now: datetime | None = None) -> list[dict[str, Any]]:
             "started_at": _iso(hb.started_at) if hb else None,
             "input_rate": e.input_rate if e else None, "backlog": e.backlog if e else None,
             "batch_ms": e.batch_ms if e else None, "last_epoch_at": _iso(e.ended_at) if e else None,
+            "dead_letters": repo.dead_letter_counts(url, job, op, now)[0],
             "min_workers": cfg.min_workers if cfg else None, "max_workers": cfg.max_workers if cfg else None,
             "open_plan": plan,
         })

@@ -8,10 +8,12 @@ from ballast.kafka_security import KafkaSecurity, client_kwargs
 
 
 def create_missing_topics(bootstrap: str, topics: dict[str, int], timeout_ms: int = 10000,
-                          security: KafkaSecurity | None = None) -> None:
+                          security: KafkaSecurity | None = None,
+                          configs: dict[str, dict[str, str]] | None = None) -> None:
     """Create each topic in `topics` ({name: partitions}) that does not exist yet; racing creators are fine.
 
-    `security`: SASL/TLS settings (ballast.kafka_security; default BALLAST_KAFKA_CONFIG, else PLAINTEXT)."""
+    `security`: SASL/TLS settings (ballast.kafka_security; default BALLAST_KAFKA_CONFIG, else PLAINTEXT).
+    `configs`: topic configs of a created topic ({name: {"max.message.bytes": ...}})."""
     from kafka import KafkaAdminClient
     from kafka.admin import NewTopic
     from kafka.errors import TopicAlreadyExistsError
@@ -19,7 +21,7 @@ def create_missing_topics(bootstrap: str, topics: dict[str, int], timeout_ms: in
     admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=timeout_ms, **client_kwargs(security))
     try:
         have = set(admin.list_topics())
-        new = [NewTopic(t, n, 1) for t, n in topics.items() if t not in have]
+        new = [NewTopic(t, n, 1, topic_configs=(configs or {}).get(t, {})) for t, n in topics.items() if t not in have]
         if new:
             try:
                 admin.create_topics(new)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from sqlalchemy import update
 
 from ballast import console, controller
 from ballast import store as repo
@@ -206,3 +207,24 @@ def test_decisions_and_plans_link_to_the_dag_run_that_was_running(airflow_db):
     assert plugin._run_link(runs, at, "ballast_rebalance", "orders")["run_id"] == "scheduled__a"
     assert plugin._run_link(runs, (t + timedelta(minutes=2)).isoformat(), "ballast_rebalance", "clicks") is None
     assert plugin._run_link(runs, None, "ballast_migrate", "clicks") is None
+
+
+def test_dead_letters_are_counted_per_job_and_flagged(db_url, unique_name):
+    """The data plane counts dead letters per epoch (epoch_metrics.dead_letters); the console shows
+    the job's total and warns about the last 15 minutes' (an old one is history, not news)."""
+    from tests.helpers.jobs import seed_job as seed_metrics
+
+    job = unique_name
+    seed_metrics(db_url, job, epochs=3)
+    now = datetime.now(UTC)
+    em = m.EpochMetrics
+    with session_scope(db_url) as s:
+        s.execute(update(em).where(em.job == job, em.epoch == 1).values(dead_letters=5,
+                                                                        ended_at=now - timedelta(hours=2)))
+        s.execute(update(em).where(em.job == job, em.epoch == 3).values(dead_letters=2))
+    assert repo.dead_letter_counts(db_url, job, "keycount", now - timedelta(minutes=15)) == (7, 2)
+    row = next(j for j in console.jobs(db_url) if j["job"] == job)
+    assert row["dead_letters"] == 7
+    warn = [a["text"] for a in console.attention(db_url, job, "keycount", "running", None, 120.0, now)]
+    assert any(f"2 record(s) went to the dead-letter topic {job}.dlq" in t for t in warn)
+    assert repo.dead_letter_counts(db_url, "no-such-job", "keycount", now) == (0, 0)

@@ -223,10 +223,11 @@ def test_run_processor_fires_event_time_timers_once(tmp_path):
         outs, extra = _epoch(cache, 0, [ev("a", 1_000, 1), ev("a", 2_000, 2), ev("b", 12_000, 5)],
                              timers.EpochClock(0, 0, 0), wc.WindowCounts)
         assert outs == [] and extra["max_event_ms"] == 12_000 and extra["next_timer_ms"] == 10_000
-        # watermark 7 s: a row at 6 s is late and dropped; nothing is due yet
+        # watermark 7 s: a row at 6 s is late, a dead letter with its reason; nothing is due yet
         outs, extra = _epoch(cache, 1, [ev("a", 6_000, 100), ev("a", 9_000, 3)], timers.EpochClock(1, 0, 7_000),
                              wc.WindowCounts)
-        assert outs == [] and extra["late_rows"] == 1
+        assert [(kind, json.loads(note)["reason"], json.loads(note)["offset"]) for kind, _, _, note in outs] == [
+            (DEAD_LETTER, "late", 0)] and extra["late_rows"] == 1
         # no input, watermark 10 s: a's window [0, 10 s) fires, b's [10 s, 20 s) waits
         outs, extra = _epoch(cache, 2, [], timers.EpochClock(2, 0, 10_000), wc.WindowCounts)
         assert [(k, json.loads(v)) for kind, k, v, _ in outs if kind == OUTPUT] == [
@@ -337,3 +338,21 @@ def test_rehome_moves_only_stray_entries_and_records_them(tmp_path):
             assert (v is None) or (lo <= ik and (hi is None or ik < hi)), "a put lands inside its part"
         with pytest.raises(RuntimeError, match="without moves"):
             cache.write(lambda txn: timers.rehome(txn, cache.data, {0, 4, 8}, K + 2, lambda *a: None))
+
+
+def test_event_time_far_ahead_is_a_dead_letter_that_leaves_the_watermark(tmp_path):
+    import dataclasses
+
+    import window_counts as wc
+
+    bounded = type("Bounded", (wc.WindowCounts,), {
+        "ballast_query": dataclasses.replace(wc.WindowCounts.ballast_query, max_ahead_ms=60_000)})
+    ev = lambda name, ms: (json.dumps({"user": name}).encode(), {"user": name, "ts": ms, "amount": 1})  # noqa: E731
+    with WorkerCache(tmp_path, "s", "job", 0) as cache:
+        outs, extra = _epoch(cache, 0, [ev("a", 1_000), ev("b", 253402300799000), ev("c", 150_000)],
+                             timers.EpochClock(0, 100_000, 0), bounded)
+    dead = [json.loads(note) for kind, _, _, note in outs if kind == DEAD_LETTER]
+    assert [(d["reason"], d["offset"]) for d in dead] == [("event-time-ahead", 1)]
+    assert extra["max_event_ms"] == 150_000, "the year-9999 row does not move the watermark"
+    with pytest.raises(ValueError, match="max_ahead_ms"):
+        QuerySpec(max_ahead_ms=-1)

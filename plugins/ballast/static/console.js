@@ -108,6 +108,7 @@
       fact("input rows/s", num(j.input_rate)),
       fact("backlog rows", num(j.backlog)),
       fact("batch time", ms(j.batch_ms)),
+      fact(`dead letters <span class="sub">(${esc(j.job)}.dlq)</span>`, num(j.dead_letters)),
       fact("bins (B)", num(j.bins)),
     ].join("");
     $("attention").innerHTML = (j.attention || []).map((a) => `<li class="${esc(a.level)}">${esc(a.text)}</li>`).join("");

@@ -29,6 +29,9 @@ from ballast.store.console import (
     bin_range as bin_range,
 )
 from ballast.store.console import (
+    dead_letter_counts as dead_letter_counts,
+)
+from ballast.store.console import (
     decisions_since as decisions_since,
 )
 from ballast.store.console import (

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import case, func, select
 
 from ballast.dbtime import as_utc as _utc
 from ballast.store.decisions import DecisionRecord
@@ -122,6 +122,17 @@ def epoch_at_or_after(url: str, job: str, operator: str, since: datetime) -> int
             else:
                 lo = e + 1  # every x in mid..e has this same (too early) epoch
         return at(lo)[0]
+
+
+def dead_letter_counts(url: str, job: str, operator: str, since: datetime) -> tuple[int, int]:
+    """Records the job sent to `<job>.dlq`: over the epochs the DB keeps, and in epochs that ended
+    at or after `since` (the data plane counts them per epoch, docs/dataplane.md)."""
+    em = m.EpochMetrics
+    recent = func.sum(case((em.ended_at >= since, em.dead_letters), else_=0))
+    with session_scope(url) as s:
+        total, last = s.execute(select(func.sum(em.dead_letters), recent)
+                                .where(em.job == job, em.operator == operator)).one()
+    return int(total or 0), int(last or 0)
 
 
 def latest_epoch(url: str, job: str, operator: str) -> int | None:
