@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from spark_jobs import timers
@@ -142,9 +142,9 @@ class _Runtime:
     def save(self, b: int, sk: bytes, key: bytes, ks: KeyState, before: KeyState) -> None:
         ks.compact(self.now)
         k = self.ch.k
-        for ts in before.timers - ks.timers:
+        for ts in sorted(before.timers - ks.timers):  # sorted: the changelog's order is not a set's
             self.ch.set(b, timers.index_key(sk, k, timers.USER, ts), None)
-        for ts in ks.timers - before.timers:
+        for ts in sorted(ks.timers - before.timers):
             self.ch.set(b, timers.index_key(sk, k, timers.USER, ts), key)
         old_x, new_x = before.next_expiry(), ks.next_expiry()
         if old_x != new_x:
@@ -179,7 +179,26 @@ class _Runtime:
 
     @staticmethod
     def _encode(row: Any) -> bytes:
-        return json.dumps(row, default=str, separators=(",", ":")).encode()
+        return json.dumps(row, default=_json_default, separators=(",", ":")).encode()
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def utc_datetime(ms: int) -> datetime:
+    """A timestamp column's epoch milliseconds as the datetime a handler sees: aware, in UTC.
+    Never the machine's zone (`datetime.fromtimestamp` without one made outputs depend on the
+    host's TZ, so a replay elsewhere differed); aware, so `.timestamp()` is the same instant
+    everywhere. Exact integer arithmetic, no float rounding."""
+    return _EPOCH + timedelta(milliseconds=ms)
+
+
+def _json_default(value: Any) -> Any:
+    """Output rows' non-JSON values: a set in sorted order (its iteration order follows the
+    process's hash seed, so it differs between the first attempt and a replay), the rest as str."""
+    if isinstance(value, (set, frozenset)):
+        return sorted(value, key=repr)
+    return str(value)
 
 
 def _rows_of(item: Any) -> Iterator[dict[str, Any]]:
@@ -211,8 +230,10 @@ def run_processor(cfg: Any, cache: Any, txn: Any, table: Any, n: int, owned: set
     max_et: int | None = None
     bin_records: dict[int, int] = {}
     if n:
+        # the value breaks the last ties (rows of one record a `keyed` flatMap made): the order a
+        # handler sees never depends on the order the routing shuffle delivered the rows in
         table = table.sort_by([("h", "ascending"), ("key", "ascending"), ("partition", "ascending"),
-                               ("offset", "ascending")])
+                               ("offset", "ascending"), ("value", "ascending")])
         cols = {c: table.column(c).to_pylist() for c in ("h", "bin", "key", "value", "partition", "offset")}
         i = 0
         while i < n:
@@ -232,7 +253,7 @@ def run_processor(cfg: Any, cache: Any, txn: Any, table: Any, n: int, owned: set
                         continue
                 for c in ts_cols:
                     if d.get(c) is not None:
-                        d[c] = datetime.fromtimestamp(d[c] / 1000)
+                        d[c] = utc_datetime(d[c])
                 rows.append(Row(**d))
                 dl.append((cols["value"][r], json.dumps({"topic": cfg.input_topic, "partition": cols["partition"][r],
                                                          "offset": cols["offset"][r]})))
