@@ -89,7 +89,8 @@ def run_cached(root: str, store_id: str, job: str, worker: int, epoch: int, fn: 
                 cause = exc.__cause__ or exc  # the OS's or LMDB's own words, not our advice around them
                 last = (str(path), f"{type(cause).__name__}: {cause}")
                 if place == root:
-                    _failed[root] = (time.monotonic(), _note(epoch, str(path), last[1], "a fallback cache under " + fallback))
+                    away = _note(epoch, str(path), last[1], "a fallback cache under " + fallback)
+                    _failed[root] = (time.monotonic(), away)
                 log.warning("worker %d, epoch %d: local cache %s failed (%s); rebuilding from the durable state",
                             worker, epoch, path, exc)
                 if (out := done()) is not None:  # the failure came after the changelog object
