@@ -38,7 +38,7 @@ T = TypeVar("T")
 RETRY_PRIMARY_S = 30.0
 log = logging.getLogger("ballast.cache")
 
-#: per Python worker process: configured root -> (when it failed, the degraded note)
+#: per Python worker process: a worker's own cache -> (when it failed, the degraded note)
 _failed: dict[str, tuple[float, dict[str, Any]]] = {}
 #: caches this process opened: one found empty again lost its files under the running job
 _used: set[str] = set()
@@ -61,7 +61,8 @@ def run_cached(root: str, store_id: str, job: str, worker: int, epoch: int, fn: 
     fallback = fallback_root(job)
     places = [root] + ([fallback] if os.path.abspath(fallback) != os.path.abspath(root) else [])
     note: dict[str, Any] | None = None
-    recent = _failed.get(root)
+    own = str(cache_path(root, store_id, worker))  # per worker: a process serves several in turn
+    recent = _failed.get(own)
     if recent is not None and time.monotonic() - recent[0] < RETRY_PRIMARY_S and len(places) > 1:
         places, note = places[1:], recent[1]
     errors: list[str] = []
@@ -90,7 +91,7 @@ def run_cached(root: str, store_id: str, job: str, worker: int, epoch: int, fn: 
                 last = (str(path), f"{type(cause).__name__}: {cause}")
                 if place == root:
                     away = _note(epoch, str(path), last[1], "a fallback cache under " + fallback)
-                    _failed[root] = (time.monotonic(), away)
+                    _failed[own] = (time.monotonic(), away)
                 log.warning("worker %d, epoch %d: local cache %s failed (%s); rebuilding from the durable state",
                             worker, epoch, path, exc)
                 if (out := done()) is not None:  # the failure came after the changelog object
@@ -99,7 +100,7 @@ def run_cached(root: str, store_id: str, job: str, worker: int, epoch: int, fn: 
                     break  # another store's files: never deleted, the next place is used
                 continue
             if place == root:
-                _failed.pop(root, None)  # the cache works (again)
+                _failed.pop(own, None)  # the cache works (again)
             return result
     raise CacheError(f"worker {worker}, epoch {epoch}: no local cache could be used, the durable state is "
                      f"untouched. Tried: {'; '.join(errors)}. Free space or point --cache-dir (and $TMPDIR) "

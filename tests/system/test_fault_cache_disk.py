@@ -17,6 +17,7 @@ from ballast import console
 from ballast import store as repo
 from ballast.store.event_log import CACHE_DEGRADED
 from spark_jobs.bins import uniform_assignment
+from spark_jobs.cache_fallback import fallback_root
 from spark_jobs.offsets import committed_epochs, read_end_offsets
 from spark_jobs.output import read_output
 from spark_jobs.runner import RunConfig, start_job
@@ -106,13 +107,17 @@ def test_lost_corrupt_and_full_cache_are_rebuilt_while_the_job_runs_on(spark, ka
         assert runner.query.exception() is None
     finally:
         runner.stop()
+        shutil.rmtree(fallback_root(job), ignore_errors=True)  # the workers' $TMPDIR is this process's
 
     events = repo.events(db_url, job, kind=CACHE_DEGRADED, limit=100)
     print(f"tmpfs {TMPFS} filled with {filled} bytes; {len(events)} cache_degraded event(s):")
     for e in events:
         print(f"  epoch {e.epoch}: {e.message[:300]}")
     assert any("MDB_INVALID" in e.message and "a fresh cache in the same place" in e.message for e in events)
-    assert any("a fallback cache under" in e.message for e in events)
+    assert any("a fallback cache under" in e.message and "No space left on device" in e.message for e in events)
+    for e in events:  # each event names the worker's own cache
+        assert e.message.split(":")[0] == f"worker {e.details['worker']}", e.message
+        assert e.details["failed"].endswith(f"worker-{e.details['worker']:04d}"), e.details
     row = next(r for r in console.jobs(db_url) if r["job"] == job)
     assert row["degraded"] and any("degraded" in a["text"] for a in row["attention"]), row["attention"]
 
