@@ -6,7 +6,8 @@ It never trusts local files it did not check:
 
 1. If some attempt already wrote the durable changelog object of (epoch, worker), the epoch is
    done for this worker: re-emit that object's outputs (same ids, same values) and stop.
-2. Otherwise, in ONE write transaction of the worker's local cache (spark_jobs.cache):
+2. Otherwise, in ONE write transaction of the worker's local cache (spark_jobs.cache; one that
+   fails — full disk, corrupt files, deleted — is rebuilt, spark_jobs.cache_fallback):
    * drop the bins it no longer owns (a move out is just that: the new owner reads the durable
      state), keep warm bins of pre-copy steps;
    * bring every owned and warm bin to the state after epoch e-1 — nothing to do when the cache
