@@ -17,8 +17,10 @@ The map grows on demand (MapFullError → double, retry), so a growing state nev
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import shutil
 import struct
 from collections.abc import Callable
 from pathlib import Path
@@ -33,6 +35,7 @@ from spark_jobs.bins import bin_of_store_key, bin_range
 
 INITIAL_MAP = settings().cache_map_bytes
 MAX_MAP = settings().cache_max_map_bytes
+MIN_FREE_BYTES = 1 << 20  # what a new cache needs free before LMDB maps its files (_check_room)
 
 K_LAST = b"last_applied"
 K_TOTAL = b"total"
@@ -58,7 +61,22 @@ def _bitmap(bins: set[int]) -> bytes:
 
 
 class CacheError(BallastError, RuntimeError):
-    """The local cache cannot be used (full disk, another store's files); says what to do."""
+    """The local cache cannot be used (full disk, unreadable files); says what to do. An epoch
+    runs on, on a rebuilt cache (spark_jobs.cache_fallback)."""
+
+
+class CacheOwnerError(CacheError):
+    """The cache's place holds another job's or store's cache: never deleted, not used."""
+
+
+def _check_room(path: Path) -> None:
+    """A new cache needs room for its files first: LMDB maps its lock file and writes to the map,
+    and a write to a page the full disk cannot back kills the process (SIGBUS), with no error."""
+    if (path / "lock.mdb").exists():
+        return
+    free = shutil.disk_usage(path).free
+    if free < MIN_FREE_BYTES:
+        raise OSError(errno.ENOSPC, f"{free} bytes free, a new cache needs {MIN_FREE_BYTES}", str(path))
 
 
 def cache_path(root: str | Path, store_id: str, worker: int) -> Path:
@@ -84,19 +102,29 @@ class WorkerCache:
         self.path = cache_path(root, store_id, worker)
         try:
             self.path.mkdir(parents=True, exist_ok=True)
+            _check_room(self.path)
             self.env = lmdb.open(str(self.path), map_size=INITIAL_MAP, max_dbs=4, readahead=False, max_readers=64)
         except (OSError, lmdb.Error) as exc:
             raise CacheError(f"cannot open the local state cache {self.path}: {exc}. Free space or point "
                              "--cache-dir at a writable local disk; the durable state is untouched") from exc
-        self.data = self.env.open_db(b"data")
-        self.meta = self.env.open_db(b"meta")
-        owner = {"job": job, "store_id": store_id, "worker": worker}
-        with self.env.begin(write=True, db=self.meta) as txn:
-            raw = txn.get(K_OWNER, db=self.meta)
-            if raw is None:
-                txn.put(K_OWNER, json.dumps(owner, sort_keys=True).encode(), db=self.meta)
-            elif json.loads(raw) != owner:
-                raise CacheError(f"cache {self.path} belongs to {json.loads(raw)}, not {owner}; delete it")
+        try:
+            self.data = self.env.open_db(b"data")
+            self.meta = self.env.open_db(b"meta")
+            owner = {"job": job, "store_id": store_id, "worker": worker}
+            with self.env.begin(write=True, db=self.meta) as txn:
+                raw = txn.get(K_OWNER, db=self.meta)
+                self.created = raw is None  # a new (or emptied) cache: every bin loads from durable state
+                if raw is None:
+                    txn.put(K_OWNER, json.dumps(owner, sort_keys=True).encode(), db=self.meta)
+                    found = owner
+                else:
+                    found = json.loads(raw)
+        except (lmdb.Error, ValueError) as exc:
+            self.env.close()
+            raise CacheError(f"the local state cache {self.path} is unreadable: {exc}") from exc
+        if found != owner:
+            self.env.close()
+            raise CacheOwnerError(f"cache {self.path} belongs to {found}, not {owner}; delete it")
 
     def close(self) -> None:
         self.env.close()

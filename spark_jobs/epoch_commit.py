@@ -15,6 +15,7 @@ from typing import Any
 
 from ballast.protocol import CheckpointMessage, acks_topic, message_key, utcnow
 from ballast.store import writer as mx
+from ballast.store.event_log import CACHE_DEGRADED
 from migrations_db import models as m
 from spark_jobs.control import AppliedStep, EpochControl
 from spark_jobs.executors import ExecutorScaler
@@ -101,6 +102,12 @@ class EpochCommit:
             wrows = []
             brows = []
             for doc in worker_docs:
+                if doc.get("cache"):  # the task ran on a rebuilt cache: once per episode (its first epoch)
+                    note = doc["cache"]
+                    mx.insert_event_once(s, m.Event(
+                        job=cfg.job, operator=cfg.operator, at=ended_at, level="warning", kind=CACHE_DEGRADED,
+                        message=f"worker {doc['worker']}: {note['message']}", epoch=int(note["since_epoch"]),
+                        details={**note, "worker": int(doc["worker"]), "seen_epoch": epoch}))
                 wrows.append(m.WorkerMetrics(
                     job=cfg.job, operator=cfg.operator, epoch=epoch, worker=int(doc["worker"]),
                     records_in=int(doc["records_in"]), records_out=int(doc["records_out"]),

@@ -19,7 +19,10 @@ def main() -> int:
     args = parser().parse_args(sys.argv[1:])
     from pyspark.sql import SparkSession
 
-    spark = SparkSession.builder.appName(f"ballast-{args.job}").getOrCreate()
+    from spark_jobs.session import SESSION_TIME_ZONE
+
+    spark = (SparkSession.builder.appName(f"ballast-{args.job}")
+             .config("spark.sql.session.timeZone", SESSION_TIME_ZONE).getOrCreate())
     return run(config_from_args(args), spark=spark, chain=args.operator)
 
 

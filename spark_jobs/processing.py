@@ -175,9 +175,9 @@ class _Runtime:
     def save(self, b: int, sk: bytes, key: bytes, ks: KeyState, before: KeyState) -> None:
         ks.compact(self.now)
         k = self.ch.k
-        for ts in before.timers - ks.timers:
+        for ts in sorted(before.timers - ks.timers):  # sorted: the changelog's order is not a set's
             self.ch.set(b, timers.index_key(sk, k, timers.USER, ts), None)
-        for ts in ks.timers - before.timers:
+        for ts in sorted(ks.timers - before.timers):
             self.ch.set(b, timers.index_key(sk, k, timers.USER, ts), key)
         old_x, new_x = before.next_expiry(), ks.next_expiry()
         if old_x != new_x:
@@ -212,7 +212,15 @@ class _Runtime:
 
     @staticmethod
     def _encode(row: Any) -> bytes:
-        return json.dumps(row, default=str, separators=(",", ":")).encode()
+        return json.dumps(row, default=_json_default, separators=(",", ":")).encode()
+
+
+def _json_default(value: Any) -> Any:
+    """Output rows' non-JSON values: a set in sorted order (its iteration order follows the
+    process's hash seed, so it differs between the first attempt and a replay), the rest as str."""
+    if isinstance(value, (set, frozenset)):
+        return sorted(value, key=repr)
+    return str(value)
 
 
 def _rows_of(item: Any) -> Iterator[dict[str, Any]]:
@@ -250,8 +258,10 @@ def run_processor(cfg: Any, cache: Any, txn: Any, table: Any, n: int, owned: set
             writer.add_output(DEAD_LETTER, rk, rv, why)
         dead, n = len(rejected), table.num_rows
     if n:
+        # the value breaks the last ties (rows of one record a `keyed` flatMap made): the order a
+        # handler sees never depends on the order the routing shuffle delivered the rows in
         table = table.sort_by([("h", "ascending"), ("key", "ascending"), ("partition", "ascending"),
-                               ("offset", "ascending")])
+                               ("offset", "ascending"), ("value", "ascending")])
         cols = {c: table.column(c).to_pylist() for c in ("h", "bin", "key", "value", "partition", "offset")}
         i = 0
         while i < n:

@@ -15,7 +15,7 @@ worker (`split_rejected`: a null key; `decode_row`: a processor row Python canno
 from __future__ import annotations
 
 import json
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 NULL_KEY = "null-key"  # the operator's key extractor gave no key (default: both Kafka key and value null)
@@ -120,6 +120,17 @@ def split_rejected(table: Any, topics: list[str]) -> tuple[Any, list[tuple[bytes
     return (kept.drop_columns([REJECT_COLUMN]) if has_reject else kept), dead
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def utc_datetime(ms: int) -> datetime:
+    """A timestamp column's epoch milliseconds as the datetime a handler sees: aware, in UTC.
+    Never the machine's zone (`datetime.fromtimestamp` without one made outputs depend on the
+    host's TZ, so a replay elsewhere differed); aware, so `.timestamp()` is the same instant
+    everywhere. Exact integer arithmetic, no float rounding."""
+    return _EPOCH + timedelta(milliseconds=ms)
+
+
 def decode_row(value: bytes, ts_columns: tuple[str, ...],
                event_time_column: str | None = None) -> tuple[dict[str, Any], int | None]:
     """A processor row from its routed JSON (timestamps as epoch ms) to the dict its handler
@@ -139,7 +150,7 @@ def decode_row(value: bytes, ts_columns: tuple[str, ...],
         if ms is None:
             continue
         try:
-            d[c] = datetime.fromtimestamp(ms / 1000)
+            d[c] = utc_datetime(ms)
         except (ValueError, OverflowError, OSError, TypeError) as exc:
             raise RowRejected(TIME_OUT_OF_RANGE, f"timestamp column {c!r} = {ms} ms is outside what a Python "
                                                  f"datetime holds (years 1-9999): {error_text(exc)}") from None

@@ -15,6 +15,7 @@ from ballast.options import settings
 
 REPO = Path(__file__).resolve().parent.parent
 CONNECTOR_JARS = settings().cache_dir / "jars" / "spark-kafka"
+SESSION_TIME_ZONE = "UTC"
 
 
 def connector_jars() -> list[str]:
@@ -41,6 +42,9 @@ def build_spark(app_name: str = "ballast", master: str | None = None, conf: dict
         .config("spark.ui.enabled", "false")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .config("spark.driver.memory", opts.driver_memory)
+        # replays are byte-identical on any host (docs/dataplane.md, "Deterministic replays"): SQL
+        # timestamps parse and print in UTC, not in the zone of the JVM that runs the epoch
+        .config("spark.sql.session.timeZone", SESSION_TIME_ZONE)
     )
     # local mode stays on loopback; on a cluster the executors must reach the driver, so its
     # address is Spark's default (or BALLAST_DRIVER_HOST) unless the caller's conf says otherwise

@@ -104,12 +104,15 @@ def _warm_fn(operator: str, job: str, cache_dir: str | None, store_id: str) -> A
         import pyarrow.compute  # noqa: F401
 
         from spark_jobs import worker  # noqa: F401
-        from spark_jobs.cache import WorkerCache, default_cache_root
+        from spark_jobs.cache import CacheError, WorkerCache, default_cache_root
         from spark_jobs.operator_loader import get_operator
 
         op = get_operator(operator)
         if store_id:
-            WorkerCache(cache_dir or default_cache_root(job), store_id, job, index).close()
+            try:
+                WorkerCache(cache_dir or default_cache_root(job), store_id, job, index).close()
+            except CacheError:  # only a warm-up: the first epoch rebuilds it (spark_jobs.cache_fallback)
+                pass
         if not hasattr(op, "spec"):  # a fold operator: its first epoch's task path, once, on scratch state
             _warm_task(operator, job, index)
         yield index

@@ -6,7 +6,8 @@ It never trusts local files it did not check:
 
 1. If some attempt already wrote the durable changelog object of (epoch, worker), the epoch is
    done for this worker: re-emit that object's outputs (same ids, same values) and stop.
-2. Otherwise, in ONE write transaction of the worker's local cache (spark_jobs.cache):
+2. Otherwise, in ONE write transaction of the worker's local cache (spark_jobs.cache; one that
+   fails — full disk, corrupt files, deleted — is rebuilt, spark_jobs.cache_fallback):
    * drop the bins it no longer owns (a move out is just that: the new owner reads the durable
      state), keep warm bins of pre-copy steps;
    * bring every owned and warm bin to the state after epoch e-1 — nothing to do when the cache
@@ -86,8 +87,9 @@ def make_apply_fn(cfg: ApplyConfig) -> Callable[[Iterator[Any]], Iterator[Any]]:
         import pyarrow.compute as pc
         from pyspark import TaskContext
 
-        from spark_jobs.cache import WorkerCache, default_cache_root
-        from spark_jobs.durable import ObjectReader, find_object, new_attempt_id
+        from spark_jobs.cache import default_cache_root
+        from spark_jobs.cache_fallback import run_cached
+        from spark_jobs.durable import new_attempt_id
 
         t_task = time.perf_counter()
         ctx = TaskContext.get()
@@ -98,24 +100,32 @@ def make_apply_fn(cfg: ApplyConfig) -> Callable[[Iterator[Any]], Iterator[Any]]:
         n = table.num_rows if table is not None else 0
         if table is not None and n and not pc.all(pc.equal(table.column("worker"), worker)).as_py():
             raise RuntimeError(f"routing bug: a row for another worker reached worker {worker} at epoch {cfg.epoch}")
-        done = find_object(cfg.state_uri, "changelog", cfg.epoch, worker)
-        if done is not None:  # an earlier attempt finished this epoch: its outputs, nothing else
-            r = ObjectReader(done)
-            try:
-                outputs = r.outputs()
-            finally:
-                r.close()
-        else:
+        outputs = _done_outputs(cfg, worker)
+        if outputs is None:  # else an earlier attempt finished this epoch: its outputs, nothing else
             attempt = new_attempt_id(ctx.stageId(), ctx.attemptNumber())  # type: ignore[union-attr]
-            cache = WorkerCache(cfg.cache_dir or default_cache_root(cfg.job), cfg.store_id, cfg.job, worker)
-            try:
-                outputs = cache.write(lambda txn: _run(cfg, cache, txn, worker, table, n, attempt, t_task, t_useful))
-            finally:
-                cache.close()
+            # a failing cache is rebuilt (spark_jobs.cache_fallback), never the end of the query
+            outputs = run_cached(
+                cfg.cache_dir or default_cache_root(cfg.job), cfg.store_id, cfg.job, worker, cfg.epoch,
+                lambda cache, txn, note: _run(cfg, cache, txn, worker, table, n, attempt, t_task, t_useful, note),
+                lambda: _done_outputs(cfg, worker))
         if outputs:
             yield _to_arrow(cfg, worker, outputs)
 
     return apply_partition
+
+
+def _done_outputs(cfg: ApplyConfig, worker: int) -> list[tuple[int, bytes, bytes, str | None]] | None:
+    """The outputs of the epoch's changelog object for `worker`, if some attempt wrote it."""
+    from spark_jobs.durable import ObjectReader, find_object
+
+    done = find_object(cfg.state_uri, "changelog", cfg.epoch, worker)
+    if done is None:
+        return None
+    r = ObjectReader(done)
+    try:
+        return r.outputs()
+    finally:
+        r.close()
 
 
 def _to_arrow(cfg: ApplyConfig, worker: int, outputs: list[tuple[int, bytes, bytes, str | None]]):
@@ -152,7 +162,8 @@ def _to_arrow(cfg: ApplyConfig, worker: int, outputs: list[tuple[int, bytes, byt
 
 
 def _run(cfg: ApplyConfig, cache: Any, txn: Any, worker: int, table: Any, n: int, attempt: str,
-         t_task: float, t_useful: float) -> list[tuple[int, bytes, bytes, str | None]]:
+         t_task: float, t_useful: float, cache_note: dict[str, Any] | None = None,
+         ) -> list[tuple[int, bytes, bytes, str | None]]:
     from spark_jobs import faults
     from spark_jobs.durable import BinSource, ObjectWriter, epoch_name, object_name
     from spark_jobs.storage import Location
@@ -186,6 +197,8 @@ def _run(cfg: ApplyConfig, cache: Any, txn: Any, worker: int, table: Any, n: int
             "state_keys": tot_keys, "state_bytes": tot_bytes, "bins": bins, "moved_in": moved, "warmed": warmed,
             "host": socket.gethostname(), "pid": os.getpid(), "attempt": attempt, **extra,
         }
+        if cache_note is not None:  # the epoch ran on a rebuilt cache: the driver records an event
+            writer.meta["metrics"]["cache"] = cache_note
         root = Location.of(cfg.state_uri)
         if cfg.snapshot:
             snap = ObjectWriter(meta={"epoch": e, "worker": worker, "attempt": attempt, "kind": "snapshot"})

@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ballast import store as repo
+from ballast.store.event_log import CACHE_DEGRADED
 
 WINDOWS = {"15m": 900, "1h": 3600, "24h": 86400}
 HOT_FACTOR = 2.0  # a bin is hot when it carries at least this many times the mean bin's load
@@ -80,11 +81,22 @@ def attention(url: str, job: str, operator: str, status: str, hb: repo.Heartbeat
     if dead:
         out.append({"level": "warning", "text": f"{dead:,} record(s) went to the dead-letter topic {job}.dlq in the "
                     "last 15 min: its headers ballast-reason and ballast-source say why and where from"})
+    degraded = cache_degraded(url, job, operator, now)
+    if degraded:
+        out.append({"level": "warning", "text": f"degraded: {len(degraded)} worker cache(s) rebuilt from the durable "
+                    f"state in the last 15 min; the job runs on, slower (latest: {degraded[0].message[:300]})"})
     rejected = repo.events_since(url, job, since, kinds=["control_rejected"], limit=1000)
     if rejected:
         out.append({"level": "warning", "text": f"{len(rejected)} control message(s) rejected in the last 15 min "
                     f"(latest: {rejected[0].message[:200]})"})
     return out
+
+
+def cache_degraded(url: str, job: str, operator: str, now: datetime) -> list[Any]:
+    """The operator's `cache_degraded` events of the last 15 min, newest first: a worker's local
+    cache failed and was rebuilt (spark_jobs.cache_fallback). Degraded, not down: it runs on."""
+    since = now - timedelta(minutes=15)
+    return [e for e in repo.events_since(url, job, since, kinds=[CACHE_DEGRADED], limit=200) if e.operator == operator]
 
 
 def jobs(url: str, now: datetime | None = None) -> list[dict[str, Any]]:
@@ -113,7 +125,7 @@ def jobs(url: str, now: datetime | None = None) -> list[dict[str, Any]]:
         bins = cur.bins if cur is not None else bins  # a split raised it since the job's first start
         out.append({
             "job": job, "operator": op, "bins": bins, "configured": cfg is not None,
-            "status": status, "heartbeat_timeout_s": timeout,
+            "status": status, "heartbeat_timeout_s": timeout, "degraded": bool(cache_degraded(url, job, op, now)),
             "attention": attention(url, job, op, status, hb, timeout, now),
             "host": hb.host if hb else None, "pid": hb.pid if hb else None,
             "epoch": hb.last_epoch if hb else None, "workers": hb.workers if hb else None,
@@ -365,5 +377,5 @@ def events(url: str, job: str, window: str, *, level: str = "", kind: str = "", 
                          "epoch": c.applied_epoch, "operator": "", "plan_id": c.plan_id, "step": c.step,
                          "details": {}})
     rows.sort(key=lambda r: r["at"] or "", reverse=True)
-    kinds = sorted(set(repo.event_kinds(url, job)) | {"control_rejected", "step_rejected"})
+    kinds = sorted(set(repo.event_kinds(url, job)) | {"control_rejected", "step_rejected", CACHE_DEGRADED})
     return {"events": rows[:limit], "kinds": kinds}

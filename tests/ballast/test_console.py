@@ -12,6 +12,7 @@ from ballast import console, controller
 from ballast import store as repo
 from ballast.config import get_job
 from ballast.policy import GuardConfig, GuardState, Observation, evaluate_guards
+from ballast.store.event_log import CACHE_DEGRADED
 from migrations_db import models as m
 from migrations_db.db import session_scope
 from tests.helpers.stepapplier import seed_job
@@ -228,3 +229,20 @@ def test_dead_letters_are_counted_per_job_and_flagged(db_url, unique_name):
     warn = [a["text"] for a in console.attention(db_url, job, "keycount", "running", None, 120.0, now)]
     assert any(f"2 record(s) went to the dead-letter topic {job}.dlq" in t for t in warn)
     assert repo.dead_letter_counts(db_url, "no-such-job", "keycount", now) == (0, 0)
+
+
+def test_a_rebuilt_cache_shows_the_job_degraded_for_15_minutes(db_url, unique_name):
+    job = unique_name
+    seed_job(db_url, job, 8)
+    _running(db_url, job)
+    row = next(r for r in console.jobs(db_url) if r["job"] == job)
+    assert not row["degraded"] and not any("degraded" in a["text"] for a in row["attention"])
+    repo.add_event(db_url, job, "keycount", "warning", CACHE_DEGRADED,
+                   "worker 1: local cache /c/worker-0001 failed (DiskError: No space left on device); ...", epoch=7)
+    row = next(r for r in console.jobs(db_url) if r["job"] == job)
+    assert row["degraded"] and row["status"] == "running"  # degraded, not down
+    text = [a["text"] for a in row["attention"] if "degraded" in a["text"]]
+    assert text and "No space left on device" in text[0] and "runs on" in text[0], row["attention"]
+    later = next(r for r in console.jobs(db_url, now=datetime.now(UTC) + timedelta(minutes=16)) if r["job"] == job)
+    assert not later["degraded"]
+    assert CACHE_DEGRADED in console.events(db_url, job, "1h")["kinds"]

@@ -83,7 +83,7 @@
       const cap = j.executors !== null || j.capacity ? `${num(j.executors)} / ${num(j.capacity)}` : "–";
       return `<tr class="clickable${j.job === S.job ? " selected" : ""}" data-job="${esc(j.job)}" data-operator="${esc(j.operator)}">
         <td><a href="${esc(ROOT)}/?job=${encodeURIComponent(j.job)}&operator=${encodeURIComponent(j.operator)}&window=${S.window}">${esc(j.job)}</a><div class="sub">${esc(j.operator)}</div></td>
-        <td><span data-field="status">${badge(j.status)}</span>${(j.attention || []).length ? ` <span class="badge ${j.attention.some((a) => a.level === "error") ? "bad" : "warn"}" title="${esc(j.attention.map((a) => a.text).join("\n"))}">⚠ ${j.attention.length}</span>` : ""}<div class="sub">${j.heartbeat_age_s === null ? "no heartbeat" : secs(j.heartbeat_age_s) + " ago"}</div></td>
+        <td><span data-field="status">${badge(j.status)}</span>${j.degraded ? ` <span class="badge warn" data-field="degraded" title="a worker's local cache failed and was rebuilt from the durable state: the job runs on, slower">degraded</span>` : ""}${(j.attention || []).length ? ` <span class="badge ${j.attention.some((a) => a.level === "error") ? "bad" : "warn"}" title="${esc(j.attention.map((a) => a.text).join("\n"))}">⚠ ${j.attention.length}</span>` : ""}<div class="sub">${j.heartbeat_age_s === null ? "no heartbeat" : secs(j.heartbeat_age_s) + " ago"}</div></td>
         <td>${esc(j.host || "–")}<div class="sub">${j.pid ? "pid " + j.pid : ""}</div></td>
         <td class="num">${num(j.epoch)}</td><td class="num">${num(j.workers)}</td><td class="num">${num(j.map_version)}</td>
         <td class="num">${cap}</td><td class="num">${num(j.input_rate)}</td><td class="num">${num(j.backlog)}</td>

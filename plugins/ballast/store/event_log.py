@@ -14,6 +14,9 @@ from ballast.dbtime import as_utc
 from migrations_db import models as m
 from migrations_db.db import session_scope
 
+#: a worker ran an epoch on a rebuilt local cache (spark_jobs.cache_fallback); the console warns
+CACHE_DEGRADED = "cache_degraded"
+
 
 def add_event(url: str, job: str, operator: str, level: str, kind: str, message: str,
               epoch: int | None = None, details: dict[str, Any] | None = None) -> bool:
