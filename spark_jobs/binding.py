@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -145,7 +146,7 @@ def behind_problem(state_uri: str, store_last: int, input_epoch: int | None, ret
             "store that matches the checkpoint (or the checkpoint that matches the store)")
 
 
-def db_problem(want: Expected, ids: dict[str, str | None], row: dict[str, Any] | None) -> str | None:
+def db_problem(want: Expected, ids: Mapping[str, str | None], row: dict[str, Any] | None) -> str | None:
     """The metrics DB's job row belongs to another deployment of a job of the same name."""
     theirs = (row or {}).get("binding")
     if not theirs or theirs.get("checkpoint_id") == ids["checkpoint_id"]:

@@ -5,6 +5,7 @@ Pure rules, one case each; the same refusals on a real job are in tests/system/t
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
@@ -73,7 +74,7 @@ def test_a_store_from_before_bindings_is_adopted() -> None:
 
 
 @pytest.mark.parametrize(("field", "value"), [("bins", 32), ("operator", "wordcount"), ("key_schema", "grouping")])
-def test_a_changed_fixed_setting_is_refused(field: str, value: object) -> None:
+def test_a_changed_fixed_setting_is_refused(field: str, value: Any) -> None:
     msgs = problems(replace(WANT, **{field: value}), BINDING, STORE, committed=3)
     assert msgs and all(field in m and repr(value) in m for m in msgs)
     assert problems(replace(WANT, **{field: value}), None, {**STORE, "checkpoint_id": None}, committed=3)

@@ -16,6 +16,7 @@ import json
 import shutil
 import subprocess
 import sys
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -92,14 +93,14 @@ def _alive(runner: JobRunner) -> None:
 
 
 @pytest.fixture(scope="module")
-def run(spark, kafka_bootstrap, tmp_path_factory) -> Iterator[Run]:  # type: ignore[no-untyped-def]
+def run(spark, kafka_bootstrap, tmp_path_factory) -> Iterator[Run]:
     """Phase 1 of the issue: 3 000 records, 30 keys of 100, counted, stopped; checkpoint and store kept
     as they were then (the 'older backup' of the behind/ahead cases)."""
     from migrations_db.db import migrate
     stack = sys.modules["ballast_stack"]  # loaded by tests/conftest.py
 
     base = tmp_path_factory.mktemp("binding")
-    job = f"bind{base.name[-6:].replace('_', '')}"
+    job = f"bind{uuid.uuid4().hex[:8]}"
     db_url = f"sqlite:///{base / 'metrics.db'}"
     migrate(db_url)
     r = Run(job, f"{job}.in", base, kafka_bootstrap, db_url)
@@ -148,7 +149,7 @@ def swapped(target: Path, replacement: Path | None) -> Iterator[None]:
 
 
 # ----------------------------------------------------------------------------- the issue ------
-def test_a_typo_in_the_state_uri_is_refused_and_the_right_one_resumes(run: Run, spark) -> None:  # type: ignore[no-untyped-def]
+def test_a_typo_in_the_state_uri_is_refused_and_the_right_one_resumes(run: Run, spark) -> None:
     typo = run.base / "state-aa"
     msg = refused(spark, run.config(state_uri=str(typo)))
     assert str(run.state) in msg and str(typo) in msg, msg
@@ -160,14 +161,14 @@ def test_a_typo_in_the_state_uri_is_refused_and_the_right_one_resumes(run: Run, 
 
 
 # ----------------------------------------------------------------------------- the store side --
-def test_an_empty_store_is_refused(run: Run, spark) -> None:  # type: ignore[no-untyped-def]
+def test_an_empty_store_is_refused(run: Run, spark) -> None:
     with swapped(run.state, None):
         msg = refused(spark, run.config())
         assert "empty store" in msg and str(run.state) in msg and str(run.ckpt) in msg, msg
         assert not (run.state / "store.json").exists()
 
 
-def test_another_jobs_store_is_refused(run: Run, spark, make_topics) -> None:  # type: ignore[no-untyped-def]
+def test_another_jobs_store_is_refused(run: Run, spark, make_topics) -> None:
     other = Run(f"{run.job}o", f"{run.job}o.in", run.base / "other", run.bootstrap, run.db_url)
     make_topics({other.topic: 2})
     other.feed(1)
@@ -178,7 +179,7 @@ def test_another_jobs_store_is_refused(run: Run, spark, make_topics) -> None:  #
     assert str(other.ckpt) in msg, "names the checkpoint the store belongs to"
 
 
-def test_a_new_checkpoint_cannot_take_over_the_store(run: Run, spark) -> None:  # type: ignore[no-untyped-def]
+def test_a_new_checkpoint_cannot_take_over_the_store(run: Run, spark) -> None:
     """Another deployment of the job (same name, a new checkpoint dir, this state URI and metrics DB)."""
     msg = refused(spark, run.config(checkpoint_dir=str(run.base / "ckpt-new")))
     assert "another deployment" in msg and str(run.ckpt) in msg, msg
@@ -190,20 +191,20 @@ def test_a_new_checkpoint_cannot_take_over_the_store(run: Run, spark) -> None:  
     assert "another checkpoint's store" in msg and str(run.ckpt) in msg and str(run.base / "ckpt-new2") in msg, msg
 
 
-def test_another_deployment_in_the_metrics_db_is_refused(run: Run, spark) -> None:  # type: ignore[no-untyped-def]
+def test_another_deployment_in_the_metrics_db_is_refused(run: Run, spark) -> None:
     msg = refused(spark, run.config(checkpoint_dir=str(run.base / "ckpt-dep"), state_uri=str(run.base / "st-dep")))
     assert "metrics DB already holds job" in msg and str(run.ckpt) in msg and str(run.base / "ckpt-dep") in msg, msg
     assert not (run.base / "st-dep").exists(), "nothing bound for the refused deployment"
 
 
-def test_a_store_behind_the_checkpoint_is_refused(run: Run, spark) -> None:  # type: ignore[no-untyped-def]
+def test_a_store_behind_the_checkpoint_is_refused(run: Run, spark) -> None:
     resumed(run, spark)
     with swapped(run.state, run.backups["state"]):
         msg = refused(spark, run.config())
     assert "store behind the checkpoint" in msg and str(run.state) in msg, msg
 
 
-def test_a_store_ahead_of_the_checkpoint_is_refused(run: Run, spark) -> None:  # type: ignore[no-untyped-def]
+def test_a_store_ahead_of_the_checkpoint_is_refused(run: Run, spark) -> None:
     resumed(run, spark)
     with swapped(run.ckpt, run.backups["ckpt"]):
         msg = refused(spark, run.config(), StateGap)
@@ -211,14 +212,14 @@ def test_a_store_ahead_of_the_checkpoint_is_refused(run: Run, spark) -> None:  #
 
 
 # ----------------------------------------------------------------------------- fixed settings --
-def test_a_changed_bin_count_or_operator_is_refused(run: Run, spark) -> None:  # type: ignore[no-untyped-def]
+def test_a_changed_bin_count_or_operator_is_refused(run: Run, spark) -> None:
     msg = refused(spark, run.config(bins=16), JobMismatch)
     assert "bins: checkpoint has 8, start asked for 16" in msg, msg
     msg = refused(spark, run.config(operator="wordcount"), JobMismatch)
     assert "'keycount'" in msg and "'wordcount'" in msg, msg
 
 
-def test_a_changed_key_schema_is_refused(run: Run, spark, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_a_changed_key_schema_is_refused(run: Run, spark, monkeypatch) -> None:
     monkeypatch.setattr(KeyCount, "key_schema", "by-value", raising=False)
     msg = refused(spark, run.config())
     assert "key_schema" in msg and "'kafka-key'" in msg and "'by-value'" in msg, msg
@@ -231,7 +232,7 @@ def _relocate(run: Run, to: Path, faults: Path) -> subprocess.CompletedProcess[s
                           timeout=300, start_new_session=True)  # the fault kills the process group
 
 
-def test_relocate_interrupted_then_resumed_moves_the_state(run: Run, spark, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_relocate_interrupted_then_resumed_moves_the_state(run: Run, spark, tmp_path) -> None:
     resumed(run, spark)
     new = run.base / "state-b"
     faults = tmp_path / "faults"
