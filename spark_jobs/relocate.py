@@ -68,6 +68,10 @@ def relocate(checkpoint_dir: str, to: str, source: str | None = None) -> dict[st
     if same_location(to, bound):
         return {"from": bound, "to": bound, "copied": 0, "skipped": 0, "note": "the state already lives there"}
     src, dst = Location.of(bound), Location.of(to)
+    a, b = src.path.rstrip("/") + "/", dst.path.rstrip("/") + "/"
+    if src.fs.type_name == dst.fs.type_name and (a.startswith(b) or b.startswith(a)):
+        raise RelocateError(f"{dst.uri} and {src.uri} lie one inside the other: relocate to a location outside "
+                            "the current one")
     store = (src / "store.json").read_json()
     if store is None or store.get("store_id") != binding["store_id"]:
         raise RelocateError(f"the checkpoint's store {binding['store_id']} is not at {src.uri} (found "

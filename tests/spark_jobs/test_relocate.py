@@ -84,6 +84,8 @@ def test_refusals(tmp_path: Path) -> None:
     cfg = bound_store(tmp_path)
     with pytest.raises(RelocateError, match=f"run with --from {tmp_path / 'old'}"):
         relocate(cfg.checkpoint_dir, str(tmp_path / "new"), source=str(tmp_path / "elsewhere"))
+    with pytest.raises(RelocateError, match="one inside the other"):
+        relocate(cfg.checkpoint_dir, str(tmp_path / "old" / "sub"))
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "someone-else.txt").write_text("x")
     with pytest.raises(RelocateError, match="not empty"):
