@@ -225,6 +225,18 @@ def test_a_changed_key_schema_is_refused(run: Run, spark, monkeypatch) -> None:
     assert "key_schema" in msg and "'kafka-key'" in msg and "'by-value'" in msg, msg
 
 
+def test_the_cli_refuses_with_exit_code_2_and_the_reason(run: Run) -> None:
+    """What an operator sees: the reason on stderr, no traceback, nothing created at the typo."""
+    typo = run.base / "state-cli"
+    p = subprocess.run([sys.executable, "-m", "spark_jobs.cli", "run", "--job", run.job, "--input-topic", run.topic,
+                        "--bins", "8", "--workers", "1", "--checkpoint-dir", str(run.ckpt), "--state-uri", str(typo),
+                        "--bootstrap", run.bootstrap, "--db-url", run.db_url], cwd=REPO, capture_output=True,
+                       text=True, timeout=300, start_new_session=True)
+    assert p.returncode == 2, p.stderr[-3000:]
+    assert "Traceback" not in p.stderr and f"--state-uri {run.state}" in p.stderr and str(typo) in p.stderr
+    assert not typo.exists()
+
+
 # ----------------------------------------------------------------------------- relocation ------
 def _relocate(run: Run, to: Path, faults: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "spark_jobs.relocate", "--checkpoint-dir", str(run.ckpt),
