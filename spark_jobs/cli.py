@@ -1,6 +1,7 @@
 """`python -m spark_jobs.cli run ...`: start a Ballast job and keep it running until SIGTERM.
 
-SIGTERM/SIGINT stop the query after the current epoch (exit code 0); a failed query exits 1.
+SIGTERM/SIGINT stop the query after the current epoch (exit code 0); a failed query exits 1, a start
+refused before any epoch (another job's state, a changed --bins, ...) exits 2 with the reason.
 `python -m spark_jobs.cli stop --checkpoint-dir D` does the same through a file, which also works
 under spark-submit (there the JVM is the parent process and handles SIGTERM itself, abruptly).
 The same entry point runs under spark-submit via spark_jobs/main.py.
@@ -13,6 +14,7 @@ import logging
 import signal
 import sys
 
+from ballast.errors import BallastError
 from ballast.kafka_security import ENV_CONFIG, KafkaSecurity
 from ballast.options import settings
 from ballast.protocol import MAX_MESSAGE_BYTES
@@ -111,7 +113,11 @@ def run(cfg: RunConfig, master: str | None = None, spark=None, chain: list[str] 
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    runner.start()
+    try:
+        runner.start()
+    except BallastError as exc:  # refused before any epoch (spark_jobs.binding, journal): say why, no traceback
+        logging.getLogger("ballast.cli").error("%s", exc)
+        return 2
     try:
         runner.await_termination()
     except RuntimeError as exc:

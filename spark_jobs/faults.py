@@ -4,7 +4,8 @@
 that point is reached, the line is removed from the file (so a restarted job runs on) and the
 process SIGKILLs itself. Points: after_decision, mid_move (after the import into the new worker,
 before the delete from the old one), after_moves, after_apply, before_checkpoints,
-worker_before_commit (inside a Spark Python worker, before its store commits). Unset: no-op.
+worker_before_commit (inside a Spark Python worker, before its store commits), relocate_copied
+(spark_jobs.relocate, after each file copied). Unset: no-op.
 """
 
 from __future__ import annotations

@@ -26,6 +26,7 @@ from typing import Any
 from ballast.protocol import acks_topic, control_topic, message_key, utcnow
 from ballast.store import writer as mx
 from spark_jobs import faults
+from spark_jobs.binding import bind_state, check_job_row, job_row_config
 from spark_jobs.bins import bits_for
 from spark_jobs.control import (
     ControlRecord,
@@ -41,7 +42,6 @@ from spark_jobs.executors import ExecutorScaler
 from spark_jobs.inputs import InputRows
 from spark_jobs.job_clients import JobClients
 from spark_jobs.journal import KEEP_EPOCHS, Journal
-from spark_jobs.offsets import committed_epochs
 from spark_jobs.operator_loader import get_operator
 from spark_jobs.output import dlq_topic
 from spark_jobs.processing import ProcessorOperator
@@ -106,9 +106,11 @@ class JobRunner(JobClients, EpochCommit, WarmUp):
         cfg = self.cfg
         fixed = {"job": cfg.job, "operator": cfg.path, "bins": cfg.bins, "input_topic": cfg.input_topic}
         self.journal.ensure_job(fixed)
-        self.durable = DurableState(cfg.state_location, cfg.job, cfg.bins, cfg.snapshot_every)
-        self.durable.check_against(max(committed_epochs(self.journal.spark_checkpoint), default=-1))
-        mx.ensure_job_row(cfg.db_url, cfg.job, cfg.operator, cfg.bins, cfg.to_dict(), utcnow())
+        # the checkpoint, the store and the job row must belong together: refused before any epoch
+        check_job_row(cfg, self.op, self.journal)
+        self.durable = bind_state(cfg, self.op, self.journal)
+        mx.ensure_job_row(cfg.db_url, cfg.job, cfg.operator, cfg.bins, job_row_config(cfg, self.durable, self.journal),
+                          utcnow())
         ensure_job_topics(cfg.bootstrap, cfg.job, cfg.output_partitions, cfg.security)
         self._state = self.journal.latest_state()
         self.stop_file.delete()  # a stale request must not stop this run
