@@ -1,4 +1,5 @@
-"""Reading `<job>.output` exactly once: the consumer rule for outputs of a replayed epoch.
+"""Outputs: the rows a task hands Spark's Kafka writer, and reading `<job>.output` exactly once
+(the consumer rule for outputs of a replayed epoch).
 
 Every output record carries the header `ballast-id = "<epoch>:<worker>:<seq>"`. A replayed epoch
 re-emits its outbox under the same ids (same values), so a consumer that drops a record whose id
@@ -9,12 +10,17 @@ or two (the outbox keeps 2 epochs), so a consumer may bound its seen-set to ids 
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from spark_jobs.worker import ID_HEADER
+from spark_jobs.durable import DEAD_LETTER
+from spark_jobs.records import MAX_RECORD_BYTES, OPERATOR_ERROR, TOO_LARGE, dead_headers, too_large
+
+OUTPUT_SCHEMA = "topic string, key binary, value binary, headers array<struct<key:string,value:binary>>"
+ID_HEADER = "ballast-id"
 
 
 def output_topic(job: str) -> str:
@@ -24,6 +30,41 @@ def output_topic(job: str) -> str:
 def dlq_topic(job: str) -> str:
     """Records the operator could not process (its fold raised), with the reason in headers."""
     return f"{job}.dlq"
+
+
+def kafka_rows(epoch: int, worker: int, outputs: list[tuple[int, bytes, bytes, str | None]], output_topic: str,
+               dlq_topic: str) -> Any:
+    """One task's outputs as Spark's Kafka-writer rows (OUTPUT_SCHEMA): outputs to `output_topic`,
+    dead letters to `dlq_topic` with their reason (spark_jobs.records), source
+    (topic:partition:offset) and error; every record under its id `epoch:worker:seq`."""
+    import pyarrow as pa
+
+    topics: list[str] = []
+    keys: list[bytes | None] = []
+    values: list[bytes | None] = []
+    headers: list[list[dict[str, Any]]] = []
+    for seq, (kind, k_in, v_in, note) in enumerate(outputs):
+        key: bytes | None = k_in
+        value: bytes | None = v_in
+        hdr = [{"key": ID_HEADER, "value": b"%d:%d:%d" % (epoch, worker, seq)}]
+        info = json.loads(note or "{}") if kind == DEAD_LETTER else {}
+        if kind == DEAD_LETTER:
+            hdr += dead_headers(epoch, info.get("reason", OPERATOR_ERROR), str(info.get("error", "")), info)
+        size = too_large(key, value, hdr)
+        if size:  # the writer would fail the epoch (and every replay of it): a dead letter without payload
+            what = "dead letter" if kind == DEAD_LETTER else f"output to {output_topic}"
+            err = (f"{what} of {size} bytes is over the job's {MAX_RECORD_BYTES}-byte record limit; "
+                   f"its key and value were dropped (the source record is still in its topic)")
+            hdr = hdr[:1] + dead_headers(epoch, TOO_LARGE, err, info)
+            kind, key, value = DEAD_LETTER, None, None
+        topics.append(dlq_topic if kind == DEAD_LETTER else output_topic)
+        keys.append(key)
+        values.append(value)
+        headers.append(hdr)
+    hdr_t = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+    return pa.RecordBatch.from_arrays(
+        [pa.array(topics, pa.string()), pa.array(keys, pa.binary()), pa.array(values, pa.binary()),
+         pa.array(headers, hdr_t)], names=["topic", "key", "value", "headers"])
 
 
 @dataclass(frozen=True, order=True)

@@ -28,7 +28,6 @@ Outputs are yielded after that, with the id `epoch:worker:seq` in a header.
 from __future__ import annotations
 
 import functools
-import json
 import os
 import socket
 import time
@@ -37,22 +36,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from spark_jobs.durable import DEAD_LETTER, OUTPUT, History
+from spark_jobs.output import OUTPUT_SCHEMA, kafka_rows
 from spark_jobs.records import (
-    MAX_RECORD_BYTES,
     OPERATOR_ERROR,
     REJECT_COLUMN,
-    TOO_LARGE,
-    dead_headers,
     dead_note,
     error_text,
     input_topics,
     source_of,
     split_rejected,
-    too_large,
 )
-
-OUTPUT_SCHEMA = "topic string, key binary, value binary, headers array<struct<key:string,value:binary>>"
-ID_HEADER = "ballast-id"
 
 
 @dataclass(frozen=True)
@@ -109,7 +102,7 @@ def make_apply_fn(cfg: ApplyConfig) -> Callable[[Iterator[Any]], Iterator[Any]]:
                 lambda cache, txn, note: _run(cfg, cache, txn, worker, table, n, attempt, t_task, t_useful, note),
                 lambda: _done_outputs(cfg, worker))
         if outputs:
-            yield _to_arrow(cfg, worker, outputs)
+            yield kafka_rows(cfg.epoch, worker, outputs, cfg.output_topic, cfg.dlq_topic)
 
     return apply_partition
 
@@ -126,39 +119,6 @@ def _done_outputs(cfg: ApplyConfig, worker: int) -> list[tuple[int, bytes, bytes
         return r.outputs()
     finally:
         r.close()
-
-
-def _to_arrow(cfg: ApplyConfig, worker: int, outputs: list[tuple[int, bytes, bytes, str | None]]):
-    """Kafka-writer rows: outputs to `<job>.output`, dead letters to `<job>.dlq` with their reason
-    (spark_jobs.records), source (topic:partition:offset) and error."""
-    import pyarrow as pa
-
-    topics: list[str] = []
-    keys: list[bytes | None] = []
-    values: list[bytes | None] = []
-    headers: list[list[dict[str, Any]]] = []
-    for seq, (kind, k_in, v_in, note) in enumerate(outputs):
-        key: bytes | None = k_in
-        value: bytes | None = v_in
-        hdr = [{"key": ID_HEADER, "value": b"%d:%d:%d" % (cfg.epoch, worker, seq)}]
-        info = json.loads(note or "{}") if kind == DEAD_LETTER else {}
-        if kind == DEAD_LETTER:
-            hdr += dead_headers(cfg.epoch, info.get("reason", OPERATOR_ERROR), str(info.get("error", "")), info)
-        size = too_large(key, value, hdr)
-        if size:  # the writer would fail the epoch (and every replay of it): a dead letter without payload
-            what = "dead letter" if kind == DEAD_LETTER else f"output to {cfg.output_topic}"
-            err = (f"{what} of {size} bytes is over the job's {MAX_RECORD_BYTES}-byte record limit; "
-                   f"its key and value were dropped (the source record is still in its topic)")
-            hdr = hdr[:1] + dead_headers(cfg.epoch, TOO_LARGE, err, info)
-            kind, key, value = DEAD_LETTER, None, None
-        topics.append(cfg.dlq_topic if kind == DEAD_LETTER else cfg.output_topic)
-        keys.append(key)
-        values.append(value)
-        headers.append(hdr)
-    hdr_t = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
-    return pa.RecordBatch.from_arrays(
-        [pa.array(topics, pa.string()), pa.array(keys, pa.binary()), pa.array(values, pa.binary()),
-         pa.array(headers, hdr_t)], names=["topic", "key", "value", "headers"])
 
 
 def _run(cfg: ApplyConfig, cache: Any, txn: Any, worker: int, table: Any, n: int, attempt: str,

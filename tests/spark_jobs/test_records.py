@@ -12,6 +12,7 @@ import pytest
 from spark_jobs.bins import bin_of_hash
 from spark_jobs.cache import WorkerCache
 from spark_jobs.durable import DEAD_LETTER, OUTPUT, ObjectWriter
+from spark_jobs.output import kafka_rows
 from spark_jobs.processor import StatefulProcessor, query
 from spark_jobs.records import (
     DECODE_ERROR,
@@ -25,7 +26,7 @@ from spark_jobs.records import (
     source_of,
     split_rejected,
 )
-from spark_jobs.worker import ApplyConfig, _to_arrow, fold_rows
+from spark_jobs.worker import ApplyConfig, fold_rows
 
 K = 2
 
@@ -116,7 +117,8 @@ def test_fold_counts_every_shape_with_a_key_and_dead_letters_a_null_one(tmp_path
     counts = {k: int(v) for kind, k, v, _ in outs if kind == OUTPUT}
     # a tombstone with a key (b"a", None) is a record like any other
     assert counts == {b"v": 1, b"": 1, b"\xff\xfe": 1, big: 1, b"a": 2}
-    rb = _to_arrow(cfg, 0, outs)  # what the Kafka writer gets: the reason and the source in headers
+    # what the Kafka writer gets: the reason and the source in headers
+    rb = kafka_rows(cfg.epoch, 0, outs, cfg.output_topic, cfg.dlq_topic)
     row = [r for r in rb.to_pylist() if r["topic"] == "j.dlq"][0]
     hdr = {h["key"]: h["value"] for h in row["headers"]}
     assert hdr["ballast-reason"] == NULL_KEY.encode() and hdr["ballast-source"] == b"in:0:0"
@@ -184,7 +186,8 @@ def test_an_output_over_the_record_limit_becomes_a_too_large_dead_letter():
                       dlq_topic="j.dlq", input_topic="in")
     huge = b"x" * MAX_RECORD_BYTES
     outs = [(OUTPUT, b"k", b"1"), (OUTPUT, huge, b"2"), (DEAD_LETTER, None, huge, dead_note(NULL_KEY, "in", 1, 7))]
-    rows = _to_arrow(cfg, 0, [(*o, None) if len(o) == 3 else o for o in outs]).to_pylist()  # type: ignore[arg-type]
+    rows = kafka_rows(cfg.epoch, 0, [(*o, None) if len(o) == 3 else o for o in outs], cfg.output_topic,
+                      cfg.dlq_topic).to_pylist()  # type: ignore[arg-type]
     assert [(r["topic"], r["key"], r["value"]) for r in rows] == [("j.output", b"k", b"1"), ("j.dlq", None, None),
                                                                   ("j.dlq", None, None)]
     h1, h2 = ({h["key"]: h["value"] for h in r["headers"]} for r in rows[1:])

@@ -20,9 +20,8 @@ import pytest
 
 from spark_jobs.durable import epoch_name
 from spark_jobs.offsets import committed_epochs, read_end_offsets
-from spark_jobs.output import scan_topic
+from spark_jobs.output import ID_HEADER, scan_topic
 from spark_jobs.runner import ensure_job_topics
-from spark_jobs.worker import ID_HEADER
 from tests.helpers.dp_helpers import produce, zipf_keys
 from tests.helpers.kill_runs import cli_env, final_run, killed_runs
 
