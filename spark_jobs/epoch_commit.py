@@ -1,5 +1,6 @@
 """The end of an epoch: its metrics, routing map, step checkpoints, events and heartbeat in one
-metrics-DB transaction that first checks the driver's fencing token (ballast.store.fencing), then the acks on `<job>.control.acks`, and the epoch's log line.
+metrics-DB transaction that first checks the driver's fencing token (ballast.store.fencing),
+then the acks on `<job>.control.acks`, and the epoch's log line.
 
 A mixin of `spark_jobs.runner.JobRunner` (it reads the runner's `cfg`, producer, scaler and
 `_last_state`); every write is idempotent, so a replayed epoch rewrites the same rows.

@@ -377,7 +377,10 @@ class JobRunner(JobClients, DriverFence, EpochCommit, WarmUp):
         try:
             docs = durable.commit_epoch(epoch, st.map_version, tasks, snapshot)
         except StateGap as gap:  # a newer driver's retention may have removed this epoch's objects
-            raise self._lost_token(f"the manifest of epoch {epoch}") or gap
+            fenced = self._lost_token(f"the manifest of epoch {epoch}")
+            if fenced is None:
+                raise
+            raise fenced from gap
         if self.timers is not None:
             self.timers.update([d for d in docs if int(d.get("worker", 0)) < st.workers])
         self._guard(f"retention after epoch {epoch}")
