@@ -383,8 +383,7 @@ class JobRunner(JobClients, DriverFence, EpochCommit, WarmUp):
             raise fenced from gap
         if self.timers is not None:
             self.timers.update([d for d in docs if int(d.get("worker", 0)) < st.workers])
-        self._guard(f"retention after epoch {epoch}")
-        dropped = durable.retain()
+        dropped = durable.retain(lambda: self._guard(f"retention after epoch {epoch}"))
         if dropped:
             log.info("retention: dropped %d old epochs of durable state", dropped)
         return docs
