@@ -60,9 +60,12 @@ class DriverFence:
             log.exception("could not check the driver token after a failure")
         return None
 
-    def _failure(self, exc: Any) -> Exception:
-        """What a failed query raises: `Fenced` when this driver lost its token — whatever failed
-        first (Spark's commit log, an object a newer driver's retention removed) — else the failure."""
+    def _failure(self, exc: Any) -> Exception | None:
+        """What an ended query raises: `Fenced` when this driver lost its token — whatever failed
+        first (Spark's commit log, an object a newer driver's retention removed) — else the
+        failure; None for none, or for the batch a requested stop refused (StopRequested)."""
+        if self._fenced is None and (exc is None or (self._stopping.is_set() and "StopRequested" in str(exc))):
+            return None
         failed = RuntimeError(f"streaming query failed: {exc}")
         fenced = self._fenced or self._lost_token("the failed query's restart")
         if fenced is not None:

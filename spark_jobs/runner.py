@@ -208,14 +208,18 @@ class JobRunner(JobClients, DriverFence, EpochCommit, WarmUp):
             self._stopper.start()
 
     def await_termination(self, poll_s: float = 1.0) -> None:
-        while self.query is not None and self.query.isActive:
-            self.query.awaitTermination(poll_s)
+        """Until the query ends; a failure raises (`Fenced` first when this driver lost its token)."""
+        failed: Exception | None = None
+        try:
+            while self.query is not None and self.query.isActive:
+                self.query.awaitTermination(poll_s)
+        except Exception as e:  # pyspark raises the query's failure here, once it has ended
+            failed = e
         if self._stopper is not None:
             self._stopper.join(timeout=60)
-        exc = self.query.exception() if self.query is not None else None
-        if self._fenced is not None or (exc is not None and not (self._stopping.is_set()
-                                                                 and "StopRequested" in str(exc))):
-            raise self._failure(exc)
+        error = self._failure(failed or (self.query.exception() if self.query is not None else None))
+        if error is not None:
+            raise error
 
     def _ticker(self) -> None:
         """Queued steps that came due need an epoch even when no data arrives: send a tick record
@@ -387,7 +391,6 @@ class JobRunner(JobClients, DriverFence, EpochCommit, WarmUp):
         if dropped:
             log.info("retention: dropped %d old epochs of durable state", dropped)
         return docs
-
 
 
 def start_job(spark: Any, cfg: RunConfig) -> JobRunner:
