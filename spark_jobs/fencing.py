@@ -67,7 +67,7 @@ class DriverFence:
         if self._fenced is None and (exc is None or (self._stopping.is_set() and "StopRequested" in str(exc))):
             return None
         failed = RuntimeError(f"streaming query failed: {exc}")
-        fenced = self._fenced or self._lost_token("the failed query's restart")
+        fenced = self._fenced or self._lost_token("its next commit")
         if fenced is not None:
             fenced.__cause__ = failed
             return fenced
