@@ -16,6 +16,7 @@ from typing import Any
 
 from ballast.protocol import utcnow
 from ballast.store import fencing
+from spark_jobs.durable import DurableState, StateGap
 from spark_jobs.run_config import RunConfig
 
 log = logging.getLogger("ballast.runner")
@@ -47,6 +48,19 @@ class DriverFence:
         """Check the token right before a write outside the metrics DB (manifest, retention)."""
         if self.fence is not None:
             self._db(what, fencing.guard, self.cfg.db_url, self.fence, utcnow(), what)
+
+    def _commit_manifest(self, durable: DurableState, epoch: int, map_version: int, workers: int,
+                         snapshot: bool) -> list[dict[str, Any]]:
+        """`DurableState.commit_epoch` behind a token check; a missing object after it (a newer
+        driver's retention removed this epoch's objects) is the fencing when the token is gone."""
+        self._guard(f"the manifest of epoch {epoch}")
+        try:
+            return durable.commit_epoch(epoch, map_version, workers, snapshot)
+        except StateGap as gap:
+            fenced = self._lost_token(f"the manifest of epoch {epoch}")
+            if fenced is None:
+                raise
+            raise fenced from gap
 
     def _lost_token(self, what: str) -> fencing.Fenced | None:
         """`Fenced` when a newer driver holds the token now (None: still ours, or not known)."""

@@ -37,7 +37,7 @@ from spark_jobs.control import (
     is_split,
     tick_message,
 )
-from spark_jobs.durable import DurableState, StateGap
+from spark_jobs.durable import DurableState
 from spark_jobs.epoch_commit import EpochCommit, summarize_moves
 from spark_jobs.executors import ExecutorScaler
 from spark_jobs.fencing import DriverFence
@@ -301,6 +301,7 @@ class JobRunner(JobClients, DriverFence, EpochCommit, WarmUp):
                               max_future_s=cfg.max_future_s, max_message_bytes=cfg.max_control_bytes,
                               keyring=cfg.control_keyring, siblings=frozenset(cfg.siblings))
             if records or decision.entries or before.queue or self.journal.latest_state() is None:
+                self._guard(f"the decision of epoch {epoch}")  # a stale one would rewrite the newer's
                 self.journal.write_decision(decision)
         if decision.entries:  # also on replay: a crash may have come between the file and the rows
             self._db("the decision log", mx.write_step_decisions, cfg.db_url, cfg.job, cfg.operator, epoch,
@@ -377,14 +378,7 @@ class JobRunner(JobClients, DriverFence, EpochCommit, WarmUp):
         out.write.format("kafka").option("kafka.bootstrap.servers", cfg.bootstrap).options(
             **self._spark_kafka_options(source=False)).save()
         faults.hit("before_manifest")
-        self._guard(f"the manifest of epoch {epoch}")
-        try:
-            docs = durable.commit_epoch(epoch, st.map_version, tasks, snapshot)
-        except StateGap as gap:  # a newer driver's retention may have removed this epoch's objects
-            fenced = self._lost_token(f"the manifest of epoch {epoch}")
-            if fenced is None:
-                raise
-            raise fenced from gap
+        docs = self._commit_manifest(durable, epoch, st.map_version, tasks, snapshot)
         if self.timers is not None:
             self.timers.update([d for d in docs if int(d.get("worker", 0)) < st.workers])
         dropped = durable.retain(lambda: self._guard(f"retention after epoch {epoch}"))
