@@ -160,6 +160,23 @@ class Heartbeat(Base):
     status: Mapped[str] = mapped_column(String(20))  # running | stopping | stopped
 
 
+class DriverToken(Base):
+    """The fencing token (ownership epoch) of an operator's driver: bumped by every driver start;
+    the driver's commits compare-and-write it, so only the newest start commits (docs/dataplane.md)."""
+
+    __tablename__ = "driver_tokens"
+    job: Mapped[str] = mapped_column(String(200), primary_key=True)
+    operator: Mapped[str] = mapped_column(String(200), primary_key=True)
+    token: Mapped[int] = mapped_column(BigInteger)
+    taken_at: Mapped[datetime]
+    pid: Mapped[int] = mapped_column(Integer)
+    host: Mapped[str] = mapped_column(String(200))
+    # the longest this driver may legitimately wait out an outage (metrics DB or Kafka) without a
+    # heartbeat: the supervisor adds it to the heartbeat timeout before it relaunches
+    outage_s: Mapped[float] = mapped_column(Float, default=0.0)
+    checked_at: Mapped[datetime | None] = mapped_column(nullable=True)  # the token's last successful check
+
+
 class Decision(Base):
     """A DS2 decision, "no change" included, with its inputs and reason."""
 

@@ -1,7 +1,8 @@
 """`python -m spark_jobs.cli run ...`: start a Ballast job and keep it running until SIGTERM.
 
-SIGTERM/SIGINT stop the query after the current epoch (exit code 0); a failed query exits 1, a start
-refused before any epoch (another job's state, a changed --bins, ...) exits 2 with the reason.
+SIGTERM/SIGINT stop the query after the current epoch (exit code 0); a failed query exits 1; a start
+refused before any epoch (another job's state, a changed --bins, ...) exits 2 with the reason; a
+driver fenced by a newer driver of its job exits 3 (`FENCED_EXIT`) having committed nothing more.
 `python -m spark_jobs.cli stop --checkpoint-dir D` does the same through a file, which also works
 under spark-submit (there the JVM is the parent process and handles SIGTERM itself, abruptly).
 The same entry point runs under spark-submit via spark_jobs/main.py.
@@ -19,7 +20,9 @@ from ballast.kafka_security import ENV_CONFIG, KafkaSecurity
 from ballast.options import settings
 from ballast.protocol import MAX_MESSAGE_BYTES
 from ballast.signing import DEFAULT_MAX_AGE_S, ENV_KEYS, load_keyring
+from ballast.store.fencing import Fenced
 from spark_jobs.chain import ChainRunner, OperatorSpec
+from spark_jobs.fencing import FENCED_EXIT
 from spark_jobs.runner import JobRunner, RunConfig
 
 
@@ -120,6 +123,9 @@ def run(cfg: RunConfig, master: str | None = None, spark=None, chain: list[str] 
         return 2
     try:
         runner.await_termination()
+    except Fenced as exc:  # a newer driver took over: not a failure to restart from
+        logging.getLogger("ballast.cli").error("%s", exc)
+        return FENCED_EXIT
     except RuntimeError as exc:
         logging.getLogger("ballast.cli").error("%s", exc)
         return 1

@@ -27,7 +27,7 @@ import json
 import logging
 import re
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -490,14 +490,17 @@ class DurableState:
         prior = [e for e in self.entries if e.epoch < epoch]
         return prior[-1].event_max_ms if prior else None
 
-    def retain(self) -> int:
+    def retain(self, before_delete: Callable[[], None] | None = None) -> int:
         """Delete epochs older than the second-newest snapshot: no replay or rebuild reads them.
+        `before_delete` runs first when there is something to delete (the driver's token check).
         Returns how many epochs were deleted."""
         snaps = [e.epoch for e in self.entries if e.snapshot]
         if len(snaps) < 2:
             return 0
         keep_from = snaps[-2]
         old = [e for e in self.entries if e.epoch < keep_from]
+        if old and before_delete is not None:
+            before_delete()
         doc = (self.loc / "store.json").read_json() or {}
         if int(doc.get("retained_from", 0)) < keep_from:
             doc["retained_from"] = keep_from

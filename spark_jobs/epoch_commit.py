@@ -1,5 +1,6 @@
 """The end of an epoch: its metrics, routing map, step checkpoints, events and heartbeat in one
-metrics-DB transaction, then the acks on `<job>.control.acks`, and the epoch's log line.
+metrics-DB transaction that first checks the driver's fencing token (ballast.store.fencing),
+then the acks on `<job>.control.acks`, and the epoch's log line.
 
 A mixin of `spark_jobs.runner.JobRunner` (it reads the runner's `cfg`, producer, scaler and
 `_last_state`); every write is idempotent, so a replayed epoch rewrites the same rows.
@@ -16,6 +17,7 @@ from typing import Any
 from ballast.protocol import CheckpointMessage, acks_topic, message_key, utcnow
 from ballast.store import writer as mx
 from ballast.store.event_log import CACHE_DEGRADED
+from ballast.store.fencing import Fence
 from migrations_db import models as m
 from spark_jobs.control import AppliedStep, EpochControl
 from spark_jobs.executors import ExecutorScaler
@@ -34,6 +36,7 @@ class EpochCommit:
     _stopping: threading.Event
     _last_state: dict[int, tuple[int, int]]
     _capacity: tuple[float, int | None]
+    fence: Fence | None
 
     def _worker_metrics(self, workers: int, docs: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
         """The tasks' metrics; for an epoch without tasks, zero records and the last known state size."""
@@ -59,7 +62,7 @@ class EpochCommit:
         decided_at = parse_iso(d.decided_at)
         acks: list[bytes] = []
         migration_ms = float(moves_doc["ms"]) if moves_doc else 0.0
-        with mx.epoch_transaction(cfg.db_url) as s:
+        with mx.epoch_transaction(cfg.db_url, self.fence, f"the commit of epoch {epoch}") as s:
             # routing map in force from this epoch (version 0 at the first epoch)
             applied = d.applied
             mx.ensure_routing_map(s, cfg.job, cfg.operator, st.map_version, epoch, st.workers, st.assignment,

@@ -25,6 +25,7 @@ from typing import Any
 
 from ballast.protocol import acks_topic, control_topic, message_key, utcnow
 from ballast.store import writer as mx
+from ballast.store.fencing import Fenced
 from spark_jobs import faults
 from spark_jobs.binding import bind_state, check_job_row, job_row_config
 from spark_jobs.bins import bits_for
@@ -39,6 +40,7 @@ from spark_jobs.control import (
 from spark_jobs.durable import DurableState
 from spark_jobs.epoch_commit import EpochCommit, summarize_moves
 from spark_jobs.executors import ExecutorScaler
+from spark_jobs.fencing import DriverFence
 from spark_jobs.inputs import InputRows
 from spark_jobs.job_clients import JobClients
 from spark_jobs.journal import KEEP_EPOCHS, Journal
@@ -61,7 +63,7 @@ class StopRequested(RuntimeError):
     """Raised into a batch that began after a stop was requested."""
 
 
-class JobRunner(JobClients, EpochCommit, WarmUp):
+class JobRunner(JobClients, DriverFence, EpochCommit, WarmUp):
     """Owns one streaming query. `start()` returns at once; `stop()` ends it after the current epoch."""
 
     def __init__(self, spark: Any, cfg: RunConfig) -> None:
@@ -111,6 +113,7 @@ class JobRunner(JobClients, EpochCommit, WarmUp):
         self.durable = bind_state(cfg, self.op, self.journal)
         mx.ensure_job_row(cfg.db_url, cfg.job, cfg.operator, cfg.bins, job_row_config(cfg, self.durable, self.journal),
                           utcnow())
+        self._take_token()  # before the first epoch: every older driver of this operator is fenced
         ensure_job_topics(cfg.bootstrap, cfg.job, cfg.output_partitions, cfg.security)
         self._state = self.journal.latest_state()
         self.stop_file.delete()  # a stale request must not stop this run
@@ -181,7 +184,9 @@ class JobRunner(JobClients, EpochCommit, WarmUp):
         if self.query is not None:
             self.query.stop()
         try:
-            mx.set_status(self.cfg.db_url, self.cfg.job, self.cfg.operator, "stopped", utcnow())
+            mx.set_status(self.cfg.db_url, self.cfg.job, self.cfg.operator, "stopped", utcnow(), self.fence)
+        except Fenced:
+            log.info("not recording the stopped status: a newer driver owns job %s", self.cfg.job)
         except Exception:  # the DB being away must not turn a clean stop into a crash
             log.exception("could not record the stopped status")
         for c in (self._producer, self._consumer):
@@ -197,20 +202,25 @@ class JobRunner(JobClients, EpochCommit, WarmUp):
         if not self._stopping.is_set():
             self._stopping.set()
             try:
-                mx.set_status(self.cfg.db_url, self.cfg.job, self.cfg.operator, "stopping", utcnow())
+                mx.set_status(self.cfg.db_url, self.cfg.job, self.cfg.operator, "stopping", utcnow(), self.fence)
             except Exception:
                 pass
             self._stopper = threading.Thread(target=self.stop, name="ballast-stop", daemon=True)
             self._stopper.start()
 
     def await_termination(self, poll_s: float = 1.0) -> None:
-        while self.query is not None and self.query.isActive:
-            self.query.awaitTermination(poll_s)
+        """Until the query ends; a failure raises (`Fenced` first when this driver lost its token)."""
+        failed: Exception | None = None
+        try:
+            while self.query is not None and self.query.isActive:
+                self.query.awaitTermination(poll_s)
+        except Exception as e:  # pyspark raises the query's failure here, once it has ended
+            failed = e
         if self._stopper is not None:
             self._stopper.join(timeout=60)
-        exc = self.query.exception() if self.query is not None else None
-        if exc is not None and not (self._stopping.is_set() and "StopRequested" in str(exc)):
-            raise RuntimeError(f"streaming query failed: {exc}")
+        error = self._failure(failed or (self.query.exception() if self.query is not None else None))
+        if error is not None:
+            raise error
 
     def _ticker(self) -> None:
         """Queued steps that came due need an epoch even when no data arrives: send a tick record
@@ -248,6 +258,9 @@ class JobRunner(JobClients, EpochCommit, WarmUp):
         try:
             with self._lock:
                 self._run_epoch(df, epoch)
+        except Fenced as exc:  # refused: nothing of the epoch committed; raising keeps Spark from committing it
+            self._note_fenced(exc)
+            raise
         finally:
             self._last_batch_end = time.time()
             self._in_batch.clear()
@@ -289,10 +302,11 @@ class JobRunner(JobClients, EpochCommit, WarmUp):
                               max_future_s=cfg.max_future_s, max_message_bytes=cfg.max_control_bytes,
                               keyring=cfg.control_keyring, siblings=frozenset(cfg.siblings))
             if records or decision.entries or before.queue or self.journal.latest_state() is None:
+                self._guard(f"the decision of epoch {epoch}")  # a stale one would rewrite the newer's
                 self.journal.write_decision(decision)
         if decision.entries:  # also on replay: a crash may have come between the file and the rows
             self._db("the decision log", mx.write_step_decisions, cfg.db_url, cfg.job, cfg.operator, epoch,
-                     decision.entries)
+                     decision.entries, self.fence)
         faults.hit("after_decision")
         st = decision.state_after
         self._state = st
@@ -365,14 +379,13 @@ class JobRunner(JobClients, EpochCommit, WarmUp):
         out.write.format("kafka").option("kafka.bootstrap.servers", cfg.bootstrap).options(
             **self._spark_kafka_options(source=False)).save()
         faults.hit("before_manifest")
-        docs = durable.commit_epoch(epoch, st.map_version, tasks, snapshot)
+        docs = self._commit_manifest(durable, epoch, st.map_version, tasks, snapshot)
         if self.timers is not None:
             self.timers.update([d for d in docs if int(d.get("worker", 0)) < st.workers])
-        dropped = durable.retain()
+        dropped = durable.retain(lambda: self._guard(f"retention after epoch {epoch}"))
         if dropped:
             log.info("retention: dropped %d old epochs of durable state", dropped)
         return docs
-
 
 
 def start_job(spark: Any, cfg: RunConfig) -> JobRunner:

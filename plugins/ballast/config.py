@@ -122,7 +122,8 @@ class JobConfig(BaseModel):
     )
     spark_conn_id: str = Field(default="spark_default", description="Airflow connection of launcher `spark-submit`")
     heartbeat_timeout_s: float = Field(
-        default=120.0, gt=0, description="an older heartbeat means the job is dead or stuck"
+        default=120.0, gt=0, description="an older heartbeat means the job is dead or stuck (the supervisor adds "
+        "the outage its driver may be waiting out: docs/operations.md)"
     )
     startup_grace_s: float = Field(
         default=180.0, ge=0, description="after a launch, give the job this long to write a heartbeat"

@@ -310,17 +310,31 @@ class Health:
     pid: int | None = None
 
 
+def _outage_allowance(cfg: JobConfig, db_url: str, operator: str, pid: int | None) -> float:
+    """How long the operator's driver may go without a heartbeat while it waits out an outage of
+    the metrics DB or Kafka (its start records its budgets with its fencing token): a driver in
+    such a wait is not dead. 0 when the driver this supervisor launched has exited: nothing waits."""
+    if pid is None and _pid_file(cfg).exists():
+        return 0.0
+    token = repo.token_row(db_url, cfg.job, operator)
+    return token.outage_s if token is not None else 0.0
+
+
 def check(cfg: JobConfig, db_url: str, now: datetime | None = None) -> Health:
     """Is the job alive? A fresh heartbeat from every operator says yes (a chain's loops run in one
-    application: one of them stuck is the job stuck); a recent launch still starting says wait."""
+    application: one of them stuck is the job stuck); a recent launch still starting says wait.
+    Fresh = younger than `heartbeat_timeout_s` plus the outage its driver may be waiting out
+    (docs/operations.md, "Heartbeat timeout and outages")."""
     now = now or datetime.now(UTC)
     beats = {name: repo.heartbeat(db_url, cfg.job, name) for name in cfg.operator_names()}
     pid = _our_process(cfg)
+    allow = {name: _outage_allowance(cfg, db_url, name, pid) for name in beats}
 
-    def fresh(hb: repo.HeartbeatRow | None) -> bool:
-        return bool(hb and hb.status == "running" and (now - hb.updated_at).total_seconds() <= cfg.heartbeat_timeout_s)
+    def fresh(name: str, hb: repo.HeartbeatRow | None) -> bool:
+        return bool(hb and hb.status == "running"
+                    and (now - hb.updated_at).total_seconds() <= cfg.heartbeat_timeout_s + allow[name])
 
-    behind = {name: hb for name, hb in beats.items() if not fresh(hb)}
+    behind = {name: hb for name, hb in beats.items() if not fresh(name, hb)}
     if not behind:
         hb = beats[cfg.operator]
         assert hb is not None
@@ -337,8 +351,9 @@ def check(cfg: JobConfig, db_url: str, now: datetime | None = None) -> Health:
     if hb is None:
         return Health("missing", f"{who}no heartbeat recorded: the job has never run", pid)
     age = (now - hb.updated_at).total_seconds()
-    return Health("stale", f"{who}heartbeat is {age:.0f}s old (> {cfg.heartbeat_timeout_s:.0f}s), status {hb.status}, "
-                           f"last epoch {hb.last_epoch}", pid)
+    waits = f" + {allow[name]:.0f}s of outage waits" if allow[name] else ""
+    return Health("stale", f"{who}heartbeat is {age:.0f}s old (> {cfg.heartbeat_timeout_s:.0f}s{waits}), status "
+                           f"{hb.status}, last epoch {hb.last_epoch}", pid)
 
 
 def supervise(cfg: JobConfig, bootstrap: str, db_url: str, security: KafkaSecurity | None = None) -> Health:

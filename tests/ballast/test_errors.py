@@ -34,6 +34,7 @@ ERRORS = [
     ("ballast.deadlines", "DeadlineTooLong", ValueError),
     ("ballast.emitter", "EmitError", RuntimeError),
     ("ballast.store.plans", "PlanConflict", RuntimeError),
+    ("ballast.store.fencing", "Fenced", RuntimeError),
     ("ballast.supervisor", "LaunchError", RuntimeError),
 ]
 

@@ -57,6 +57,34 @@ def test_supervisor_health_verdicts(db_url, jobs_file, unique_name):
     assert h.status == "stale" and "old" in h.message
 
 
+def test_supervisor_waits_out_the_outage_its_driver_may_be_waiting(db_url, jobs_file, unique_name, tmp_path,
+                                                                   monkeypatch):
+    """A driver declares (with its fencing token) how long it may wait out a DB or Kafka outage:
+    its heartbeat is stale only after the timeout plus that; a driver this supervisor launched and
+    that has exited waits for nothing, so its heartbeat is stale after the timeout alone."""
+    from ballast import supervisor
+    from ballast.store import fencing
+
+    monkeypatch.setenv("BALLAST_STATE_DIR", str(tmp_path / "state"))
+    jobs_file(bins=16)
+    cfg = get_job(unique_name)
+    now = datetime.now(UTC)
+    with session_scope(db_url) as s:
+        s.add(m.Heartbeat(job=unique_name, operator="keycount", last_epoch=7, map_version=0, workers=1,
+                          updated_at=now, started_at=now, pid=1, host="h", status="running"))
+    fencing.take_token(db_url, unique_name, "keycount", now, outage_s=600.0)
+    waiting = now + timedelta(seconds=cfg.heartbeat_timeout_s + 300)
+    assert supervisor.check(cfg, db_url, now=waiting).status == "healthy"
+    h = supervisor.check(cfg, db_url, now=now + timedelta(seconds=cfg.heartbeat_timeout_s + 605))
+    assert h.status == "stale" and f"> {cfg.heartbeat_timeout_s:.0f}s + 600s of outage waits" in h.message, h
+    exited = subprocess.Popen([sys.executable, "-c", "pass"])
+    exited.wait()
+    cfg.state_dir().mkdir(parents=True)
+    (cfg.state_dir() / supervisor.PID_FILE).write_text(str(exited.pid))  # ours, and gone
+    h = supervisor.check(cfg, db_url, now=waiting)
+    assert h.status == "stale" and "outage" not in h.message, h
+
+
 def test_data_plane_command_line(jobs_file, unique_name):
     from ballast import supervisor
 

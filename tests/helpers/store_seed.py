@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from ballast.store import writer
+from ballast.store.fencing import Fence
 from migrations_db import models as m
 
 JOB, OP, BINS = "clicks", "keycount", 8
@@ -29,11 +30,12 @@ class Entry:
 
 def commit_epoch(url: str, epoch: int, *, workers: int = 2, map_version: int = 0, records: int = 10,
                  state_bytes: int = 100, checkpoint: m.StepCheckpoint | None = None,
-                 event: str | None = None, executors: int | None = None) -> None:
-    """One epoch's commit: map, checkpoint/event, metrics, heartbeat, in one transaction."""
+                 event: str | None = None, executors: int | None = None, fence: Fence | None = None) -> None:
+    """One epoch's commit: map, checkpoint/event, metrics, heartbeat, in one transaction (checking
+    the driver token `fence` first, as the data plane does)."""
     at = T0 + timedelta(seconds=epoch)
     assignment = [b * workers // BINS for b in range(BINS)]
-    with writer.epoch_transaction(url) as s:
+    with writer.epoch_transaction(url, fence) as s:
         writer.ensure_routing_map(s, JOB, OP, map_version, epoch, workers, assignment, at, None, None)
         if checkpoint is not None:
             writer.insert_checkpoint_once(s, checkpoint)

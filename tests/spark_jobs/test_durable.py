@@ -481,3 +481,30 @@ def test_objects_of_format_1_are_still_read(tmp_path):
     r = ObjectReader(loc)
     assert r.bin_changes(2) == ([b"a", b"b"], [b"v", b"v"]) and r.bin_changes(5) == ([b"c"], [b"v"])
     r.close()
+
+
+def test_retention_asks_before_it_deletes_and_a_refusal_deletes_nothing(tmp_path, monkeypatch):
+    """The driver's token check runs before retention deletes anything (and only then): a stale
+    driver's refused check leaves every epoch's objects in place."""
+    hz = Harness(tmp_path, workers=2, snapshot_every=1)
+    monkeypatch.setattr(hz.ds, "retain", lambda *a: 0)  # the harness's own retention: off while epochs pile up
+    for e in range(6):
+        hz.run_epoch(keys_of(100, e))
+    monkeypatch.undo()
+    epoch0 = Location.of(hz.uri) / "changelog" / "000000000000"
+    kept = [e.epoch for e in hz.ds.entries]
+
+    class Refused(RuntimeError):
+        pass
+
+    def refuse() -> None:
+        raise Refused("a newer driver took over")
+
+    with pytest.raises(Refused):
+        hz.ds.retain(refuse)
+    assert epoch0.exists() and [e.epoch for e in hz.ds.entries] == kept
+    asked: list[int] = []
+    dropped = hz.ds.retain(lambda: asked.append(1))
+    assert asked == [1] and dropped > 0 and not epoch0.exists()
+    assert hz.ds.retain(refuse) == 0  # nothing left to delete: no check needed
+    assert hz.durable_counts() == dict(hz.ref)

@@ -2,10 +2,10 @@
 
 One module per concern (maps and heartbeats, per-epoch metrics, step checkpoints, DS2's
 decisions, events, the step decision log, plans/steps/claims, console reads, retention, the data
-plane's epoch writer), each returning frozen dataclasses, never ORM objects. `JobStore` binds the
-DB url, job and operator for callers that work on one operator; the functions below are the same
-reads with the url (and job, operator) passed in. Framework-free: SQLAlchemy only, no Airflow or
-Spark, because the data plane's driver imports it too.
+plane's epoch writer and its drivers' fencing tokens), each returning frozen dataclasses, never
+ORM objects. `JobStore` binds the DB url, job and operator for callers that work on one
+operator; the functions below are the same reads with the url (and job, operator) passed in.
+Framework-free: SQLAlchemy only, no Airflow or Spark, because the data plane's driver imports it too.
 """
 
 from __future__ import annotations
@@ -81,6 +81,21 @@ from ballast.store.event_log import (
 )
 from ballast.store.event_log import (
     events as events,
+)
+from ballast.store.fencing import (
+    Fence as Fence,
+)
+from ballast.store.fencing import (
+    Fenced as Fenced,
+)
+from ballast.store.fencing import (
+    TokenRow as TokenRow,
+)
+from ballast.store.fencing import (
+    take_token as take_token,
+)
+from ballast.store.fencing import (
+    token_row as token_row,
 )
 from ballast.store.job_store import JobStore as JobStore
 from ballast.store.maps import (

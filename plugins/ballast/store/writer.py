@@ -3,7 +3,9 @@
 The epoch commit (spark_jobs/epoch_commit.py) opens ONE transaction with `epoch_transaction` and
 calls the `Session`-taking writers below in its fixed order (map, checkpoints/events, metrics,
 heartbeat): the checkpoint and the metrics of an epoch land together or not at all, which is
-what exactly-once rests on (docs/dataplane.md, "Commit").
+what exactly-once rests on (docs/dataplane.md, "Commit"). Given the driver's `Fence`, a write
+first checks the driver's token in its own transaction (ballast.store.fencing): a stale driver's
+transaction is refused whole.
 
 A replayed epoch rewrites its own rows: per-epoch metric rows are replaced (delete + insert in
 one transaction, portable across SQLite and Postgres), routing maps, checkpoints and events are
@@ -16,13 +18,14 @@ import os
 import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import delete, insert, select
 from sqlalchemy.orm import Session
 
 from ballast.errors import BallastError
+from ballast.store.fencing import Fence, check_token
 from migrations_db import models as m
 from migrations_db.db import session_scope
 
@@ -32,9 +35,12 @@ class BinsMismatch(BallastError, RuntimeError):
 
 
 @contextmanager
-def epoch_transaction(url: str) -> Iterator[Session]:
-    """The epoch's one transaction: committed on exit, rolled back on any error."""
+def epoch_transaction(url: str, fence: Fence | None = None, what: str = "the epoch's commit") -> Iterator[Session]:
+    """The epoch's one transaction: committed on exit, rolled back on any error. With `fence`,
+    its first statement checks the driver's token (`Fenced` when a newer driver took over)."""
     with session_scope(url) as s:
+        if fence is not None:
+            check_token(s, fence, datetime.now(UTC), what)
         yield s
 
 
@@ -55,8 +61,9 @@ def ensure_job_row(url: str, job: str, operator: str, bins: int, config: dict[st
             row.config = config
 
 
-def write_step_decisions(url: str, job: str, operator: str, epoch: int, entries: list[Any]) -> None:
-    with session_scope(url) as s:
+def write_step_decisions(url: str, job: str, operator: str, epoch: int, entries: list[Any],
+                         fence: Fence | None = None) -> None:
+    with epoch_transaction(url, fence, f"the decision log of epoch {epoch}") as s:
         s.execute(delete(m.StepDecision).where(
             m.StepDecision.job == job, m.StepDecision.operator == operator, m.StepDecision.epoch == epoch))
         for e in entries:
@@ -116,8 +123,9 @@ def heartbeat(s: Session, job: str, operator: str, *, epoch: int, map_version: i
     row.executors, row.capacity = executors, capacity
 
 
-def set_status(url: str, job: str, operator: str, status: str, now: datetime) -> None:
-    with session_scope(url) as s:
+def set_status(url: str, job: str, operator: str, status: str, now: datetime, fence: Fence | None = None) -> None:
+    """A stale driver (`fence` refused) must not mark the newer driver's heartbeat stopped."""
+    with epoch_transaction(url, fence, f"the status {status!r}") as s:
         row = s.get(m.Heartbeat, (job, operator))
         if row is not None:
             row.status, row.updated_at = status, now
