@@ -221,14 +221,10 @@ def binding_ids(journal: Journal) -> dict[str, str | None]:
 
 def check_job_row(cfg: RunConfig, op: Operator, journal: Journal) -> None:
     """Refuse when the metrics DB's job row belongs to another deployment (before anything is bound)."""
-    from migrations_db import models as m
-    from migrations_db.db import session_scope
+    from ballast.store import writer as mx
 
     want = expected(cfg, op)
-    with session_scope(cfg.db_url) as s:
-        row = s.get(m.Job, (cfg.job, cfg.operator))
-        config = dict(row.config or {}) if row is not None else None
-    err = db_problem(want, binding_ids(journal), config)
+    err = db_problem(want, binding_ids(journal), mx.job_row_config(cfg.db_url, cfg.job, cfg.operator))
     if err:
         raise _refuse(want, [err])
 

@@ -18,6 +18,8 @@ import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from ballast.errors import BallastError
+
 NULL_KEY = "null-key"  # the operator's key extractor gave no key (default: both Kafka key and value null)
 NULL_VALUE = "null-value"  # a processor with an input schema got a tombstone: nothing to parse
 DECODE_ERROR = "decode-error"  # the value does not parse with the processor's input schema
@@ -48,7 +50,7 @@ REASON_HEADER = "ballast-reason"
 MAX_ERROR_CHARS = 1000
 
 
-class RowRejected(Exception):
+class RowRejected(BallastError, ValueError):
     """A row the operator must not see; `reason` is one of REASONS."""
 
     def __init__(self, reason: str, detail: str) -> None:

@@ -49,6 +49,13 @@ def existing_checkpoint(s: Session, job: str, operator: str, plan_id: str, step:
     return s.get(m.StepCheckpoint, (job, operator, plan_id, step))
 
 
+def job_row_config(url: str, job: str, operator: str) -> dict[str, Any] | None:
+    """The job row's config (None: no row yet), what a start compares with its own binding."""
+    with session_scope(url) as s:
+        row = s.get(m.Job, (job, operator))
+        return dict(row.config or {}) if row is not None else None
+
+
 def ensure_job_row(url: str, job: str, operator: str, bins: int, config: dict[str, Any], now: datetime) -> None:
     with session_scope(url) as s:
         row = s.get(m.Job, (job, operator))
