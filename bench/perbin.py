@@ -35,7 +35,8 @@ import numpy as np
 import pyarrow as pa
 
 from spark_jobs import bins as B
-from spark_jobs.durable import DurableState, find_object, read_meta
+from spark_jobs.durable import DurableState, find_object
+from spark_jobs.objects import read_meta
 from spark_jobs.worker import ApplyConfig, make_apply_fn
 
 WORKERS = 2

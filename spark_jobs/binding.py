@@ -189,7 +189,7 @@ def bind_state(cfg: RunConfig, op: Operator, journal: Journal) -> DurableState:
     full = {"job": want.job, "bins": want.bins, "store_id": binding["store_id"], "operator": want.operator,
             "key_schema": want.key_schema, "checkpoint_id": binding["checkpoint_id"], "checkpoint": want.checkpoint}
     if store is None or any(store.get(k) != v for k, v in full.items() if k != "checkpoint"):
-        from spark_jobs.durable import FORMAT
+        from spark_jobs.objects import FORMAT
 
         (state / "store.json").write_json({"format": FORMAT, **(store or {}), **full})
     durable = DurableState(cfg.state_location, cfg.job, cfg.bins, cfg.snapshot_every)

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from spark_jobs.durable import DEAD_LETTER
+from spark_jobs.objects import DEAD_LETTER
 from spark_jobs.records import MAX_RECORD_BYTES, OPERATOR_ERROR, TOO_LARGE, dead_headers, too_large
 
 OUTPUT_SCHEMA = "topic string, key binary, value binary, headers array<struct<key:string,value:binary>>"

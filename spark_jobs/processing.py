@@ -30,7 +30,7 @@ from typing import Any
 
 from spark_jobs import timers
 from spark_jobs.bins import decode_value, encode_value, store_key
-from spark_jobs.durable import DEAD_LETTER, OUTPUT
+from spark_jobs.objects import DEAD_LETTER, OUTPUT
 from spark_jobs.operators import Operator
 from spark_jobs.processor import (
     ExpiredTimerInfo,

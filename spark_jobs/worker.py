@@ -35,7 +35,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from spark_jobs.durable import DEAD_LETTER, OUTPUT, History
+from spark_jobs.durable import History
+from spark_jobs.objects import DEAD_LETTER, OUTPUT
 from spark_jobs.output import OUTPUT_SCHEMA, kafka_rows
 from spark_jobs.records import (
     OPERATOR_ERROR,
@@ -82,7 +83,7 @@ def make_apply_fn(cfg: ApplyConfig) -> Callable[[Iterator[Any]], Iterator[Any]]:
 
         from spark_jobs.cache import default_cache_root
         from spark_jobs.cache_fallback import run_cached
-        from spark_jobs.durable import new_attempt_id
+        from spark_jobs.objects import new_attempt_id
 
         t_task = time.perf_counter()
         ctx = TaskContext.get()
@@ -109,7 +110,8 @@ def make_apply_fn(cfg: ApplyConfig) -> Callable[[Iterator[Any]], Iterator[Any]]:
 
 def _done_outputs(cfg: ApplyConfig, worker: int) -> list[tuple[int, bytes, bytes, str | None]] | None:
     """The outputs of the epoch's changelog object for `worker`, if some attempt wrote it."""
-    from spark_jobs.durable import ObjectReader, find_object
+    from spark_jobs.durable import find_object
+    from spark_jobs.objects import ObjectReader
 
     done = find_object(cfg.state_uri, "changelog", cfg.epoch, worker)
     if done is None:
@@ -125,7 +127,8 @@ def _run(cfg: ApplyConfig, cache: Any, txn: Any, worker: int, table: Any, n: int
          t_task: float, t_useful: float, cache_note: dict[str, Any] | None = None,
          ) -> list[tuple[int, bytes, bytes, str | None]]:
     from spark_jobs import faults
-    from spark_jobs.durable import BinSource, ObjectWriter, epoch_name, object_name
+    from spark_jobs.durable import BinSource
+    from spark_jobs.objects import ObjectWriter, epoch_name, object_name
     from spark_jobs.storage import Location
 
     e, k = cfg.epoch, cfg.bins_bits

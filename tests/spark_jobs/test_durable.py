@@ -19,17 +19,8 @@ import pytest
 
 from spark_jobs import bins as B
 from spark_jobs.cache import CacheError, WorkerCache
-from spark_jobs.durable import (
-    DEAD_LETTER,
-    OUTPUT,
-    DurableState,
-    ObjectReader,
-    ObjectWriter,
-    StateGap,
-    StoreMismatch,
-    find_object,
-    read_state,
-)
+from spark_jobs.durable import DurableState, StateGap, StoreMismatch, find_object, read_state
+from spark_jobs.objects import DEAD_LETTER, OUTPUT, ObjectReader, ObjectWriter
 from spark_jobs.operators import OPERATORS, KeyCount, decode_count
 from spark_jobs.storage import Location
 from spark_jobs.worker import ApplyConfig, _run
@@ -157,7 +148,7 @@ def test_object_roundtrip_reads_one_bin_alone(tmp_path):
 
 
 def test_objects_chunk_many_bins_into_few_batches(tmp_path, monkeypatch):
-    import spark_jobs.durable as D
+    import spark_jobs.objects as D
 
     monkeypatch.setattr(D, "CHUNK_ROWS", 10)
     w = ObjectWriter(meta={})
@@ -179,7 +170,7 @@ def test_objects_chunk_many_bins_into_few_batches(tmp_path, monkeypatch):
 @pytest.mark.parametrize("chunk, chunk_bytes", [(1, 2 << 20), (3, 2 << 20), (10, 2 << 20), (65_536, 2 << 20),
                                                 (65_536, 40), (10, 25), (65_536, 1)])
 def test_add_bins_writes_the_object_add_bin_writes(monkeypatch, chunk, chunk_bytes):
-    import spark_jobs.durable as D
+    import spark_jobs.objects as D
 
     monkeypatch.setattr(D, "CHUNK_ROWS", chunk)
     monkeypatch.setattr(D, "CHUNK_BYTES", chunk_bytes)
@@ -218,7 +209,7 @@ def test_export_bins_reads_every_entry_of_the_bins_asked(tmp_path):
 def test_objects_chunk_by_bytes_too(tmp_path, monkeypatch):
     """Large values: a batch holds at most CHUNK_BYTES (a bin above it gets a batch of its own), so
     reading one bin does not read tens of MB of its neighbours."""
-    import spark_jobs.durable as D
+    import spark_jobs.objects as D
 
     monkeypatch.setattr(D, "CHUNK_BYTES", 1000)
     w = ObjectWriter(meta={})
@@ -463,7 +454,7 @@ def test_cache_grows_its_map_instead_of_sticking(tmp_path, monkeypatch):
 def test_objects_of_format_1_are_still_read(tmp_path):
     import json as _json
 
-    from spark_jobs.durable import META_KEY, PUT, SCHEMA
+    from spark_jobs.objects import META_KEY, PUT, SCHEMA
 
     def batch(b: int, keys: list[bytes]) -> pa.RecordBatch:
         n = len(keys)

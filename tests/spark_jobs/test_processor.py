@@ -13,7 +13,7 @@ import pytest
 from spark_jobs import timers
 from spark_jobs.bins import bin_of_hash, bin_of_store_key, bin_range, store_key
 from spark_jobs.cache import WorkerCache
-from spark_jobs.durable import DEAD_LETTER, OUTPUT, ObjectWriter
+from spark_jobs.objects import DEAD_LETTER, OUTPUT, ObjectWriter
 from spark_jobs.processor import (
     KeyState,
     QuerySpec,

@@ -11,7 +11,7 @@ import pytest
 
 from spark_jobs.bins import bin_of_hash
 from spark_jobs.cache import WorkerCache
-from spark_jobs.durable import DEAD_LETTER, OUTPUT, ObjectWriter
+from spark_jobs.objects import DEAD_LETTER, OUTPUT, ObjectWriter
 from spark_jobs.output import kafka_rows
 from spark_jobs.processor import StatefulProcessor, query
 from spark_jobs.records import (

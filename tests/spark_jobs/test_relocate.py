@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from spark_jobs.binding import BINDING, RELOCATION, BindingMismatch, bind_state
-from spark_jobs.durable import ObjectWriter, StateGap, epoch_name, object_name, read_state
+from spark_jobs.durable import StateGap, read_state
 from spark_jobs.journal import Journal
+from spark_jobs.objects import ObjectWriter, epoch_name, object_name
 from spark_jobs.operators import KeyCount
 from spark_jobs.relocate import RelocateError, files, relocate
 from spark_jobs.run_config import RunConfig

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from spark_jobs.durable import epoch_name
+from spark_jobs.objects import epoch_name
 from spark_jobs.offsets import committed_epochs, read_end_offsets
 from spark_jobs.output import ID_HEADER, scan_topic
 from spark_jobs.runner import ensure_job_topics
