@@ -180,3 +180,13 @@ def test_send_puts_one_signed_step_on_the_control_topic_without_a_plan(kafka_boo
     c.close()
     assert (partition, offset) == (0, rec.offset) and parse_control(rec.value) == step
     assert Keyring({"k1": b"s" * 32}).authenticate(json.loads(rec.value)) == "k1"
+
+
+@pytest.mark.parametrize("status", ["awaiting_approval", "cancelled"])
+def test_a_plan_awaiting_approval_or_cancelled_is_not_emitted(kafka_bootstrap, db_url, job, status):
+    plan_id = _plan(db_url, job)
+    repo.set_plan_status(db_url, plan_id, status)
+    with ControlEmitter(kafka_bootstrap, db_url) as em, pytest.raises(EmitError, match="approval|cancelled"):
+        em.emit(plan_id)
+    assert _topic_messages(kafka_bootstrap, job) == []  # nothing reached the control topic
+    assert all(s.emitted_at is None for s in repo.plan_steps(db_url, plan_id))

@@ -139,3 +139,13 @@ def test_without_a_mapping_the_keys_come_through_the_options(monkeypatch):
 def test_sign_replaces_an_existing_sig():
     doc = sign(sign(_step().to_dict(), K2), K1)
     assert doc["sig"]["kid"] == "k1" and RING.authenticate(doc) == "k1"
+
+
+def test_at_most_eight_key_ids_are_active_at_once():
+    from ballast.signing import MAX_ACTIVE_KEYS, KeyConfigError, Keyring
+
+    keys = {f"k{i}": bytes([65 + i]) * 32 for i in range(MAX_ACTIVE_KEYS + 1)}
+    assert MAX_ACTIVE_KEYS == 8
+    assert len(Keyring(dict(list(keys.items())[:8])).kids) == 8
+    with pytest.raises(KeyConfigError, match="at most 8 active keys"):
+        Keyring(keys)
