@@ -190,3 +190,29 @@ def test_a_plan_awaiting_approval_or_cancelled_is_not_emitted(kafka_bootstrap, d
         em.emit(plan_id)
     assert _topic_messages(kafka_bootstrap, job) == []  # nothing reached the control topic
     assert all(s.emitted_at is None for s in repo.plan_steps(db_url, plan_id))
+
+
+def test_flow_control_makes_each_next_step_effective_a_gap_after_the_previous_checkpoint(kafka_bootstrap, db_url,
+                                                                                          job):
+    """With gap_seconds 2, step k+1's effective_at is at least step k's checkpoint completed_at + 2 s."""
+    from datetime import datetime
+
+    plan_id = _plan(db_url, job, gap=2.0)
+    n = len(repo.plan_steps(db_url, plan_id))
+    with ControlEmitter(kafka_bootstrap, db_url) as em:
+        em.emit(plan_id)
+        applier = StepApplier(kafka_bootstrap, db_url, job)
+        applier.start()
+        try:
+            for k in range(2, n + 1):
+                wait_until(lambda: k - 1 in repo.checkpoints(db_url, plan_id), 20, "the applier's checkpoints",
+                           poll=0.05)
+                assert [e.step for e in em.emit(plan_id).emitted] == [k]
+            wait_until(lambda: len(repo.checkpoints(db_url, plan_id)) == n, 30, "the applier's checkpoints", poll=0.05)
+        finally:
+            applier.stop()
+    cps = repo.checkpoints(db_url, plan_id)
+    effective = {d["step"]: datetime.fromisoformat(d["effective_at"].replace("Z", "+00:00"))
+                 for _, d in _topic_messages(kafka_bootstrap, job)}
+    for k in range(2, n + 1):
+        assert effective[k] >= cps[k - 1].completed_at + timedelta(seconds=2.0), (k, effective[k], cps[k - 1])
