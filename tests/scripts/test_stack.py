@@ -112,3 +112,19 @@ def test_down_signals_only_processes_that_still_run_their_job(tmp_path):
         ours.kill()
         stranger.wait()
         ours.wait()
+
+
+@pytest.mark.parametrize(("first", "then"), [("none", "scram"), ("scram", "none")])
+def test_a_broker_formatted_in_the_other_auth_mode_refuses_to_start(tmp_path, first, then):
+    """Its data was formatted (and its SCRAM users written) in one mode: starting it in the other is
+    refused, naming `make clean`, instead of a broker that half works."""
+    import ballast_stack as stack  # scripts/stack.py, loaded by tests/conftest.py
+
+    from tests.helpers.brokers import own_broker
+
+    with own_broker(tmp_path, f"kafka-{first}", auth=first) as b:
+        port, controller_port = b.port, b.controller_port
+    again = stack.KafkaBroker(tmp_path, port, controller_port, auth=then, name=f"kafka-{first}")
+    with pytest.raises(stack.StackError, match=f"formatted with BALLAST_KAFKA_AUTH={first}, not {then}.*make clean"):
+        again.up()
+    assert not again.alive()
