@@ -7,8 +7,11 @@ VENV  ?= .venv
 PY    := $(VENV)/bin/python
 STACK := $(PY) scripts/stack.py
 PYTEST_ARGS ?=
-# pytest-xdist workers for `make test` (0: one process); the suite mostly waits on Spark and Kafka
-TEST_WORKERS ?= 3
+# pytest-xdist workers for `make test` (0: one process, the default: on 2 cores the Spark-heavy tests and the
+# bench smoke beside them are CPU-bound, and 3 workers made the whole run slower, not faster); make test-fast
+# needs no service and runs on FAST_WORKERS
+TEST_WORKERS ?= 0
+FAST_WORKERS ?= 3
 
 .PHONY: setup up down status lint test test-fast demo bench bench-smoke lock db wheel clean help
 
@@ -36,11 +39,11 @@ lint: setup ## ruff (style, imports, bugbear, pyupgrade), mypy (strict on the fr
 	@$(PY) -m mypy
 	@$(VENV)/bin/lint-imports
 
-test: setup ## the whole suite, against real Kafka, Spark, SQLite, PostgreSQL and Airflow (TEST_WORKERS=3 xdist workers)
+test: setup ## the whole suite, against real Kafka, Spark, SQLite, PostgreSQL and Airflow (TEST_WORKERS=N: on N xdist workers)
 	@$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=30 $(PYTEST_ARGS)
 
 test-fast: setup ## every test that needs no service and is not slow (the inner loop; a few minutes)
-	@$(PY) -m pytest -n $(TEST_WORKERS) -m "not services and not slow" $(PYTEST_ARGS)
+	@$(PY) -m pytest -n $(FAST_WORKERS) -m "not services and not slow" $(PYTEST_ARGS)
 
 demo: up ## end to end: key-count job, load, a live 1->2 worker migration driven by Airflow
 	@$(PY) scripts/demo.py
