@@ -36,6 +36,22 @@ def _plan(db_url: str, job: str, strategy: str = "fluid", emit_mode: str = "flow
     return out["plan_id"]
 
 
+def _emit_each_after_its_checkpoint(em: ControlEmitter, bootstrap: str, db_url: str, job: str, plan_id: str,
+                                    n: int) -> None:
+    """Step 1 is on the topic: a step applier checkpoints each step, and each emit after a checkpoint
+    sends exactly the next step; returns once all n steps are checkpointed."""
+    applier = StepApplier(bootstrap, db_url, job)
+    applier.start()
+    try:
+        for k in range(2, n + 1):
+            wait_until(lambda: k - 1 in repo.checkpoints(db_url, plan_id), 20, "the applier's checkpoints",
+                       poll=0.05)
+            assert [e.step for e in em.emit(plan_id).emitted] == [k]
+        wait_until(lambda: len(repo.checkpoints(db_url, plan_id)) == n, 30, "the applier's checkpoints", poll=0.05)
+    finally:
+        applier.stop()
+
+
 @pytest.fixture
 def job(kafka_bootstrap, db_url, jobs_file, unique_name):  # type: ignore[no-untyped-def]
     jobs_file(bins=16)
@@ -60,19 +76,9 @@ def test_flow_control_sends_next_step_only_after_checkpoint_and_never_twice(kafk
         assert again.emitted == [] and again.waiting_for == [1] and again.already_emitted == [1]
         assert len(_topic_messages(kafka_bootstrap, job)) == 1
 
-        applier = StepApplier(kafka_bootstrap, db_url, job)
-        applier.start()
-        try:
-            for k in range(2, n + 1):
-                wait_until(lambda: k - 1 in repo.checkpoints(db_url, plan_id), 20, "the applier's checkpoints",
-                           poll=0.05)
-                out = em.emit(plan_id)
-                assert [e.step for e in out.emitted] == [k]
-            wait_until(lambda: len(repo.checkpoints(db_url, plan_id)) == n, 20, "the applier's checkpoints", poll=0.05)
-            final = em.emit(plan_id)
-            assert final.emitted == [] and final.waiting_for == [] and final.all_emitted
-        finally:
-            applier.stop()
+        _emit_each_after_its_checkpoint(em, kafka_bootstrap, db_url, job, plan_id, n)
+        final = em.emit(plan_id)
+        assert final.emitted == [] and final.waiting_for == [] and final.all_emitted
 
     msgs = _topic_messages(kafka_bootstrap, job)
     assert [(d["plan_id"], d["step"]) for _, d in msgs] == [(plan_id, k) for k in range(1, n + 1)]
@@ -201,16 +207,7 @@ def test_flow_control_makes_each_next_step_effective_a_gap_after_the_previous_ch
     n = len(repo.plan_steps(db_url, plan_id))
     with ControlEmitter(kafka_bootstrap, db_url) as em:
         em.emit(plan_id)
-        applier = StepApplier(kafka_bootstrap, db_url, job)
-        applier.start()
-        try:
-            for k in range(2, n + 1):
-                wait_until(lambda: k - 1 in repo.checkpoints(db_url, plan_id), 20, "the applier's checkpoints",
-                           poll=0.05)
-                assert [e.step for e in em.emit(plan_id).emitted] == [k]
-            wait_until(lambda: len(repo.checkpoints(db_url, plan_id)) == n, 30, "the applier's checkpoints", poll=0.05)
-        finally:
-            applier.stop()
+        _emit_each_after_its_checkpoint(em, kafka_bootstrap, db_url, job, plan_id, n)
     cps = repo.checkpoints(db_url, plan_id)
     effective = {d["step"]: datetime.fromisoformat(d["effective_at"].replace("Z", "+00:00"))
                  for _, d in _topic_messages(kafka_bootstrap, job)}

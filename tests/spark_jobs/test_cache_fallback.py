@@ -6,9 +6,7 @@ files, `rm -rf` of the directory, a full tmpfs."""
 
 from __future__ import annotations
 
-import errno
 import shutil
-import subprocess
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -19,6 +17,7 @@ from spark_jobs import cache_fallback
 from spark_jobs.cache import CacheError, cache_path
 from spark_jobs.cache_fallback import run_cached
 from spark_jobs.worker import ApplyConfig, _done_outputs, _run
+from tests.helpers import disks
 from tests.spark_jobs.test_durable import Harness, keys_of
 
 pytestmark = pytest.mark.dataplane
@@ -91,30 +90,14 @@ def test_a_cache_directory_deleted_under_the_job_is_rebuilt(tmp_path):
 
 @pytest.fixture
 def small_tmpfs(tmp_path):  # type: ignore[no-untyped-def]
-    mnt = tmp_path / "tmpfs"
-    mnt.mkdir()
-    res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m,mode=0755", "tmpfs", str(mnt)],
-                         capture_output=True, text=True)
-    if res.returncode != 0:
-        pytest.fail(f"`mount -t tmpfs` failed ({res.stderr.strip()}): this test needs root (or CAP_SYS_ADMIN)")
-    yield mnt
-    subprocess.run(["umount", "-l", str(mnt)], check=False)
-
-
-def _fill(mnt: Path) -> None:
-    with open(mnt / "filler", "wb", buffering=0) as f:
-        while True:
-            try:
-                f.write(b"\0" * 4096)
-            except OSError as exc:
-                assert exc.errno == errno.ENOSPC, exc
-                return
+    with disks.small_tmpfs(tmp_path / "tmpfs", "8m") as mnt:
+        yield mnt
 
 
 def test_a_full_cache_disk_falls_back_and_the_job_runs_on(tmp_path, small_tmpfs):
     hz = CachedHarness(tmp_path, small_tmpfs)
     hz.run_epoch(keys_of(200, 0))
-    _fill(small_tmpfs)
+    disks.fill(small_tmpfs)
     for e in range(1, 5):  # new keys every epoch: the cache must grow, the tmpfs cannot
         outs, docs = hz.run_epoch([b"new-%d-%05d-%s" % (e, i, b"x" * 200) for i in range(400)] + keys_of(200, e))
         hz.check(outs)
@@ -129,7 +112,7 @@ def test_when_no_place_works_the_error_names_them_and_says_what_to_do(tmp_path, 
     hz = CachedHarness(tmp_path, small_tmpfs)
     (tmp_path / "not-a-dir").write_text("")
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "not-a-dir"))
-    _fill(small_tmpfs)
+    disks.fill(small_tmpfs)
     with pytest.raises(CacheError) as err:
         hz.run_epoch(keys_of(50, 0))
     msg = str(err.value)

@@ -6,9 +6,7 @@ shows the job degraded, and state and outputs are exactly once."""
 
 from __future__ import annotations
 
-import errno
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -21,6 +19,7 @@ from spark_jobs.cache_fallback import fallback_root
 from spark_jobs.offsets import committed_epochs, read_end_offsets
 from spark_jobs.output import read_output
 from spark_jobs.runner import RunConfig, start_job
+from tests.helpers import disks
 from tests.helpers.dp_helpers import check_state, produce, read_topic, reference_by_epoch, zipf_keys
 from tests.helpers.fault_helpers import alive_check
 from tests.helpers.wait import wait_until
@@ -33,28 +32,8 @@ TMPFS = "16m"
 
 @pytest.fixture
 def small_tmpfs(tmp_path):  # type: ignore[no-untyped-def]
-    mnt = tmp_path / "cache"
-    mnt.mkdir()
-    res = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={TMPFS},mode=0755", "tmpfs", str(mnt)],
-                         capture_output=True, text=True)
-    if res.returncode != 0:
-        pytest.fail(f"`mount -t tmpfs` failed ({res.stderr.strip()}): this test needs root (or CAP_SYS_ADMIN)")
-    yield mnt
-    subprocess.run(["umount", "-l", str(mnt)], check=False)
-
-
-def _fill(mnt: Path) -> int:
-    """Write a filler file until the tmpfs is full; returns its size."""
-    n = 0
-    with open(mnt / "filler", "wb", buffering=0) as f:
-        chunk = b"\0" * 65536
-        while True:
-            try:
-                n += f.write(chunk)
-            except OSError as exc:
-                assert exc.errno == errno.ENOSPC, exc
-                break
-    return n
+    with disks.small_tmpfs(tmp_path / "cache", TMPFS) as mnt:
+        yield mnt
 
 
 def _consumed(cfg: RunConfig, n: int) -> bool:
@@ -100,7 +79,7 @@ def test_lost_corrupt_and_full_cache_are_rebuilt_while_the_job_runs_on(spark, ka
             shutil.rmtree(small_tmpfs / f"store-{runner.durable.store_id}", ignore_errors=True)  # type: ignore[union-attr]
         wait_until(lambda: _consumed(cfg, sent), 240, "input consumed after the cache directory was deleted",
                    check=alive_check(runner))
-        filled = _fill(small_tmpfs)
+        filled = disks.fill(small_tmpfs)
         feed(3)
         wait_until(lambda: _consumed(cfg, sent), 300, "input consumed on a full cache disk",
                    check=alive_check(runner))
