@@ -20,6 +20,7 @@ import struct
 import tempfile
 import time
 from collections.abc import Callable
+from typing import Any
 
 BIN_BITS = 8
 
@@ -187,7 +188,7 @@ def timed(fn: Callable[[], object]) -> tuple[float, object]:
     return (time.perf_counter() - t) * 1000, r
 
 
-def bench(cls: type, keys: list[bytes], batch: int, batches: int, root: str) -> dict[str, float]:
+def bench(cls: Any, keys: list[bytes], batch: int, batches: int, root: str) -> dict[str, float]:
     path = os.path.join(root, cls.name)
     store = cls(path)
     res: dict[str, float] = {}
@@ -208,7 +209,7 @@ def bench(cls: type, keys: list[bytes], batch: int, batches: int, root: str) -> 
     ms, items = timed(lambda: store.export_bin(3))
     res["export_bin_ms"] = ms
     res["bin_keys"] = len(items)  # type: ignore[arg-type]
-    res["bin_bytes"] = sum(len(k) + len(v) for k, v in items)  # type: ignore[union-attr]
+    res["bin_bytes"] = sum(len(k) + len(v) for k, v in items)  # type: ignore[union-attr,attr-defined]
     res["delete_bin_ms"], _ = timed(lambda: store.delete_bin(3))
     res["import_bin_ms"], _ = timed(lambda: store.import_bin(items))  # type: ignore[arg-type]
     # half the bins at once (all-at-once migration of half the state)

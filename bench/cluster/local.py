@@ -12,8 +12,8 @@ import tempfile
 import time
 import traceback
 import uuid
-from datetime import UTC, datetime
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from bench.ballast_job import BallastJob, JobSpec
@@ -70,22 +70,13 @@ def run_old_job(ctx: Ctx, C: ClusterProfile, wt: Path, topic: str, rows_before: 
 
 
 def emit_step(job: BallastJob, moves: list[tuple[int, int, int]], precopy: bool, plan_id: str) -> float:
-    """One single-step plan (optionally pre-copy) on the job's control topic; returns the send time."""
-    from kafka import KafkaProducer
-
-    from ballast.protocol import ControlStep, Move, control_topic, message_key
+    """One single-step plan (optionally pre-copy) through the job's control emitter; returns the send time."""
+    from ballast.protocol import Move
 
     ver, w, _ = job.current_map()
-    now = datetime.now(UTC)
-    msg = ControlStep(job=job.spec.job, operator=job.spec.operator, plan_id=plan_id, step=1, steps=1,
-                      kind="moves" if moves else "noop",
-                      moves=tuple(Move(b, s, d) for b, s, d in moves), workers=w, map_version=ver, issued_at=now,
-                      effective_at=now, reason=f"bench cluster: precopy={precopy}", precopy=precopy)
-    if job._producer is None:
-        job._producer = KafkaProducer(bootstrap_servers=job.spec.bootstrap, acks="all")
-    job._producer.send(control_topic(job.spec.job), key=message_key(job.spec.job, job.spec.operator),
-                       value=msg.to_json()).get(timeout=30)
-    return now.timestamp()
+    step = SimpleNamespace(step=1, kind="moves" if moves else "noop", moves=tuple(Move(b, s, d) for b, s, d in moves),
+                           workers=w, map_version=ver)
+    return job.emit([step], plan_id, reason=f"bench cluster: precopy={precopy}", precopy=precopy)
 
 
 def precopy_moves(assignment: list[int], fraction: float) -> list[tuple[int, int, int]]:
@@ -177,7 +168,8 @@ def local_session(ctx: Ctx, C: ClusterProfile, out: Path) -> dict[str, Any]:
     # DEBUG: the runner then logs each epoch's phases (pre-apply + apply, DB, acks): where a cut-over epoch's
     # time goes beyond the tasks' move time
     job = _start_with_env(BallastJob(spec), BALLAST_LOG_LEVEL="DEBUG")
-    snaps = SnapshotTail(spec.checkpoint_dir / "state").start()
+    snaps = SnapshotTail(spec.checkpoint_dir / "state")
+    snaps.start()
     gen = None
     try:
         wait_rows(ctx.db_url, spec.job, topic_rows(ctx.bootstrap, topic), C.timeout_s, job.proc,
