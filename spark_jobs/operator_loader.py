@@ -12,12 +12,14 @@ from ballast.operator_names import import_operator_class
 from spark_jobs.operators import OPERATORS, Operator
 from spark_jobs.processing import ProcessorOperator
 from spark_jobs.processor import is_processor
+from spark_jobs.stateless import StatelessOperator, is_stateless_query
 
 
 def get_operator(name: str) -> Operator:
     """A shipped operator by name, or a user's by import path `package.module:Class`: an
     `Operator` subclass, or a stateful processor (spark_jobs.processor: Ballast's or PySpark's
-    `StatefulProcessor`), which runs through spark_jobs.processing.
+    `StatefulProcessor`), which runs through spark_jobs.processing, or a `StatelessQuery`
+    (spark_jobs.stateless), which runs in Spark's JVM only.
 
     A user's module must reach the executors the way the job's own code does (spark-submit
     `--py-files`, or `spark.submit.pyFiles`)."""
@@ -27,9 +29,12 @@ def get_operator(name: str) -> Operator:
             return cls()
         if isinstance(cls, type) and is_processor(cls):
             return ProcessorOperator(cls)
+        if is_stateless_query(cls):
+            return StatelessOperator(cls)
         raise ValueError(f"operator {name!r} is not a subclass of spark_jobs.operators.Operator nor a "
                          "stateful processor (a class with init(handle) and handleInputRows / handle_input_rows, "
-                         "e.g. a subclass of spark_jobs.processor.StatefulProcessor)")
+                         "e.g. a subclass of spark_jobs.processor.StatefulProcessor), nor a "
+                         "spark_jobs.stateless.StatelessQuery")
     try:
         return OPERATORS[name]()
     except KeyError:

@@ -67,6 +67,45 @@ def _with_corrupt_column(schema: str) -> str:
     return f"{s}, {CORRUPT} STRING"
 
 
+INTERNAL = ("__p", "__o", "__raw", "__reject", CORRUPT)  # parsed_rows' bookkeeping columns
+
+
+def parsed_rows(df: Any, spec: QuerySpec) -> Any:
+    """The JVM half every query shares: the input rows (spark_jobs.inputs) parsed with the query's
+    `input_schema`, filtered by `where`, extended by `columns`. Beside the data columns: `__p`, `__o`
+    (the routed partition and offset), `__raw` (the Kafka value) and `__reject` (why the row is a
+    dead letter: a tombstone or a value that does not parse; null for a good row). A rejected row
+    passes `where`, so that it reaches the dead-letter topic."""
+    from pyspark.sql import functions as F
+
+    extra = [F.col("__source").alias(spec.source_column)] if spec.source_column else []
+    src = df.select(F.col("key"), F.col("value"), F.col("partition").alias("__p"), F.col("offset").alias("__o"),
+                    *extra)
+    tail = ["__p", "__o", *([spec.source_column] if spec.source_column else [])]
+    if spec.input_schema:  # a value that does not parse is a dead letter, not a row of nulls
+        parsed = F.from_json(F.col("value").cast("string"), _with_corrupt_column(spec.input_schema),
+                             {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT})
+        rows = src.select(parsed.alias("__r"), F.col("value").alias("__raw"), *tail)
+        reject = (F.when(F.col("__raw").isNull(), F.lit(NULL_VALUE))
+                  .when(F.col(f"__r.{CORRUPT}").isNotNull(), F.lit(DECODE_ERROR)))
+        rows = rows.select("__r.*", "__raw", *tail, reject.alias("__reject"))
+    else:
+        rows = src.select(F.col("key").cast("string").alias("key"), F.col("value").cast("string").alias("value"),
+                          F.col("value").alias("__raw"), *tail, F.lit(None).cast("string").alias("__reject"))
+    if spec.where:
+        rows = rows.where(F.col("__reject").isNotNull() | F.expr(spec.where))
+    for name, expr in spec.columns:
+        rows = rows.withColumn(name, F.expr(expr))
+    return rows
+
+
+def timestamp_columns(fields: Any) -> tuple[str, ...]:
+    """The timestamp columns among `fields`: a row's JSON carries them as epoch milliseconds."""
+    from pyspark.sql.types import TimestampNTZType, TimestampType
+
+    return tuple(f.name for f in fields if isinstance(f.dataType, (TimestampType, TimestampNTZType)))
+
+
 class ProcessorOperator(Operator):
     """Adapts a processor class to the data plane's operator interface (routing + worker)."""
 
@@ -80,34 +119,15 @@ class ProcessorOperator(Operator):
 
     def keyed(self, df):
         from pyspark.sql import functions as F
-        from pyspark.sql.types import TimestampNTZType, TimestampType
 
         spec = self.spec
-        extra = [F.col("__source").alias(spec.source_column)] if spec.source_column else []
-        src = df.select(F.col("key"), F.col("value"), F.col("partition").alias("__p"), F.col("offset").alias("__o"),
-                        *extra)
-        tail = ["__p", "__o", *([spec.source_column] if spec.source_column else [])]
-        internal = ("__p", "__o", "__raw", "__reject", CORRUPT)
-        if spec.input_schema:  # a value that does not parse is a dead letter, not a row of nulls
-            parsed = F.from_json(F.col("value").cast("string"), _with_corrupt_column(spec.input_schema),
-                                 {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT})
-            rows = src.select(parsed.alias("__r"), F.col("value").alias("__raw"), *tail)
-            reject = (F.when(F.col("__raw").isNull(), F.lit(NULL_VALUE))
-                      .when(F.col(f"__r.{CORRUPT}").isNotNull(), F.lit(DECODE_ERROR)))
-            rows = rows.select("__r.*", "__raw", *tail, reject.alias("__reject"))
-        else:
-            rows = src.select(F.col("key").cast("string").alias("key"), F.col("value").cast("string").alias("value"),
-                              F.col("value").alias("__raw"), *tail, F.lit(None).cast("string").alias("__reject"))
-        if spec.where:  # a rejected row passes the user's filter: it must reach the dead-letter topic
-            rows = rows.where(F.col("__reject").isNotNull() | F.expr(spec.where))
-        for name, expr in spec.columns:
-            rows = rows.withColumn(name, F.expr(expr))
-        cols = [f for f in rows.schema.fields if f.name not in internal]
+        rows = parsed_rows(df, spec)
+        cols = [f for f in rows.schema.fields if f.name not in INTERNAL]
         missing = [g for g in spec.grouping_keys if g not in {f.name for f in cols}]
         if missing or (spec.event_time_column and spec.event_time_column not in {f.name for f in cols}):
             raise ValueError(f"processor {self.cls.__name__}: grouping key(s) {missing} or event-time column "
                              f"{spec.event_time_column!r} not among the input columns {[f.name for f in cols]}")
-        self.ts_columns = tuple(f.name for f in cols if isinstance(f.dataType, (TimestampType, TimestampNTZType)))
+        self.ts_columns = timestamp_columns(cols)
         fields = [F.unix_millis(F.col(f.name)).alias(f.name) if f.name in self.ts_columns else F.col(f.name)
                   for f in cols]
         ok = F.col("__reject").isNull()  # rejected: null key, the raw value, the reason (spark_jobs.records)

@@ -48,6 +48,7 @@ from spark_jobs.operator_loader import get_operator
 from spark_jobs.output import dlq_topic
 from spark_jobs.processing import ProcessorOperator
 from spark_jobs.run_config import RunConfig, ensure_job_topics, tick_topic
+from spark_jobs.stateless import StatelessOperator
 from spark_jobs.timers import ClockLog, EpochClock, TimerSchedule
 from spark_jobs.warmup import WarmUp
 from spark_jobs.worker import ApplyConfig, make_apply_fn, route
@@ -326,7 +327,7 @@ class JobRunner(JobClients, DriverFence, EpochCommit, WarmUp):
         split = applied is not None and applied.is_split
         if (input_rows or moving_in or warm or split
                 or (clock and self.timers and self.timers.epoch_needs_tasks(clock))):
-            worker_docs = self._apply(df, epoch, st, moving_in, warm, clock, split)
+            worker_docs = self._apply(df, epoch, st, moving_in, warm, clock, split, input_rows)
             moves_doc = summarize_moves(applied, worker_docs) if applied and applied.moves else None
         if cached:
             df.unpersist()
@@ -355,7 +356,7 @@ class JobRunner(JobClients, DriverFence, EpochCommit, WarmUp):
 
     def _apply(self, df: Any, epoch: int, st: ControlState, moving_in: dict[int, tuple[int, ...]],
                warm: dict[int, tuple[int, ...]], clock: EpochClock | None = None,
-               split: bool = False) -> list[dict[str, Any]]:
+               split: bool = False, input_rows: int = 0) -> list[dict[str, Any]]:
         """One Spark job: W tasks (more while a pre-copy warms a worker that does not exist yet),
         then the durable commit of the epoch (manifest). Returns the tasks' metrics."""
 
@@ -365,6 +366,8 @@ class JobRunner(JobClients, DriverFence, EpochCommit, WarmUp):
         tasks = max([st.workers] + [w + 1 for w in warm])
         if self.scaler is not None:
             self.scaler.scale_to(tasks)
+        if isinstance(self.op, StatelessOperator):
+            return self._apply_stateless(df, epoch, st.workers, input_rows)
         snapshot = durable.snapshot_due(epoch)
         src = self.inputs.rows(df, epoch)
         keyed = self.op.keyed(src)
@@ -386,6 +389,31 @@ class JobRunner(JobClients, DriverFence, EpochCommit, WarmUp):
         if dropped:
             log.info("retention: dropped %d old epochs of durable state", dropped)
         return docs
+
+    def _apply_stateless(self, df: Any, epoch: int, workers: int, input_rows: int) -> list[dict[str, Any]]:
+        """A stateless query's epoch (spark_jobs.stateless): one Spark job, every stage in the JVM,
+        written by Spark's Kafka sink; no state, so no manifest and nothing to move.
+
+        Spark's tasks follow the input partitions, not the worker map: the epoch's input rows and its
+        wall time are reported spread evenly over the W workers (DS2's inputs and the console stay
+        whole). Outputs and dead letters are not counted: Spark's `Observation` never reports for a
+        Kafka write, and a count would be a second pass over the input; the dead-letter topic holds
+        every one, with its reason (docs/operators.md)."""
+        assert isinstance(self.op, StatelessOperator)
+        cfg = self.cfg
+        t0 = time.perf_counter()
+        rows = self.op.rows(self.inputs.rows(df, epoch), epoch, cfg.input_topics, self.out_topic,
+                            dlq_topic(cfg.job), ordered=bool(self.inputs.handoff))
+        rows.drop("__dead").write.format("kafka").option("kafka.bootstrap.servers", cfg.bootstrap).options(
+            **self._spark_kafka_options(source=False)).save()
+        wall_ms = (time.perf_counter() - t0) * 1000
+
+        def share(w: int) -> int:
+            return input_rows // workers + (1 if w < input_rows % workers else 0)
+
+        return [{"worker": w, "records_in": share(w), "records_out": 0, "dead_letters": 0,
+                 "useful_ms": wall_ms / workers, "wall_ms": wall_ms, "state_keys": 0, "state_bytes": 0, "bins": {}}
+                for w in range(workers)]
 
 
 def start_job(spark: Any, cfg: RunConfig) -> JobRunner:

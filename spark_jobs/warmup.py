@@ -15,7 +15,9 @@ from ballast.protocol import message_key, utcnow
 from spark_jobs.control import tick_message
 from spark_jobs.durable import DurableState
 from spark_jobs.journal import Journal
+from spark_jobs.output import dlq_topic
 from spark_jobs.run_config import RunConfig, tick_topic
+from spark_jobs.stateless import QueryRefused, StatelessOperator
 
 log = logging.getLogger("ballast.runner")
 
@@ -42,6 +44,8 @@ class WarmUp:
         """Before the first batch: start the Python workers (imports of pyarrow, lmdb, the job's
         modules, the operator) and open the caches, so the first epoch after a (re)start does not
         pay ~10 s for it. A failure here is only logged: the first epoch then pays the cost."""
+        if isinstance(self.op, StatelessOperator):
+            return  # every stage runs in the JVM: no Python worker, no cache
         t0 = time.perf_counter()
         fn = _warm_fn(self.cfg.path, self.cfg.job, self._cache_dir, self.durable.store_id if self.durable else "")
         try:
@@ -74,6 +78,15 @@ class WarmUp:
                     "timestamp": F.current_timestamp(), "timestampType": F.lit(0)}
             df = one.select(*[(fill[f.name] if f.name in fill else F.lit(None)).cast(f.dataType).alias(f.name)
                               for f in source_schema.fields])
+            if isinstance(self.op, StatelessOperator):  # the epoch's own plan, writing none of its one row
+                rows = self.op.rows(self.inputs.rows(df, -1), -1, self.cfg.input_topics, self.cfg.output_topic,
+                                    dlq_topic(self.cfg.job))
+                none = rows.where(F.col("__dead") < 0).drop("__dead")
+                none.write.format("kafka").option("kafka.bootstrap.servers", self.cfg.bootstrap).options(
+                    **self._spark_kafka_options(source=False)).save()
+                log.info("warmed Spark's epoch plan (code generation, Kafka sink) in %.0f ms",
+                         (time.perf_counter() - t0) * 1000)
+                return
             keyed = self.op.keyed(self.inputs.rows(df, -1))
             tick = (tick_topic(self.cfg.job), message_key(self.cfg.job, self.cfg.operator),
                     tick_message(self.cfg.job, self.cfg.operator, utcnow()))
@@ -81,6 +94,8 @@ class WarmUp:
                 "kafka.bootstrap.servers", self.cfg.bootstrap).options(**self._spark_kafka_options(source=False)).save()
             log.info("warmed Spark's epoch plan (code generation, shuffle, Arrow) in %.0f ms",
                      (time.perf_counter() - t0) * 1000)
+        except QueryRefused:
+            raise  # the query itself is refused (a stateless query with a generator): say so at start
         except Exception:
             log.warning("Spark plan warm-up failed; the first epoch pays for code generation itself", exc_info=True)
 

@@ -1,0 +1,140 @@
+"""Stateless queries: a Ballast job whose every stage runs in Spark's JVM.
+
+A query with no keyed operator (a filter, a projection, a format: NEXMark Q1 and Q2) has nothing
+to fold and nothing to move, so no row needs to cross into Python. `StatelessQuery` declares its
+stages as Spark SQL (`input_schema` parse, `where`, `columns`, the `output` projection and the
+output `key`); the runner's epoch writes `StatelessOperator.rows(...)` with Spark's Kafka sink in
+one Spark job. The job is still a Ballast job: the same epoch loop, control topic, decisions,
+metrics, heartbeat, console, supervision, fencing and checkpoint binding as any other.
+
+Exactly once for consumers, as for every Ballast output: each record carries
+`ballast-id = epoch:worker:seq`, here `epoch:<routed input partition>:<input offset>`, so a
+replayed epoch re-emits the same records under the same ids. One output row per input record at
+most (a generator such as `explode` in `columns` would give two rows one id): refused at start.
+Records `parsed_rows` rejects (a tombstone, a value that does not parse) and outputs over the
+record limit go to the dead-letter topic with the same headers as a processor's
+(spark_jobs.records), from the JVM too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeGuard
+
+from spark_jobs.operators import Operator, Output
+from spark_jobs.output import ID_HEADER
+from spark_jobs.processing import INTERNAL, parsed_rows, timestamp_columns
+from spark_jobs.processor import QuerySpec
+from spark_jobs.records import (
+    DETAILS,
+    MAX_RECORD_BYTES,
+    REASON_HEADER,
+    RECORD_OVERHEAD,
+    TOO_LARGE,
+)
+
+
+class QueryRefused(ValueError):
+    """The query cannot run as declared; raised at the job's start, before any epoch."""
+
+
+@dataclass(frozen=True)
+class StatelessQuery:
+    """A query with no state, all Spark SQL. `output`: the output row's columns, names or Spark SQL
+    expressions (`price * 2 AS double_price`); the record's value is their JSON (timestamps as epoch
+    milliseconds, nulls kept, as a processor's rows). `key`: columns whose JSON is the record's key
+    (empty: no key, Kafka spreads the records). The rest is `QuerySpec`'s, with the same meaning."""
+
+    output: tuple[str, ...]
+    input_schema: str | None = None
+    source_column: str | None = None
+    where: str | None = None
+    columns: tuple[tuple[str, str], ...] = ()
+    key: tuple[str, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        if not self.output:
+            raise ValueError("a stateless query needs at least one output column")
+
+    def spec(self) -> QuerySpec:
+        return QuerySpec(input_schema=self.input_schema, source_column=self.source_column, where=self.where,
+                         columns=self.columns)
+
+
+def is_stateless_query(obj: object) -> TypeGuard[StatelessQuery]:
+    return isinstance(obj, StatelessQuery)
+
+
+class StatelessOperator(Operator):
+    """Runs a `StatelessQuery` in the runner's epoch (module docstring): no routing, no worker task."""
+
+    name = "stateless"
+    key_schema = "stateless"  # no store keys: the checkpoint binding records that there are none
+
+    def __init__(self, query: StatelessQuery) -> None:
+        self.query = query
+        self._checked = False
+
+    def fold(self, key: bytes, state: bytes | None, values: Sequence[bytes]) -> tuple[bytes | None, list[Output]]:
+        raise TypeError("a stateless query runs in Spark's JVM (StatelessOperator.rows), not through a fold")
+
+    def rows(self, src: Any, epoch: int, topics: Sequence[str], output_topic: str, dlq_topic: str,
+             ordered: bool = False) -> Any:
+        """The epoch's Kafka-writer rows (spark_jobs.output.OUTPUT_SCHEMA) plus `__dead` (1 for a dead
+        letter, for a reader that counts), from the input rows (spark_jobs.inputs). `ordered`: the
+        input went through a shuffle (a chain's hand-off dedup): bring each input partition back into
+        one task, in offset order, so that one id series reaches each output partition in seq order."""
+        from pyspark.sql import functions as F
+
+        q = self.query
+        rows = parsed_rows(src, q.spec())
+        data = [f for f in rows.schema.fields if f.name not in INTERNAL]
+        ts = timestamp_columns(data)
+        rows = rows.select(*[F.unix_millis(F.col(f.name)).alias(f.name) if f.name in ts else F.col(f.name)
+                             for f in data], *[c for c in INTERNAL if c in rows.columns])
+        json_opts = {"ignoreNullFields": "false"}
+        value = F.to_json(F.struct(*[F.expr(c) for c in q.output]), json_opts).cast("binary")
+        key = (F.to_json(F.struct(*[F.expr(k) for k in q.key]), json_opts).cast("binary") if q.key
+               else F.lit(None).cast("binary"))
+        rows = rows.select(value.alias("__value"), key.alias("__key"), "__p", "__o", "__raw", "__reject")
+        if not self._checked:
+            self._refuse_generators(rows)
+        if ordered:
+            rows = rows.repartition(F.col("__p")).sortWithinPartitions("__p", "__o")
+        n = max(1, len(topics))
+        topic = F.element_at(F.array(*[F.lit(t) for t in topics]), (F.col("__p") % n + 1).cast("int"))
+        source = F.concat_ws(":", topic, (F.col("__p") / n).cast("long"), F.col("__o"))
+        rid = F.concat_ws(":", F.lit(epoch), F.col("__p"), F.col("__o")).cast("binary")
+        size = F.coalesce(F.length("__key"), F.lit(0)) + F.coalesce(F.length("__value"), F.lit(0))
+        big = F.col("__reject").isNull() & (size > MAX_RECORD_BYTES - RECORD_OVERHEAD)
+        reason = F.when(big, F.lit(TOO_LARGE)).otherwise(F.col("__reject"))
+        detail = F.lit("")
+        for r, text in DETAILS.items():
+            detail = F.when(reason == r, F.lit(text)).otherwise(detail)
+        detail = F.when(big, F.concat(F.lit("output of "), size.cast("string"), F.lit(
+            f" bytes is over the job's {MAX_RECORD_BYTES}-byte record limit; its key and value were dropped "
+            "(the source record is still in its topic)"))).otherwise(detail)
+
+        def header(k: str, v: Any) -> Any:
+            return F.struct(F.lit(k).alias("key"), v.cast("binary").alias("value"))
+
+        dead = reason.isNotNull()
+        dead_headers = F.array(header(ID_HEADER, rid), header(REASON_HEADER, reason), header("ballast-error", detail),
+                               header("ballast-epoch", F.lit(str(epoch))), header("ballast-source", source))
+        return rows.select(
+            F.when(dead, F.lit(dlq_topic)).otherwise(F.lit(output_topic)).alias("topic"),
+            F.when(dead, F.lit(None).cast("binary")).otherwise(F.col("__key")).alias("key"),
+            F.when(big, F.lit(None).cast("binary")).when(dead, F.col("__raw")).otherwise(F.col("__value"))
+            .alias("value"),
+            F.when(dead, dead_headers).otherwise(F.array(header(ID_HEADER, rid))).alias("headers"),
+            dead.cast("int").alias("__dead"))
+
+    def _refuse_generators(self, rows: Any) -> None:
+        """One output row per input record (the ids are the input's): a generator in `columns` is refused."""
+        plan = rows._jdf.queryExecution().analyzed().toString()
+        if "Generate " in plan:
+            raise QueryRefused("a stateless query may not make several rows of one record (a generator such as explode "
+                             "in `columns`): each output's id is its input record's. Run it as a processor instead "
+                             "(spark_jobs.processor), which numbers its outputs itself")
+        self._checked = True

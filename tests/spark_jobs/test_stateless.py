@@ -1,0 +1,92 @@
+"""Stateless queries (spark_jobs.stateless) on a real local Spark: the Kafka-writer rows a batch of
+input records becomes, all in the JVM — outputs with their ids, dead letters with a processor's
+headers, the record limit, a generator refused, and the same rows on a replay."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from spark_jobs.operator_loader import get_operator
+from spark_jobs.records import DECODE_ERROR, MAX_RECORD_BYTES, NULL_VALUE, REASON_HEADER, TOO_LARGE
+from spark_jobs.stateless import QueryRefused, StatelessOperator, StatelessQuery
+
+pytestmark = pytest.mark.dataplane
+
+SCHEMA = "auction long, price long, note string"
+Q = StatelessQuery(input_schema=SCHEMA, where="price > 10", output=("auction", "price * 2 AS doubled", "note"),
+                   key=("auction",))
+
+
+def _input(spark, values: list[bytes | None], partition: int = 1):  # type: ignore[no-untyped-def]
+    """Input rows as spark_jobs.inputs hands them on: one topic, offsets 100, 101, ..."""
+    rows = [(b"k", v, "in", partition, 100 + i) for i, v in enumerate(values)]
+    return spark.createDataFrame(rows, "key binary, value binary, topic string, partition int, offset long")
+
+
+def _written(df) -> list[dict]:  # type: ignore[no-untyped-def]
+    out = []
+    for r in df.orderBy("headers").collect():
+        hdr = {h["key"]: bytes(h["value"]).decode() for h in r["headers"]}
+        out.append({"topic": r["topic"], "key": r["key"] and bytes(r["key"]), "value": r["value"] and bytes(r["value"]),
+                    "headers": hdr, "dead": r["__dead"]})
+    return out
+
+
+def test_outputs_and_dead_letters_come_from_the_jvm_with_ids(spark):
+    op = StatelessOperator(Q)
+    values = [b'{"auction": 7, "price": 50, "note": null}', b'{"auction": 8, "price": 5}', b"not json", None,
+              b'{"auction": 9, "price": 11, "note": "x"}']
+    got = _written(op.rows(_input(spark, values), 42, ["in"], "job.output", "job.dlq"))
+    by_offset = {int(g["headers"]["ballast-id"].split(":")[2]): g for g in got}
+    assert sorted(by_offset) == [100, 102, 103, 104]  # 101 filtered out by `where`
+    assert all(g["headers"]["ballast-id"].startswith("42:1:") for g in got)
+    ok = by_offset[100]
+    assert ok["topic"] == "job.output" and ok["dead"] == 0
+    assert json.loads(ok["value"]) == {"auction": 7, "doubled": 100, "note": None}  # nulls kept, like a processor's
+    assert json.loads(ok["key"]) == {"auction": 7}
+    bad, tomb = by_offset[102], by_offset[103]
+    assert (bad["topic"], bad["headers"][REASON_HEADER], bad["value"]) == ("job.dlq", DECODE_ERROR, b"not json")
+    assert (tomb["topic"], tomb["headers"][REASON_HEADER], tomb["value"]) == ("job.dlq", NULL_VALUE, None)
+    assert bad["headers"]["ballast-source"] == "in:1:102" and bad["headers"]["ballast-epoch"] == "42"
+    assert bad["dead"] == 1 and bad["key"] is None
+    assert "input_schema" in bad["headers"]["ballast-error"]
+
+
+def test_a_replay_writes_the_same_records(spark):
+    op = StatelessOperator(Q)
+    values = [b'{"auction": %d, "price": %d}' % (i, 20 + i) for i in range(50)]
+    first = _written(op.rows(_input(spark, values), 3, ["in"], "o", "d"))
+    again = _written(StatelessOperator(Q).rows(_input(spark, values), 3, ["in"], "o", "d"))
+    assert first == again and len(first) == 50
+
+
+def test_several_input_topics_name_the_source_record(spark):
+    """With n input topics the routed partition is `partition * n + source` (spark_jobs.inputs)."""
+    op = StatelessOperator(StatelessQuery(input_schema=SCHEMA, output=("auction",)))
+    got = _written(op.rows(_input(spark, [b"{"], partition=2 * 2 + 1), 1, ["a", "b"], "o", "d"))
+    assert got[0]["headers"]["ballast-source"] == "b:2:100"
+    assert got[0]["headers"]["ballast-id"] == "1:5:100"
+
+
+def test_an_output_over_the_record_limit_is_a_dead_letter_without_payload(spark):
+    op = StatelessOperator(StatelessQuery(input_schema=SCHEMA, output=("note",)))
+    big = json.dumps({"auction": 1, "price": 1, "note": "x" * MAX_RECORD_BYTES}).encode()
+    got = _written(op.rows(_input(spark, [big]), 1, ["in"], "o", "d"))
+    assert got[0]["topic"] == "d" and got[0]["headers"][REASON_HEADER] == TOO_LARGE
+    assert got[0]["value"] is None and "record limit" in got[0]["headers"]["ballast-error"]
+
+
+def test_a_generator_is_refused_with_what_to_do(spark):
+    op = StatelessOperator(StatelessQuery(input_schema=SCHEMA, columns=(("w", "explode(split(note, ' '))"),),
+                                          output=("w",)))
+    with pytest.raises(QueryRefused, match="Run it as a processor"):
+        op.rows(_input(spark, [b'{"note": "a b"}']), 1, ["in"], "o", "d")
+
+
+def test_the_loader_runs_a_declared_stateless_query():
+    op = get_operator("spark_jobs.nexmark.stateless:Q1")
+    assert isinstance(op, StatelessOperator) and op.key_schema == "stateless"
+    with pytest.raises(ValueError, match="at least one output column"):
+        StatelessQuery(output=())
