@@ -117,8 +117,9 @@ class ProcessorOperator(Operator):
         self.spec: QuerySpec = spec if isinstance(spec, QuerySpec) else QuerySpec()
         self.ts_columns: tuple[str, ...] = ()
 
-    def keyed(self, df):
-        from pyspark.sql import functions as F
+    def keyed(self, df, clock: Any = None):
+        """The routed rows (key, value, partition, offset, reject) of the epoch whose `clock`
+        (spark_jobs.timers.EpochClock; None: the warm-up) a pre-aggregating query needs."""
 
         spec = self.spec
         rows = parsed_rows(df, spec)
@@ -128,13 +129,51 @@ class ProcessorOperator(Operator):
             raise ValueError(f"processor {self.cls.__name__}: grouping key(s) {missing} or event-time column "
                              f"{spec.event_time_column!r} not among the input columns {[f.name for f in cols]}")
         self.ts_columns = timestamp_columns(cols)
+        if spec.pre_aggregate is not None:
+            return self._pre_aggregated(rows, clock)
+        return self._keyed_rows(rows, cols)
+
+    def _keyed_rows(self, rows: Any, cols: Any) -> Any:
+        from pyspark.sql import functions as F
+
         fields = [F.unix_millis(F.col(f.name)).alias(f.name) if f.name in self.ts_columns else F.col(f.name)
                   for f in cols]
         ok = F.col("__reject").isNull()  # rejected: null key, the raw value, the reason (spark_jobs.records)
         return rows.select(
-            F.when(ok, F.to_json(F.struct(*[F.col(g) for g in spec.grouping_keys])).cast("binary")).alias("key"),
+            F.when(ok, F.to_json(F.struct(*[F.col(g) for g in self.spec.grouping_keys])).cast("binary")).alias("key"),
             F.when(ok, F.to_json(F.struct(*fields)).cast("binary")).otherwise(F.col("__raw")).alias("value"),
             F.col("__p").alias("partition"), F.col("__o").alias("offset"), F.col("__reject").alias(REJECT_COLUMN))
+
+    def _pre_aggregated(self, rows: Any, clock: Any) -> Any:
+        """`QuerySpec.pre_aggregate` in the JVM: late and far-ahead records become dead letters
+        first (the epoch's watermark and processing time are the driver's, the same on a replay),
+        the rest are combined per group; the rejected rows travel on beside the groups. A group's
+        partition and offset are its first record's, which orders a key's groups as its records were."""
+        from pyspark.sql import functions as F
+
+        spec, pre = self.spec, self.spec.pre_aggregate
+        assert pre is not None
+        if spec.time_mode == "EventTime" and clock is not None:
+            et_col = spec.event_time_column
+            assert et_col is not None  # QuerySpec: EventTime needs one
+            et = (F.unix_millis(F.col(et_col)) if et_col in self.ts_columns else F.col(et_col).cast("long"))
+            ahead = (et > F.lit(clock.processing_ms + spec.max_ahead_ms)) if spec.max_ahead_ms is not None else None
+            late = et < F.lit(clock.watermark_ms)
+            why = F.col("__reject")
+            if ahead is not None:
+                why = F.when(why.isNull() & ahead, F.lit(AHEAD)).otherwise(why)
+            rows = rows.withColumn("__reject", F.when(F.col("__reject").isNull() & late, F.lit(LATE)).otherwise(why))
+        bad = rows.where(F.col("__reject").isNotNull()).select(
+            F.lit(None).cast("binary").alias("key"), F.col("__raw").alias("value"), F.col("__p").alias("partition"),
+            F.col("__o").alias("offset"), F.col("__reject").alias(REJECT_COLUMN))
+        groups = rows.where(F.col("__reject").isNull()).groupBy(*pre.group_by).agg(
+            *[F.expr(e).alias(n) for n, e in pre.aggregates], F.min(F.struct("__p", "__o")).alias("__first"))
+        fields = [F.unix_millis(F.col(c)).alias(c) if c in self.ts_columns else F.col(c) for c in pre.columns]
+        good = groups.select(
+            F.to_json(F.struct(*[F.col(g) for g in spec.grouping_keys])).cast("binary").alias("key"),
+            F.to_json(F.struct(*fields)).cast("binary").alias("value"), F.col("__first.__p").alias("partition"),
+            F.col("__first.__o").alias("offset"), F.lit(None).cast("string").alias(REJECT_COLUMN))
+        return good.unionByName(bad)
 
     def task_conf(self) -> dict[str, Any]:
         """What the workers need beyond the class (known only after `keyed` saw the schema)."""
@@ -277,6 +316,7 @@ def run_processor(cfg: Any, cache: Any, txn: Any, table: Any, n: int, owned: set
         for rk, rv, why in rejected:
             writer.add_output(DEAD_LETTER, rk, rv, why)
         dead, n = len(rejected), table.num_rows
+        late = sum(json.loads(why).get("reason") == LATE for *_, why in rejected)  # a pre-aggregate's, from the JVM
     if n:
         # the value breaks the last ties (rows of one record a `keyed` flatMap made): the order a
         # handler sees never depends on the order the routing shuffle delivered the rows in

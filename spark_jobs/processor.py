@@ -27,6 +27,30 @@ TIME_MODES = ("None", "ProcessingTime", "EventTime")
 
 
 @dataclass(frozen=True)
+class PreAggregate:
+    """A combiner that runs in Spark's JVM inside the epoch, before the routing shuffle: the rows
+    of one epoch that agree on `group_by` become one row, whose other columns are `aggregates`
+    ((name, Spark SQL aggregate expression) pairs, e.g. `("bids", "count(*)")`). Spark aggregates
+    map-side first, so the shuffle and the processor see one row per group and epoch instead of one
+    per record. `group_by` holds the query's grouping keys (a group belongs to one key); in
+    EventTime mode the event-time column is an aggregate (its `max`, the group's latest record), and
+    late or far-ahead records are dead-lettered before they are aggregated. Aggregate with exact
+    types (counts, integer sums, min, max): a floating-point sum may differ in its last bits on a
+    replay, and replays are byte-identical only if the aggregates are."""
+
+    group_by: tuple[str, ...]
+    aggregates: tuple[tuple[str, str], ...]
+
+    def __post_init__(self) -> None:
+        if not self.group_by or not self.aggregates:
+            raise ValueError("pre_aggregate needs group_by columns and at least one aggregate")
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        return (*self.group_by, *(n for n, _ in self.aggregates))
+
+
+@dataclass(frozen=True)
 class QuerySpec:
     """How a processor's query starts under Ballast (Spark: readStream + from_json + withWatermark
     + groupBy(...).transformWithState(processor, outputSchema, "Append", timeMode)).
@@ -40,7 +64,8 @@ class QuerySpec:
     generators such as explode allowed) run on the parsed rows before routing: a stateless query
     (a filter, a projection) or a key computed from the row (e.g. a NEXMark join key) needs no code
     in the processor. The watermark follows the rows that pass `where` (as a filter before Spark's
-    `withWatermark` would). `max_ahead_ms` (EventTime): a row whose event time is further ahead of
+    `withWatermark` would). `pre_aggregate` (a `PreAggregate`) combines each epoch's rows per group
+    in the JVM before they reach the processor. `max_ahead_ms` (EventTime): a row whose event time is further ahead of
     the epoch's processing time is a dead letter (`event-time-ahead`) and does not move the
     watermark, so one record stamped year 9999 cannot make every later row late (None: Spark's
     rule, no bound)."""
@@ -54,6 +79,7 @@ class QuerySpec:
     where: str | None = None
     columns: tuple[tuple[str, str], ...] = ()
     max_ahead_ms: int | None = None
+    pre_aggregate: PreAggregate | None = None
 
     def __post_init__(self) -> None:
         if self.time_mode not in TIME_MODES:
@@ -66,6 +92,15 @@ class QuerySpec:
             raise ValueError(f"lateness_ms must be >= 0, got {self.lateness_ms}")
         if self.max_ahead_ms is not None and self.max_ahead_ms < 0:
             raise ValueError(f"max_ahead_ms must be >= 0 or None (no bound), got {self.max_ahead_ms}")
+        pre = self.pre_aggregate
+        if pre is not None:
+            missing = [g for g in self.grouping_keys if g not in pre.group_by]
+            if missing:
+                raise ValueError(f"pre_aggregate.group_by {pre.group_by} must hold the grouping keys {missing}: "
+                                 "an aggregated row belongs to one key")
+            if self.event_time_column and self.event_time_column not in pre.columns:
+                raise ValueError(f"pre_aggregate must aggregate the event-time column {self.event_time_column!r} "
+                                 f"(e.g. ({self.event_time_column!r}, 'max({self.event_time_column})'))")
 
 
 def query(processor: type, **spec: Any) -> type:

@@ -43,6 +43,9 @@ DETAILS = {
                 "produce a JSON value, or leave tombstones out of this topic",
     DECODE_ERROR: "the value does not parse as a JSON object of the processor's input_schema "
                   "(QuerySpec.input_schema); fix the producer or the schema",
+    LATE: "its event time is below the epoch's watermark (raise QuerySpec.lateness_ms to accept it)",
+    AHEAD: "its event time is more than QuerySpec.max_ahead_ms ahead of the epoch's processing time "
+           "(a producer's clock or unit is off)",
 }
 
 REJECT_COLUMN = "reject"  # optional routed column: why `keyed` rejected the row (null: it did not)

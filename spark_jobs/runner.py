@@ -370,7 +370,7 @@ class JobRunner(JobClients, DriverFence, EpochCommit, WarmUp):
             return self._apply_stateless(df, epoch, st.workers, input_rows)
         snapshot = durable.snapshot_due(epoch)
         src = self.inputs.rows(df, epoch)
-        keyed = self.op.keyed(src)
+        keyed = self.op.keyed(src, clock) if isinstance(self.op, ProcessorOperator) else self.op.keyed(src)
         k = self.k  # st is self._state: the map this epoch routes by
         acfg = ApplyConfig(
             epoch=epoch, job=cfg.job, operator=cfg.path, bins_bits=k, base_bits=bits_for(cfg.bins), workers=tasks,

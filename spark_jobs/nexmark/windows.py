@@ -6,7 +6,9 @@ at the window's end. The trade-off: a window's bids all go to one key, so a job 
 parallelism as open windows (2-3 here) and a hot window is a hot key; keying by auction spreads
 the counting but needs a second operator for the per-window maximum (a chain, as Q4/Q6 do).
 Q5's sliding windows (10 s every 5 s) are made before routing: each bid is exploded into the two
-windows that contain it.
+windows that contain it, and its bids are counted per (window, auction) in Spark's JVM inside the
+epoch (`QuerySpec.pre_aggregate`): the routing shuffle and the processor see one row per auction
+and window per epoch, not one per bid.
 """
 
 from __future__ import annotations
@@ -15,11 +17,12 @@ from collections.abc import Iterator
 from typing import Any
 
 from spark_jobs.nexmark import BID, KIND, LATENESS_MS, PERIOD_MS, SCHEMA, WINDOW_MS
-from spark_jobs.processor import StatefulProcessor, StatefulProcessorHandle, query
+from spark_jobs.processor import PreAggregate, StatefulProcessor, StatefulProcessorHandle, query
 
 
 class HotItems(StatefulProcessor):
-    """Q5: bid count per auction in the window; the auction(s) with the most bids at its end."""
+    """Q5: bid count per auction in the window; the auction(s) with the most bids at its end. A row
+    is one epoch's bids on one auction in the window (`bids`: how many, counted in the JVM)."""
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.handle = handle
@@ -28,7 +31,7 @@ class HotItems(StatefulProcessor):
     def handle_input_rows(self, key: tuple, rows: Iterator[Any], timer_values: Any) -> Iterator[Any]:
         for r in rows:
             (n,) = self.counts.get_value((r.auction,)) or (0,)
-            self.counts.update_value((r.auction,), (n + 1,))
+            self.counts.update_value((r.auction,), (n + r.bids,))
         self.handle.register_timer(key[0] + WINDOW_MS)
         return iter(())
 
@@ -75,5 +78,7 @@ _EVENT_TIME: dict[str, Any] = {"input_schema": SCHEMA, "source_column": KIND, "g
                                "lateness_ms": LATENESS_MS, "where": f"{KIND} = {BID}"}
 _LAST = f"date_time - date_time % {PERIOD_MS}"
 Q5 = query(HotItems, **_EVENT_TIME, columns=(
-    ("window_start", f"explode(sequence({_LAST} - {WINDOW_MS - PERIOD_MS}, {_LAST}, {PERIOD_MS}))"),))
+    ("window_start", f"explode(sequence({_LAST} - {WINDOW_MS - PERIOD_MS}, {_LAST}, {PERIOD_MS}))"),),
+    pre_aggregate=PreAggregate(group_by=("window_start", "auction"),
+                               aggregates=(("bids", "count(*)"), ("date_time", "max(date_time)"))))
 Q7 = query(HighestBid, **_EVENT_TIME, columns=(("window_start", f"date_time - date_time % {WINDOW_MS}"),))

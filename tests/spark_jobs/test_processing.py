@@ -47,3 +47,72 @@ def test_output_rows_are_the_same_bytes_in_any_process():
                     '"tags":["alpha","beta","delta","gamma","x1","x2","x3"]}'}, outs
     assert _json_default(frozenset({3, 1, 2})) == [1, 2, 3]
     assert _Runtime._encode({"n": 1}) == b'{"n":1}'
+
+
+# ---------------------------------------------------------------- pre-aggregation (QuerySpec.pre_aggregate) --
+def _bids_query(**extra):  # type: ignore[no-untyped-def]
+    from spark_jobs.processor import PreAggregate, StatefulProcessor, query
+
+    return query(StatefulProcessor, input_schema="w long, auction long, t long", grouping_keys=("w",),
+                 time_mode="EventTime", event_time_column="t", lateness_ms=0,
+                 pre_aggregate=PreAggregate(group_by=("w", "auction"),
+                                            aggregates=(("bids", "count(*)"), ("t", "max(t)"))), **extra)
+
+
+def _df(spark, values):  # type: ignore[no-untyped-def]
+    return spark.createDataFrame([(b"k", v, i % 2, i) for i, v in enumerate(values)],
+                                 "key binary, value binary, partition int, offset long")
+
+
+@pytest.mark.dataplane
+def test_pre_aggregate_combines_an_epochs_rows_per_group_in_the_jvm(spark):
+    """Seven bids in two groups become two rows (count, latest event time, the first record's
+    partition and offset); a value that does not parse still reaches the dead letters, alone."""
+    import json
+
+    from spark_jobs.processing import ProcessorOperator
+    from spark_jobs.records import DECODE_ERROR, REJECT_COLUMN
+    from spark_jobs.timers import EpochClock
+
+    op = ProcessorOperator(_bids_query())
+    values = [b'{"w": 0, "auction": 1, "t": %d}' % t for t in (5, 9, 7, 1, 3)]
+    values += [b'{"w": 0, "auction": 2, "t": 4}', b"{oops", b'{"w": 0, "auction": 2, "t": 8}']
+    got = op.keyed(_df(spark, values), EpochClock(3, 10_000, 0)).collect()
+    rows = sorted(((json.loads(r["value"]) | {"p": r["partition"], "o": r["offset"]}) for r in got
+                   if r[REJECT_COLUMN] is None), key=lambda d: d["auction"])
+    assert rows == [{"w": 0, "auction": 1, "bids": 5, "t": 9, "p": 0, "o": 0},
+                    {"w": 0, "auction": 2, "bids": 2, "t": 8, "p": 1, "o": 5}]
+    assert all(json.loads(r["key"]) == {"w": 0} for r in got if r[REJECT_COLUMN] is None)
+    bad = [r for r in got if r[REJECT_COLUMN] is not None]
+    assert [(r[REJECT_COLUMN], r["value"], r["offset"], r["key"]) for r in bad] == [(DECODE_ERROR, b"{oops", 6, None)]
+
+
+@pytest.mark.dataplane
+def test_pre_aggregate_dead_letters_late_and_far_ahead_records_before_combining(spark):
+    """The epoch's watermark and processing time decide in the JVM, before a late record could hide
+    in a group whose latest event time is not late."""
+    import json
+
+    from spark_jobs.processing import ProcessorOperator
+    from spark_jobs.records import AHEAD, LATE, REJECT_COLUMN
+    from spark_jobs.timers import EpochClock
+
+    op = ProcessorOperator(_bids_query(max_ahead_ms=1_000))
+    values = [b'{"w": 0, "auction": 1, "t": %d}' % t for t in (100, 250, 400, 5_000)]
+    got = op.keyed(_df(spark, values), EpochClock(1, 3_000, 200)).collect()
+    reasons = {r["offset"]: r[REJECT_COLUMN] for r in got if r[REJECT_COLUMN] is not None}
+    assert reasons == {0: LATE, 3: AHEAD}
+    (good,) = [json.loads(r["value"]) for r in got if r[REJECT_COLUMN] is None]
+    assert good == {"w": 0, "auction": 1, "bids": 2, "t": 400}
+
+
+def test_pre_aggregate_declarations_are_checked():
+    from spark_jobs.processor import PreAggregate, QuerySpec
+
+    with pytest.raises(ValueError, match="must hold the grouping keys"):
+        QuerySpec(grouping_keys=("user",), pre_aggregate=PreAggregate(("day",), (("n", "count(*)"),)))
+    with pytest.raises(ValueError, match="aggregate the event-time column 'ts'"):
+        QuerySpec(grouping_keys=("user",), time_mode="EventTime", event_time_column="ts",
+                  pre_aggregate=PreAggregate(("user",), (("n", "count(*)"),)))
+    with pytest.raises(ValueError, match="at least one aggregate"):
+        PreAggregate(("user",), ())
