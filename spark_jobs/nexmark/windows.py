@@ -8,7 +8,8 @@ the counting but needs a second operator for the per-window maximum (a chain, as
 Q5's sliding windows (10 s every 5 s) are made before routing: each bid is exploded into the two
 windows that contain it, and its bids are counted per (window, auction) in Spark's JVM inside the
 epoch (`QuerySpec.pre_aggregate`): the routing shuffle and the processor see one row per auction
-and window per epoch, not one per bid.
+and window per epoch, not one per bid. Q7 likewise keeps, per window and epoch, only the bids at
+the epoch's highest price (in the JVM) for the processor to merge.
 """
 
 from __future__ import annotations
@@ -47,7 +48,8 @@ class HotItems(StatefulProcessor):
 
 
 class HighestBid(StatefulProcessor):
-    """Q7: the bid(s) with the highest price in the tumbling window, at its end."""
+    """Q7: the bid(s) with the highest price in the tumbling window, at its end. A row is one
+    epoch's top bids in the window (`top`: every bid at the epoch's highest price, chosen in the JVM)."""
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.handle = handle
@@ -56,11 +58,12 @@ class HighestBid(StatefulProcessor):
     def handle_input_rows(self, key: tuple, rows: Iterator[Any], timer_values: Any) -> Iterator[Any]:
         top = list(self.top.get())
         for r in rows:
-            bid = (r.price, r.auction, r.bidder, r.date_time)
-            if not top or bid[0] > top[0][0]:
-                top = [bid]
-            elif bid[0] == top[0][0]:
-                top.append(bid)
+            for b in r.top:
+                bid = (b["price"], b["auction"], b["bidder"], b["date_time"])
+                if not top or bid[0] > top[0][0]:
+                    top = [bid]
+                elif bid[0] == top[0][0]:
+                    top.append(bid)
         self.top.put(top)
         self.handle.register_timer(key[0] + WINDOW_MS)
         return iter(())
@@ -81,4 +84,7 @@ Q5 = query(HotItems, **_EVENT_TIME, columns=(
     ("window_start", f"explode(sequence({_LAST} - {WINDOW_MS - PERIOD_MS}, {_LAST}, {PERIOD_MS}))"),),
     pre_aggregate=PreAggregate(group_by=("window_start", "auction"),
                                aggregates=(("bids", "count(*)"), ("date_time", "max(date_time)"))))
-Q7 = query(HighestBid, **_EVENT_TIME, columns=(("window_start", f"date_time - date_time % {WINDOW_MS}"),))
+Q7 = query(HighestBid, **_EVENT_TIME, columns=(("window_start", f"date_time - date_time % {WINDOW_MS}"),),
+           pre_aggregate=PreAggregate(group_by=("window_start",), aggregates=(
+               ("top", "filter(collect_list(struct(price, auction, bidder, date_time)), b -> b.price = max(price))"),
+               ("date_time", "max(date_time)"))))
