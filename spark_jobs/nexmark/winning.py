@@ -10,7 +10,9 @@ The same timer drops a bid that arrives after its auction closed, so no key outl
 Stage 2 reads stage 1's output (the chain's hand-off topic):
 `CategoryAverage` (Q4, keyed by category: running average over all closed auctions) and
 `SellerAverage` (Q6, keyed by seller: average of the last 10 auctions in closing order, expires
-then auction id); each emits its key's new value on every update, the last one per key is final.
+then auction id); each emits its key's new value once per epoch that reads winners of the key
+(every such update is an answer row, bench.nexmark.reference.q4_updates / q6_updates; the last one
+per key is final).
 Run: `--operator winners=spark_jobs.nexmark.winning:WinningBids --operator
 q4=spark_jobs.nexmark.winning:CategoryAverage` (or `q6=...:SellerAverage`).
 """

@@ -121,9 +121,13 @@ def steps_from_maps(job: str, operator: str, plan_id: str, bins: int, maps: list
     return out
 
 
-def checkpoints(db_url: str, job: str) -> dict[tuple[str, int], m.StepCheckpoint]:
+def checkpoints(db_url: str, job: str, operator: str | None = None) -> dict[tuple[str, int], m.StepCheckpoint]:
+    """(plan, step) -> checkpoint of the job's steps (of `operator`'s only, when given: each operator
+    of a chain has its own plans)."""
+    mine = [m.StepCheckpoint.operator == operator] if operator else []
     with session_scope(db_url) as s:
-        return {(c.plan_id, c.step): c for c in s.scalars(select(m.StepCheckpoint).where(m.StepCheckpoint.job == job))}
+        return {(c.plan_id, c.step): c
+                for c in s.scalars(select(m.StepCheckpoint).where(m.StepCheckpoint.job == job, *mine))}
 
 
 def reference_by_epoch(bootstrap: str, input_topic: str, spark_ckpt: Path, epochs: list[int]) -> tuple[Counter, set]:

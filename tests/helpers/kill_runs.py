@@ -91,19 +91,22 @@ class StepSender:
     def __call__(self) -> None:
         if self.sent >= len(self.steps) or len(committed_epochs(self.spark_ckpt)) < 2:
             return
-        if self.sent == 0 or (self.steps[self.sent - 1].plan_id, self.sent) in checkpoints(self.db_url, self.job):
+        if self.sent == 0 or (self.steps[self.sent - 1].plan_id, self.sent) in self._checkpoints():
             send_control(self.bootstrap, self.job, [self.steps[self.sent].to_json()], operator=self.operator)
             self.sent += 1
 
+    def _checkpoints(self) -> dict[tuple[str, int], Any]:
+        return checkpoints(self.db_url, self.job, self.operator)
+
     @property
     def all_applied(self) -> bool:
-        return self.sent == len(self.steps) and len(checkpoints(self.db_url, self.job)) == len(self.steps)
+        return self.sent == len(self.steps) and len(self._checkpoints()) == len(self.steps)
 
 
 def check_plan_applied(db_url: str, job: str, plan_id: str, steps: list[Any], operator: str | None = None) -> None:
     """Every step of the plan has its one checkpoint, applied, and the migration property held
-    (for `operator`'s maps and bins only when given: each operator of a chain has its own map)."""
-    cps = checkpoints(db_url, job)
+    (for `operator`'s checkpoints, maps and bins only when given: each operator of a chain has its own)."""
+    cps = checkpoints(db_url, job, operator)
     assert sorted(cps) == [(plan_id, s.step) for s in steps]
     assert all(c.status == "applied" for c in cps.values())
     check_migration_property(db_url, job, operator)
