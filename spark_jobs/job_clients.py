@@ -25,6 +25,7 @@ class JobClients:
 
     cfg: RunConfig
     journal: Journal
+    read_topics: list[str]  # the input topics the operator reads (its `sources`)
     _consumer: Any
     _stopping: threading.Event
     _prev_end: tuple[float, int] | None
@@ -88,7 +89,7 @@ class JobClients:
         ({partition: end} for one input topic, {"topic:partition": end} for several)."""
         from kafka import TopicPartition
 
-        topics = self.cfg.input_topics
+        topics = self.read_topics
         try:
             tps = [TopicPartition(t, p) for t in topics for p in sorted(self._consumer.partitions_for_topic(t) or ())]
             latest = self._consumer.end_offsets(tps)

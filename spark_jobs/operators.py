@@ -44,6 +44,10 @@ class Operator(ABC):
             F.col("partition"), F.col("offset"),
         )
 
+    def sources(self) -> tuple[int, ...] | None:
+        """The positions in the job's input topics this operator reads (None: every topic)."""
+        return None
+
     @abstractmethod
     def fold(self, key: bytes, state: bytes | None, values: Sequence[bytes]) -> tuple[bytes | None, list[Output]]:
         """Apply this epoch's records of one key; return the new state and the outputs."""

@@ -175,6 +175,9 @@ class ProcessorOperator(Operator):
             F.col("__first.__o").alias("offset"), F.lit(None).cast("string").alias(REJECT_COLUMN))
         return good.unionByName(bad)
 
+    def sources(self) -> tuple[int, ...] | None:
+        return self.spec.sources
+
     def task_conf(self) -> dict[str, Any]:
         """What the workers need beyond the class (known only after `keyed` saw the schema)."""
         return {"ts_columns": list(self.ts_columns)}

@@ -65,7 +65,10 @@ class QuerySpec:
     (a filter, a projection) or a key computed from the row (e.g. a NEXMark join key) needs no code
     in the processor. The watermark follows the rows that pass `where` (as a filter before Spark's
     `withWatermark` would). `pre_aggregate` (a `PreAggregate`) combines each epoch's rows per group
-    in the JVM before they reach the processor. `max_ahead_ms` (EventTime): a row whose event time is further ahead of
+    in the JVM before they reach the processor. `sources`: the positions in the job's input topics
+    the query reads (None: all); the job subscribes to those only, as a Spark query reads only the
+    topics it names, and a row's `source_column` is still its topic's position in the full list.
+    `max_ahead_ms` (EventTime): a row whose event time is further ahead of
     the epoch's processing time is a dead letter (`event-time-ahead`) and does not move the
     watermark, so one record stamped year 9999 cannot make every later row late (None: Spark's
     rule, no bound)."""
@@ -80,6 +83,7 @@ class QuerySpec:
     columns: tuple[tuple[str, str], ...] = ()
     max_ahead_ms: int | None = None
     pre_aggregate: PreAggregate | None = None
+    sources: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.time_mode not in TIME_MODES:
@@ -92,6 +96,8 @@ class QuerySpec:
             raise ValueError(f"lateness_ms must be >= 0, got {self.lateness_ms}")
         if self.max_ahead_ms is not None and self.max_ahead_ms < 0:
             raise ValueError(f"max_ahead_ms must be >= 0 or None (no bound), got {self.max_ahead_ms}")
+        if self.sources is not None and (not self.sources or min(self.sources) < 0):
+            raise ValueError(f"sources must name input positions 0, 1, ... (or be None: all), got {self.sources}")
         pre = self.pre_aggregate
         if pre is not None:
             missing = [g for g in self.grouping_keys if g not in pre.group_by]

@@ -73,6 +73,7 @@ class JobRunner(JobClients, DriverFence, EpochCommit, WarmUp):
         self.op = get_operator(cfg.path)
         self.journal = Journal(cfg.checkpoint_dir)
         self.inputs = InputRows(cfg.input_topics, cfg.handoff_inputs, self.journal.dir)
+        self.read_topics = read_topics(cfg.input_topics, self.op.sources(), cfg.operator)
         spec = self.op.spec if isinstance(self.op, ProcessorOperator) else None
         # processors: the per-epoch clock (logged, reused on replay) and when timers come due
         self.clocks = ClockLog(self.journal.dir) if spec else None
@@ -146,7 +147,7 @@ class JobRunner(JobClients, DriverFence, EpochCommit, WarmUp):
         reader = (
             self.spark.readStream.format("kafka")
             .option("kafka.bootstrap.servers", cfg.bootstrap)
-            .option("subscribe", ",".join([*cfg.input_topics, self.ctl_topic, tick_topic(cfg.job)]))
+            .option("subscribe", ",".join([*self.read_topics, self.ctl_topic, tick_topic(cfg.job)]))
             .option("includeHeaders", "true" if cfg.handoff_inputs else "false")
             .options(**self._spark_kafka_options(source=True))
             .option("startingOffsets", cfg.starting_offsets)
@@ -414,6 +415,17 @@ class JobRunner(JobClients, DriverFence, EpochCommit, WarmUp):
         return [{"worker": w, "records_in": share(w), "records_out": 0, "dead_letters": 0,
                  "useful_ms": wall_ms / workers, "wall_ms": wall_ms, "state_keys": 0, "state_bytes": 0, "bins": {}}
                 for w in range(workers)]
+
+
+def read_topics(topics: list[str], sources: tuple[int, ...] | None, operator: str) -> list[str]:
+    """The input topics an operator reads: its declared `sources` (positions in `topics`), else all."""
+    if sources is None:
+        return list(topics)
+    bad = [i for i in sources if i >= len(topics)]
+    if bad:
+        raise ValueError(f"operator {operator} reads input position(s) {bad}, but --input-topic lists {len(topics)} "
+                         f"topic(s): {','.join(topics)}; give it every topic its query names")
+    return [t for i, t in enumerate(topics) if i in sources]
 
 
 def start_job(spark: Any, cfg: RunConfig) -> JobRunner:

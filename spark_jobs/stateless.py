@@ -52,6 +52,7 @@ class StatelessQuery:
     where: str | None = None
     columns: tuple[tuple[str, str], ...] = ()
     key: tuple[str, ...] = field(default=())
+    sources: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         if not self.output:
@@ -59,7 +60,7 @@ class StatelessQuery:
 
     def spec(self) -> QuerySpec:
         return QuerySpec(input_schema=self.input_schema, source_column=self.source_column, where=self.where,
-                         columns=self.columns)
+                         columns=self.columns, sources=self.sources)
 
 
 def is_stateless_query(obj: object) -> TypeGuard[StatelessQuery]:
@@ -75,6 +76,9 @@ class StatelessOperator(Operator):
     def __init__(self, query: StatelessQuery) -> None:
         self.query = query
         self._checked = False
+
+    def sources(self) -> tuple[int, ...] | None:
+        return self.query.sources
 
     def fold(self, key: bytes, state: bytes | None, values: Sequence[bytes]) -> tuple[bytes | None, list[Output]]:
         raise TypeError("a stateless query runs in Spark's JVM (StatelessOperator.rows), not through a fold")

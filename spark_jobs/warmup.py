@@ -32,6 +32,7 @@ class WarmUp:
     _cache_dir: str | None
     inputs: Any
     op: Any
+    read_topics: list[str]
 
     @property
     def k(self) -> int:  # the runner's: bits of the map in force
@@ -73,7 +74,7 @@ class WarmUp:
         try:
             one = self.spark.range(0, 1, 1, 1)
             # not a literal: the optimizer would fold the input filter and drop the plan before codegen
-            topic = F.when(F.col("id") < 0, F.lit("")).otherwise(F.lit(self.cfg.input_topics[0]))
+            topic = F.when(F.col("id") < 0, F.lit("")).otherwise(F.lit(self.read_topics[0]))
             fill = {"topic": topic, "value": F.lit(b"{}"), "offset": F.col("id"), "partition": F.lit(0),
                     "timestamp": F.current_timestamp(), "timestampType": F.lit(0)}
             df = one.select(*[(fill[f.name] if f.name in fill else F.lit(None)).cast(f.dataType).alias(f.name)

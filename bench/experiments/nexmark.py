@@ -35,6 +35,7 @@ from bench.ballast_job import BallastJob, JobSpec, OffsetLogTail, half_of_half, 
 from bench.experiments.common import Ctx, _prog_end, _read_progress
 from bench.hist import LogHistogram
 from bench.infra import PY, Proc, ensure_topics, unix, wait_until
+from bench.loadgen import end_offsets
 from bench.nexmark.writer import NexmarkSchedule, OffsetClock
 from bench.nexmark.writer import topics as kind_topics
 from spark_jobs.runner import QUERY_STARTED
@@ -53,6 +54,7 @@ QUERIES: dict[str, tuple[tuple[str, ...], str]] = {
     "q8": ((f"{MOD}.q8:Q8",), f"{MOD}.q8:Q8"),
 }
 MIGRATIONS = ("all-at-once", "batched")
+PARTITIONS = 2  # of each topic the writer fills
 
 
 def _spec(ctx: Ctx, label: str, q: str, prefix: str, trigger_ms: int) -> JobSpec:
@@ -72,7 +74,7 @@ def _writer(ctx: Ctx, prefix: str, rate: float, events: int, label: str, pregene
     sched = ctx.run_dir / "data" / f"{label}.nexmark.json"
     sched.parent.mkdir(parents=True, exist_ok=True)
     p = Proc([PY, "-m", "bench.nexmark.writer", "--bootstrap", ctx.bootstrap, "--topic-prefix", prefix,
-              "--partitions", "2", "--rate", str(rate), "--events", str(events), "--seed", "0",
+              "--partitions", str(PARTITIONS), "--rate", str(rate), "--events", str(events), "--seed", "0",
               "--schedule-out", str(sched), *(["--pregenerate"] if pregenerate else []),
               *(["--send-rate", str(send_rate)] if send_rate else [])],
              ctx.run_dir / "logs" / f"{label}.writer.log", "NEXMark writer").start()
@@ -218,12 +220,15 @@ def _ballast_cost(ctx: Ctx, q: str, prefix: str, events: int) -> dict[str, Any]:
     def data_epochs() -> list[list[Any]]:
         return [[e for e in s.epochs() if e.input_rows > 0] for s in stores]
 
+    rows = _rows_to_read(ctx, spec)
+
     def done() -> bool:
         eps = data_epochs()
         last = max((unix(e.ended_at) for es in eps for e in es), default=time.time())
-        return sum(e.input_rows for e in eps[0]) >= events and time.time() - last > idle_s
+        return sum(e.input_rows for e in eps[0]) >= rows and time.time() - last > idle_s
     try:
-        wait_until(done, P.timeouts_s, f"{spec.job} to read its backlog of {events} events", poll=1.0, proc=job.proc)
+        wait_until(done, P.timeouts_s, f"{spec.job} to read its backlog ({rows} of its {events} events in the "
+                   "topics its query reads)", poll=1.0, proc=job.proc)
     finally:
         job.stop()
     eps = data_epochs()
@@ -232,6 +237,18 @@ def _ballast_cost(ctx: Ctx, q: str, prefix: str, events: int) -> dict[str, Any]:
     t_b = max(unix(e.ended_at) for es in eps for e in es)
     read = sum(e.input_rows for e in eps[0])
     return _cost(events, read, read - first.input_rows, t_b - t_a, len(eps[0]))
+
+
+def _rows_to_read(ctx: Ctx, spec: JobSpec) -> int:
+    """The backlog's records in the topics the job's first operator reads (its query's `sources`,
+    spark_jobs.runner.read_topics), as Spark's own query reads only the topics it names. `_cost`
+    scales the rows read after the first batch back to the backlog's events."""
+    from spark_jobs.operator_loader import get_operator
+    from spark_jobs.runner import read_topics
+
+    first = spec.operators[0].partition("=")[2] if spec.operators else spec.operator
+    topics = read_topics(spec.input_topic.split(","), get_operator(first).sources(), first)
+    return sum(sum(end_offsets(ctx.bootstrap, t, PARTITIONS)) for t in topics)
 
 
 def _cost(events: int, read: int, after_first: int, span_s: float, batches: int) -> dict[str, Any]:

@@ -1,7 +1,9 @@
 """NEXMark Q1-Q8 as Ballast jobs (issue 10; the queries' reference answers: bench.nexmark.reference).
 
-Every query reads the three topics bench.nexmark.writer fills, in this order:
-`--input-topic <prefix>.person,<prefix>.auction,<prefix>.bid`; `kind` (the topic's position:
+Every query is given the three topics bench.nexmark.writer fills, in this order:
+`--input-topic <prefix>.person,<prefix>.auction,<prefix>.bid`, and reads those its `sources` name
+(Q1, Q2, Q5, Q7 the bids only; Q3, Q8 persons and auctions; Q4, Q6 auctions and bids), as the same
+query in Spark's own operators subscribes to those only; `kind` (the topic's position:
 PERSON, AUCTION, BID) tells a row's record type, and every topic is parsed with one schema, the
 union of the three records' fields (a record's missing fields are null). What a query needs
 before routing — its selection, a projection, the key it is partitioned by — is Spark SQL in its

@@ -44,4 +44,4 @@ class LocalItems(StatefulProcessor):
 _states = ", ".join(f"'{s}'" for s in STATES)
 Q3 = query(LocalItems, input_schema=SCHEMA, source_column=KIND, grouping_keys=("person_id",),
            where=f"({KIND} = {PERSON} AND state IN ({_states})) OR ({KIND} = {AUCTION} AND category = {CATEGORY})",
-           columns=(("person_id", f"CASE WHEN {KIND} = {PERSON} THEN id ELSE seller END"),))
+           columns=(("person_id", f"CASE WHEN {KIND} = {PERSON} THEN id ELSE seller END"),), sources=(PERSON, AUCTION))

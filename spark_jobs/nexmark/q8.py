@@ -46,4 +46,4 @@ class NewUsers(StatefulProcessor):
 Q8 = query(NewUsers, input_schema=SCHEMA, source_column=KIND, grouping_keys=("person_id",), time_mode="EventTime",
            event_time_column="date_time", lateness_ms=LATENESS_MS, where=f"{KIND} IN ({PERSON}, {AUCTION})",
            columns=(("person_id", f"CASE WHEN {KIND} = {PERSON} THEN id ELSE seller END"),
-                    ("window_start", f"date_time - date_time % {WINDOW_MS}")))
+                    ("window_start", f"date_time - date_time % {WINDOW_MS}")), sources=(PERSON, AUCTION))

@@ -16,6 +16,6 @@ AUCTION_SKIP = 123
 
 Q1 = StatelessQuery(input_schema=SCHEMA, source_column=KIND, where=f"{KIND} = {BID}",
                     output=("auction", "bidder", "CAST(price * 89 DIV 100 AS BIGINT) AS price", "date_time"),
-                    key=("auction",))
+                    key=("auction",), sources=(BID,))
 Q2 = StatelessQuery(input_schema=SCHEMA, source_column=KIND, where=f"{KIND} = {BID} AND auction % {AUCTION_SKIP} = 0",
-                    output=("auction", "price"), key=("auction",))
+                    output=("auction", "price"), key=("auction",), sources=(BID,))

@@ -78,7 +78,7 @@ class HighestBid(StatefulProcessor):
 
 _EVENT_TIME: dict[str, Any] = {"input_schema": SCHEMA, "source_column": KIND, "grouping_keys": ("window_start",),
                                "time_mode": "EventTime", "event_time_column": "date_time",
-                               "lateness_ms": LATENESS_MS, "where": f"{KIND} = {BID}"}
+                               "lateness_ms": LATENESS_MS, "where": f"{KIND} = {BID}", "sources": (BID,)}
 _LAST = f"date_time - date_time % {PERIOD_MS}"
 Q5 = query(HotItems, **_EVENT_TIME, columns=(
     ("window_start", f"explode(sequence({_LAST} - {WINDOW_MS - PERIOD_MS}, {_LAST}, {PERIOD_MS}))"),),

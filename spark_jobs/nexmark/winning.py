@@ -116,6 +116,7 @@ class SellerAverageProcessor(StatefulProcessor):
 WinningBids = query(WinningBidProcessor, input_schema=SCHEMA, source_column=KIND, grouping_keys=("auction_id",),
                     time_mode="EventTime", event_time_column="date_time", lateness_ms=LATENESS_MS,
                     where=f"{KIND} IN ({AUCTION}, {BID})",
-                    columns=(("auction_id", f"CASE WHEN {KIND} = {AUCTION} THEN id ELSE auction END"),))
+                    columns=(("auction_id", f"CASE WHEN {KIND} = {AUCTION} THEN id ELSE auction END"),),
+                    sources=(AUCTION, BID))
 CategoryAverage = query(CategoryAverageProcessor, input_schema=WINNER_SCHEMA, grouping_keys=("category",))
 SellerAverage = query(SellerAverageProcessor, input_schema=WINNER_SCHEMA, grouping_keys=("seller",))
