@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
+from ballast.errors import BallastError
 from spark_jobs.operators import Operator, Output
 from spark_jobs.output import ID_HEADER
 from spark_jobs.processing import INTERNAL, parsed_rows, timestamp_columns
@@ -35,7 +36,7 @@ from spark_jobs.records import (
 )
 
 
-class QueryRefused(ValueError):
+class QueryRefused(BallastError, ValueError):
     """The query cannot run as declared; raised at the job's start, before any epoch."""
 
 

@@ -174,12 +174,14 @@ def test_cli_refuses_a_bad_operator_path_before_starting_spark(capsys):
 
 
 def test_the_guide_shows_the_tested_example():
-    """docs/operators.md's code blocks are verbatim parts of an example the Spark tests run."""
+    """docs/operators.md's code blocks are verbatim parts of an example the Spark tests run (the
+    examples, or a NEXMark query tests/system/test_nexmark_queries.py runs)."""
     import re
 
     root = Path(__file__).resolve().parents[2]
     doc = (root / "docs" / "operators.md").read_text()
-    examples = {p.name: p.read_text() for p in (root / "examples" / "operators").glob("*.py")}
+    examples = {p.name: p.read_text() for d in ("examples/operators", "spark_jobs/nexmark")
+                for p in (root / d).glob("*.py")}
     blocks = re.findall(r"```python\n(.*?)```", doc, flags=re.S)
     assert len(blocks) >= 2
     for block in blocks:
