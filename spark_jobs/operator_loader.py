@@ -12,7 +12,7 @@ from ballast.operator_names import import_operator_class
 from spark_jobs.operators import OPERATORS, Operator
 from spark_jobs.processing import ProcessorOperator
 from spark_jobs.processor import is_processor
-from spark_jobs.stateless import StatelessOperator, is_stateless_query
+from spark_jobs.stateless import StatelessOperator, StatelessQuery
 
 
 def get_operator(name: str) -> Operator:
@@ -29,7 +29,7 @@ def get_operator(name: str) -> Operator:
             return cls()
         if isinstance(cls, type) and is_processor(cls):
             return ProcessorOperator(cls)
-        if is_stateless_query(cls):
+        if isinstance(cls, StatelessQuery):
             return StatelessOperator(cls)
         raise ValueError(f"operator {name!r} is not a subclass of spark_jobs.operators.Operator nor a "
                          "stateful processor (a class with init(handle) and handleInputRows / handle_input_rows, "

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeGuard
+from typing import Any
 
 from ballast.errors import BallastError
 from spark_jobs.operators import Operator, Output
@@ -64,10 +64,6 @@ class StatelessQuery:
                          columns=self.columns, sources=self.sources)
 
 
-def is_stateless_query(obj: object) -> TypeGuard[StatelessQuery]:
-    return isinstance(obj, StatelessQuery)
-
-
 class StatelessOperator(Operator):
     """Runs a `StatelessQuery` in the runner's epoch (module docstring): no routing, no worker task."""
 
@@ -77,6 +73,7 @@ class StatelessOperator(Operator):
     def __init__(self, query: StatelessQuery) -> None:
         self.query = query
         self._checked = False
+        self._ts: tuple[str, ...] | None = None  # the parsed rows' timestamp columns: the same every epoch
 
     def sources(self) -> tuple[int, ...] | None:
         return self.query.sources
@@ -94,10 +91,10 @@ class StatelessOperator(Operator):
 
         q = self.query
         rows = parsed_rows(src, q.spec())
-        data = [f for f in rows.schema.fields if f.name not in INTERNAL]
-        ts = timestamp_columns(data)
-        rows = rows.select(*[F.unix_millis(F.col(f.name)).alias(f.name) if f.name in ts else F.col(f.name)
-                             for f in data], *[c for c in INTERNAL if c in rows.columns])
+        if self._ts is None:  # one schema read per query, not per epoch
+            self._ts = timestamp_columns(f for f in rows.schema.fields if f.name not in INTERNAL)
+        if self._ts:  # each DataFrame step is analysed again every epoch: none when there is nothing to convert
+            rows = rows.withColumns({c: F.unix_millis(F.col(c)) for c in self._ts})
         json_opts = {"ignoreNullFields": "false"}
         value = F.to_json(F.struct(*[F.expr(c) for c in q.output]), json_opts).cast("binary")
         key = (F.to_json(F.struct(*[F.expr(k) for k in q.key]), json_opts).cast("binary") if q.key

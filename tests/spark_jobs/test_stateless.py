@@ -90,3 +90,10 @@ def test_the_loader_runs_a_declared_stateless_query():
     assert isinstance(op, StatelessOperator) and op.key_schema == "stateless"
     with pytest.raises(ValueError, match="at least one output column"):
         StatelessQuery(output=())
+
+
+def test_timestamps_reach_the_output_as_epoch_milliseconds(spark):
+    """As in a processor's rows: a timestamp column of the input schema is written as epoch ms."""
+    op = StatelessOperator(StatelessQuery(input_schema="auction long, at timestamp", output=("auction", "at")))
+    got = _written(op.rows(_input(spark, [b'{"auction": 1, "at": "1970-01-01T00:00:01.5Z"}']), 1, ["in"], "o", "d"))
+    assert json.loads(got[0]["value"]) == {"auction": 1, "at": 1500}
