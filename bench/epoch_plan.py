@@ -1,7 +1,8 @@
 """What an epoch's plan costs the driver: a stateless query's stages built inside `foreachBatch`
-(today's runner: every DataFrame step is analysed again for each batch) against the same stages
-applied once to the streaming DataFrame (Spark analyses them once, at start; the batch only adds
-its epoch to the ids). Same Kafka backlog, same output records, one process each, one after the other:
+(the runner before spark_jobs.stages: every DataFrame step is analysed again for each batch) against
+the runner's split: the stages applied once to the streaming DataFrame (Spark analyses them once,
+at start; the batch only adds its epoch to the ids). Same Kafka backlog, same output records, one
+process each, one after the other:
 
     python -m bench.epoch_plan [--events 60000] [--max-offsets 5000]
 
@@ -25,12 +26,11 @@ from bench.infra import PY, REPO, ensure_topics, env, kafka_up
 
 def run(mode: str, bootstrap: str, prefix: str, max_offsets: int) -> dict[str, Any]:
     """One streaming query over `<prefix>.bid` in this process; returns its per-batch timings."""
-    from pyspark.sql import functions as F
-
     from spark_jobs.inputs import InputRows
     from spark_jobs.nexmark import topics as nexmark_topics
     from spark_jobs.nexmark.stateless import Q1
     from spark_jobs.session import build_spark
+    from spark_jobs.stages import EpochStages
     from spark_jobs.stateless import StatelessOperator
     from spark_jobs.storage import Location
 
@@ -53,13 +53,13 @@ def run(mode: str, bootstrap: str, prefix: str, max_offsets: int) -> dict[str, A
             t0 = time.perf_counter()
             write(op.rows(inputs.rows(df, epoch), epoch, topics, out, dlq).drop("__dead"), t0)
         stream = src
-    else:  # the stages once, on the stream; the epoch replaces the placeholder 0 of each id
+    else:  # the runner's split (spark_jobs.stages): the stages once, on the stream; the epoch adds its ids
+        stages = EpochStages(op, inputs, topics, out, dlq)
+
         def batch(df: Any, epoch: int) -> None:
             t0 = time.perf_counter()
-            write(df.withColumn("headers", F.expr(
-                f"transform(headers, h -> IF(h.key = 'ballast-id', named_struct('key', h.key, 'value', "
-                f"CAST(concat('{epoch}', substr(CAST(h.value AS STRING), 2)) AS BINARY)), h))")), t0)
-        stream = op.rows(inputs.rows(src, 0), 0, topics, out, dlq).drop("__dead")
+            write(stages.epoch(df, epoch).drop("__dead"), t0)
+        stream = stages.stream(src)
     query = (stream.writeStream.foreachBatch(batch).option("checkpointLocation", tempfile.mkdtemp())
              .trigger(availableNow=True).start())
     query.awaitTermination()

@@ -1,9 +1,10 @@
 """Which Kafka offsets an epoch covered, read from Spark's own offset log (no Spark job needed).
 
 Spark writes `<spark-checkpoint>/offsets/<epoch>` (the end offsets of every topic-partition of the
-batch) before running the batch; the start offsets are the previous epoch's end offsets. The
-runner uses this to count input/control rows without a Spark job; tests use it to rebuild
-exactly which records each epoch saw.
+batch) before running the batch; the start offsets are the previous epoch's end offsets (epoch 0's:
+the offsets the query started from, `<spark-checkpoint>/sources/0/0`; a partition first seen later
+starts at its earliest offset). The runner uses this to count input rows and to read the control
+records without a Spark job; tests use it to rebuild exactly which records each epoch saw.
 """
 
 from __future__ import annotations
@@ -52,9 +53,12 @@ def epoch_ranges(spark_checkpoint: str | Path | Location, epoch: int,
     end = read_end_offsets(spark_checkpoint, epoch)
     if end is None:
         return None
-    start = read_end_offsets(spark_checkpoint, epoch - 1) if epoch > 0 else {}
-    if start is None:
-        return None
+    if epoch > 0:
+        start = read_end_offsets(spark_checkpoint, epoch - 1)
+        if start is None:
+            return None
+    else:  # the offsets the query started from (`startingOffsets`), which Kafka's source logs apart
+        start = read_offset_file(_loc(spark_checkpoint) / "sources" / "0" / "0") or {}
     out: Ranges = {}
     for topic, parts in end.items():
         for p, e in parts.items():

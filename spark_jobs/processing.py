@@ -120,7 +120,11 @@ class ProcessorOperator(Operator):
     def keyed(self, df, clock: Any = None):
         """The routed rows (key, value, partition, offset, reject) of the epoch whose `clock`
         (spark_jobs.timers.EpochClock; None: the warm-up) a pre-aggregating query needs."""
+        return self.key(self.prepare(df), clock)
 
+    def prepare(self, df: Any) -> Any:
+        """The epoch-free half of `keyed` (the runner applies it once, to the stream: spark_jobs.stages):
+        the parsed rows, checked against the grouping keys and the event-time column."""
         spec = self.spec
         rows = parsed_rows(df, spec)
         cols = [f for f in rows.schema.fields if f.name not in INTERNAL]
@@ -129,9 +133,18 @@ class ProcessorOperator(Operator):
             raise ValueError(f"processor {self.cls.__name__}: grouping key(s) {missing} or event-time column "
                              f"{spec.event_time_column!r} not among the input columns {[f.name for f in cols]}")
         self.ts_columns = timestamp_columns(cols)
-        if spec.pre_aggregate is not None:
+        return rows
+
+    @property
+    def epoch_free(self) -> bool:
+        """Whether `key` needs no epoch: only a pre-aggregating query's late filter reads the clock."""
+        return self.spec.pre_aggregate is None
+
+    def key(self, rows: Any, clock: Any = None) -> Any:
+        """`prepare`'s rows keyed for routing; a pre-aggregating query's combined per group first."""
+        if self.spec.pre_aggregate is not None:
             return self._pre_aggregated(rows, clock)
-        return self._keyed_rows(rows, cols)
+        return self._keyed_rows(rows, [f for f in rows.schema.fields if f.name not in INTERNAL])
 
     def _keyed_rows(self, rows: Any, cols: Any) -> Any:
         from pyspark.sql import functions as F

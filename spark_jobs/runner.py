@@ -1,8 +1,10 @@
 """The job runner: one Structured Streaming query over the input topic AND `<job>.control`.
 
 Per epoch (foreachBatch), in this order — each step is safe to redo when Spark replays the epoch:
- 1. control records of the batch (the control topic is a second topic of the same Kafka source,
-    so a replayed epoch sees exactly the same records);
+ 1. control records of the batch: the control topic is a second topic of the same Kafka source, so
+    Spark's offset log fixes which of its records an epoch covers and a replay reads the same ones
+    (the driver reads them, spark_jobs.control_reader; the stream carries the input rows only,
+    already through the operator's epoch-free stages, spark_jobs.stages);
  2. decide (spark_jobs.control) — or reuse the decision logged for this epoch — and log it
     durably (journal file + StepDecision rows) before touching any state;
  3. move the bins of the applied step between worker stores (spark_jobs.migrate);
@@ -23,6 +25,7 @@ import threading
 import time
 from typing import Any
 
+from ballast.errors import BallastError
 from ballast.protocol import acks_topic, control_topic, message_key, utcnow
 from ballast.store import writer as mx
 from ballast.store.fencing import Fenced
@@ -30,13 +33,13 @@ from spark_jobs import faults
 from spark_jobs.binding import bind_state, check_job_row, job_row_config
 from spark_jobs.bins import bits_for
 from spark_jobs.control import (
-    ControlRecord,
     ControlState,
     decide,
     has_due_step,
     initial_state,
     tick_message,
 )
+from spark_jobs.control_reader import read_control
 from spark_jobs.durable import DurableState
 from spark_jobs.epoch_commit import EpochCommit, summarize_moves
 from spark_jobs.executors import ExecutorScaler
@@ -48,6 +51,7 @@ from spark_jobs.operator_loader import get_operator
 from spark_jobs.output import dlq_topic
 from spark_jobs.processing import ProcessorOperator
 from spark_jobs.run_config import RunConfig, ensure_job_topics, tick_topic
+from spark_jobs.stages import EpochStages
 from spark_jobs.stateless import StatelessOperator
 from spark_jobs.timers import ClockLog, EpochClock, TimerSchedule
 from spark_jobs.warmup import WarmUp
@@ -64,6 +68,10 @@ class StopRequested(RuntimeError):
     """Raised into a batch that began after a stop was requested."""
 
 
+class EpochUnreadable(BallastError, RuntimeError):
+    """Spark's offset log cannot say which records an epoch covers."""
+
+
 class JobRunner(JobClients, DriverFence, EpochCommit, WarmUp):
     """Owns one streaming query. `start()` returns at once; `stop()` ends it after the current epoch."""
 
@@ -74,6 +82,7 @@ class JobRunner(JobClients, DriverFence, EpochCommit, WarmUp):
         self.journal = Journal(cfg.checkpoint_dir)
         self.inputs = InputRows(cfg.input_topics, cfg.handoff_inputs, self.journal.dir)
         self.read_topics = read_topics(cfg.input_topics, self.op.sources(), cfg.operator)
+        self.stages = EpochStages(self.op, self.inputs, cfg.input_topics, cfg.output_topic, dlq_topic(cfg.job))
         spec = self.op.spec if isinstance(self.op, ProcessorOperator) else None
         # processors: the per-epoch clock (logged, reused on replay) and when timers come due
         self.clocks = ClockLog(self.journal.dir) if spec else None
@@ -158,8 +167,9 @@ class JobRunner(JobClients, DriverFence, EpochCommit, WarmUp):
         src = reader.load()
         self._warm_up(self._state.workers if self._state else cfg.workers)
         self._warm_plan(src.schema, self._state.workers if self._state else cfg.workers)
+        name = f"ballast-{cfg.job}" + (f"-{cfg.operator}" if cfg.siblings else "")
         self.query = (
-            src.writeStream.queryName(f"ballast-{cfg.job}" + (f"-{cfg.operator}" if cfg.siblings else ""))
+            self.stages.stream(src).writeStream.queryName(name)
             .foreachBatch(self._batch)
             .option("checkpointLocation", str(self.journal.spark_checkpoint))
             .trigger(processingTime=f"{cfg.trigger_ms} milliseconds")
@@ -268,32 +278,22 @@ class JobRunner(JobClients, DriverFence, EpochCommit, WarmUp):
             self._in_batch.clear()
 
     def _run_epoch(self, df: Any, epoch: int) -> None:
-        from pyspark.sql import functions as F
-
         cfg = self.cfg
         t0 = time.perf_counter()
         started_at = utcnow()
         ranges = self._offset_ranges(epoch)
-        cached = False
-        if ranges is None:  # offset log unreadable: count with Spark (one extra job)
-            df = df.persist()
-            cached = True
-            counts = {r["topic"]: r["n"] for r in df.groupBy("topic").agg(F.count("*").alias("n")).collect()}
-            input_rows = sum(counts.get(t, 0) for t in cfg.input_topics)
-            control_rows = counts.get(self.ctl_topic, 0)
-            end_offsets: dict[tuple[str, int], int] = {}
-        else:
-            input_rows = sum(e - s for t in cfg.input_topics for s, e in ranges.get(t, {}).values())
-            control_rows = sum(e - s for s, e in ranges.get(self.ctl_topic, {}).values())
-            end_offsets = {(t, p): e for t in cfg.input_topics for p, (_, e) in ranges.get(t, {}).items()}
-        records: list[ControlRecord] = []
-        if control_rows:
-            if not cached:
-                df = df.persist()
-                cached = True
-            rows = df.where(F.col("topic") == self.ctl_topic).select("partition", "offset", "value").collect()
-            records = [ControlRecord(f"{r['partition']}:{r['offset']}", r["value"])
-                       for r in sorted(rows, key=lambda r: (r["partition"], r["offset"]))]
+        if ranges is None:
+            raise EpochUnreadable(
+                f"Spark's offset log under {self.journal.spark_checkpoint} has no readable entry for epoch {epoch} or "
+                f"{epoch - 1}: the checkpoint was damaged or edited. Restore it, or start the job on a new "
+                "checkpoint (docs/dataplane.md, 'Running a job')")
+        input_rows = sum(e - s for t in cfg.input_topics for s, e in ranges.get(t, {}).values())
+        control = ranges.get(self.ctl_topic, {})
+        control_rows = sum(e - s for s, e in control.values())
+        end_offsets = {(t, p): e for t in cfg.input_topics for p, (_, e) in ranges.get(t, {}).items()}
+        # the control records: read by the driver from the epoch's logged range (spark_jobs.control_reader)
+        records = (self._kafka("the control records", read_control, self._consumer, self.ctl_topic, control)
+                   if control_rows else [])
 
         # 2) decision: reuse the logged one on replay
         decision = self.journal.load_decision(epoch)
@@ -330,8 +330,6 @@ class JobRunner(JobClients, DriverFence, EpochCommit, WarmUp):
                 or (clock and self.timers and self.timers.epoch_needs_tasks(clock))):
             worker_docs = self._apply(df, epoch, st, moving_in, warm, clock, split, input_rows)
             moves_doc = summarize_moves(applied, worker_docs) if applied and applied.moves else None
-        if cached:
-            df.unpersist()
         faults.hit("after_apply")
         t_apply = time.perf_counter()
 
@@ -370,8 +368,7 @@ class JobRunner(JobClients, DriverFence, EpochCommit, WarmUp):
         if isinstance(self.op, StatelessOperator):
             return self._apply_stateless(df, epoch, st.workers, input_rows)
         snapshot = durable.snapshot_due(epoch)
-        src = self.inputs.rows(df, epoch)
-        keyed = self.op.keyed(src, clock) if isinstance(self.op, ProcessorOperator) else self.op.keyed(src)
+        keyed = self.stages.epoch(df, epoch, clock)
         k = self.k  # st is self._state: the map this epoch routes by
         acfg = ApplyConfig(
             epoch=epoch, job=cfg.job, operator=cfg.path, bins_bits=k, base_bits=bits_for(cfg.bins), workers=tasks,
@@ -403,8 +400,7 @@ class JobRunner(JobClients, DriverFence, EpochCommit, WarmUp):
         assert isinstance(self.op, StatelessOperator)
         cfg = self.cfg
         t0 = time.perf_counter()
-        rows = self.op.rows(self.inputs.rows(df, epoch), epoch, cfg.input_topics, self.out_topic,
-                            dlq_topic(cfg.job), ordered=bool(self.inputs.handoff))
+        rows = self.stages.epoch(df, epoch)
         rows.drop("__dead").write.format("kafka").option("kafka.bootstrap.servers", cfg.bootstrap).options(
             **self._spark_kafka_options(source=False)).save()
         wall_ms = (time.perf_counter() - t0) * 1000

@@ -84,9 +84,17 @@ class StatelessOperator(Operator):
     def rows(self, src: Any, epoch: int, topics: Sequence[str], output_topic: str, dlq_topic: str,
              ordered: bool = False) -> Any:
         """The epoch's Kafka-writer rows (spark_jobs.output.OUTPUT_SCHEMA) plus `__dead` (1 for a dead
-        letter, for a reader that counts), from the input rows (spark_jobs.inputs). `ordered`: the
-        input went through a shuffle (a chain's hand-off dedup): bring each input partition back into
-        one task, in offset order, so that one id series reaches each output partition in seq order."""
+        letter, for a reader that counts), from the input rows (spark_jobs.inputs): `stages` then
+        `finish`, both in one plan (the runner applies `stages` once, to the stream; spark_jobs.stages)."""
+        return self.finish(self.stages(src, topics, output_topic, dlq_topic, ordered), epoch)
+
+    def stages(self, src: Any, topics: Sequence[str], output_topic: str, dlq_topic: str, ordered: bool = False) -> Any:
+        """Everything of the query that does not depend on the epoch: parse, filter, project, the
+        record's topic, key and value, and a dead letter's reason, detail and source. Columns: topic,
+        key, value, `__p`, `__o` (the id's partition and offset), `__reason`, `__detail`, `__source`.
+        `ordered`: the input went through a shuffle (a chain's hand-off dedup): bring each input
+        partition back into one task, in offset order, so that one id series reaches each output
+        partition in seq order."""
         from pyspark.sql import functions as F
 
         q = self.query
@@ -107,7 +115,6 @@ class StatelessOperator(Operator):
         n = max(1, len(topics))
         topic = F.element_at(F.array(*[F.lit(t) for t in topics]), (F.col("__p") % n + 1).cast("int"))
         source = F.concat_ws(":", topic, (F.col("__p") / n).cast("long"), F.col("__o"))
-        rid = F.concat_ws(":", F.lit(epoch), F.col("__p"), F.col("__o")).cast("binary")
         size = F.coalesce(F.length("__key"), F.lit(0)) + F.coalesce(F.length("__value"), F.lit(0))
         big = F.col("__reject").isNull() & (size > MAX_RECORD_BYTES - RECORD_OVERHEAD)
         reason = F.when(big, F.lit(TOO_LARGE)).otherwise(F.col("__reject"))
@@ -117,20 +124,32 @@ class StatelessOperator(Operator):
         detail = F.when(big, F.concat(F.lit("output of "), size.cast("string"), F.lit(
             f" bytes is over the job's {MAX_RECORD_BYTES}-byte record limit; its key and value were dropped "
             "(the source record is still in its topic)"))).otherwise(detail)
-
-        def header(k: str, v: Any) -> Any:
-            return F.struct(F.lit(k).alias("key"), v.cast("binary").alias("value"))
-
         dead = reason.isNotNull()
-        dead_headers = F.array(header(ID_HEADER, rid), header(REASON_HEADER, reason), header("ballast-error", detail),
-                               header("ballast-epoch", F.lit(str(epoch))), header("ballast-source", source))
         return rows.select(
             F.when(dead, F.lit(dlq_topic)).otherwise(F.lit(output_topic)).alias("topic"),
             F.when(dead, F.lit(None).cast("binary")).otherwise(F.col("__key")).alias("key"),
             F.when(big, F.lit(None).cast("binary")).when(dead, F.col("__raw")).otherwise(F.col("__value"))
             .alias("value"),
-            F.when(dead, dead_headers).otherwise(F.array(header(ID_HEADER, rid))).alias("headers"),
-            dead.cast("int").alias("__dead"))
+            "__p", "__o", reason.alias("__reason"), F.when(dead, detail).alias("__detail"),
+            F.when(dead, source).alias("__source"))
+
+    @staticmethod
+    def finish(rows: Any, epoch: int) -> Any:
+        """The epoch's part, one projection over `stages`' rows: the headers, whose id and epoch are
+        the epoch's. Kafka-writer columns plus `__dead`."""
+        from pyspark.sql import functions as F
+
+        def header(k: str, v: Any) -> Any:
+            return F.struct(F.lit(k).alias("key"), v.cast("binary").alias("value"))
+
+        rid = F.concat_ws(":", F.lit(epoch), F.col("__p"), F.col("__o")).cast("binary")
+        dead = F.col("__reason").isNotNull()
+        dead_headers = F.array(header(ID_HEADER, rid), header(REASON_HEADER, F.col("__reason")),
+                               header("ballast-error", F.col("__detail")), header("ballast-epoch", F.lit(str(epoch))),
+                               header("ballast-source", F.col("__source")))
+        return rows.select("topic", "key", "value",
+                           F.when(dead, dead_headers).otherwise(F.array(header(ID_HEADER, rid))).alias("headers"),
+                           dead.cast("int").alias("__dead"))
 
     def _refuse_generators(self, rows: Any) -> None:
         """One output row per input record (the ids are the input's): a generator in `columns` is refused."""

@@ -15,7 +15,6 @@ from ballast.protocol import message_key, utcnow
 from spark_jobs.control import tick_message
 from spark_jobs.durable import DurableState
 from spark_jobs.journal import Journal
-from spark_jobs.output import dlq_topic
 from spark_jobs.run_config import RunConfig, tick_topic
 from spark_jobs.stateless import QueryRefused, StatelessOperator
 
@@ -31,6 +30,7 @@ class WarmUp:
     durable: DurableState | None
     _cache_dir: str | None
     inputs: Any
+    stages: Any  # spark_jobs.stages.EpochStages
     op: Any
     read_topics: list[str]
 
@@ -79,19 +79,17 @@ class WarmUp:
                     "timestamp": F.current_timestamp(), "timestampType": F.lit(0)}
             df = one.select(*[(fill[f.name] if f.name in fill else F.lit(None)).cast(f.dataType).alias(f.name)
                               for f in source_schema.fields])
-            if isinstance(self.op, StatelessOperator):  # the epoch's own plan, writing none of its one row
-                rows = self.op.rows(self.inputs.rows(df, -1), -1, self.cfg.input_topics, self.cfg.output_topic,
-                                    dlq_topic(self.cfg.job))
+            rows = self.stages.epoch(self.stages.stream(df), -1)  # the epoch's own plan (spark_jobs.stages)
+            if isinstance(self.op, StatelessOperator):  # writing none of its one row
                 none = rows.where(F.col("__dead") < 0).drop("__dead")
                 none.write.format("kafka").option("kafka.bootstrap.servers", self.cfg.bootstrap).options(
                     **self._spark_kafka_options(source=False)).save()
                 log.info("warmed Spark's epoch plan (code generation, Kafka sink) in %.0f ms",
                          (time.perf_counter() - t0) * 1000)
                 return
-            keyed = self.op.keyed(self.inputs.rows(df, -1))
             tick = (tick_topic(self.cfg.job), message_key(self.cfg.job, self.cfg.operator),
                     tick_message(self.cfg.job, self.cfg.operator, utcnow()))
-            route(keyed, self.k, [0] * (1 << self.k), workers, _emit_tick(*tick)).write.format("kafka").option(
+            route(rows, self.k, [0] * (1 << self.k), workers, _emit_tick(*tick)).write.format("kafka").option(
                 "kafka.bootstrap.servers", self.cfg.bootstrap).options(**self._spark_kafka_options(source=False)).save()
             log.info("warmed Spark's epoch plan (code generation, shuffle, Arrow) in %.0f ms",
                      (time.perf_counter() - t0) * 1000)
