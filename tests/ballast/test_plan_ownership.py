@@ -2,7 +2,7 @@
 
 The races are real: two threads store plans at the same moment (the DB's partial unique index
 decides), and two emitters drive one plan against the real broker (the step claim decides);
-the control topic is read back to count what was sent.
+the control topic is read back to count what was sent, and in what order.
 """
 
 from __future__ import annotations
