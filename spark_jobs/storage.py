@@ -8,7 +8,9 @@ a `Location` (a filesystem and a path inside it), never a `pathlib.Path`.
 
 Atomic writes: an object store makes an object visible only when its upload completes, so a
 plain write is atomic there; on file systems (local, HDFS) we write a temporary name and rename
-it, which is atomic on both. Readers never see half a file.
+it, which is atomic on both. Readers never see half a file. A write that fails deletes its
+temporary (a full disk would otherwise keep the space and fail the retry); one killed leaves it,
+unlisted (`list` skips `.tmp-` names).
 """
 
 from __future__ import annotations
@@ -106,13 +108,21 @@ class Location:
         self.fs.create_dir(parent, recursive=True)
         if self.fs.type_name in _RENAME_ATOMIC:
             tmp = f"{self.path}.tmp-{uuid.uuid4().hex[:12]}"
-            with self.fs.open_output_stream(tmp) as f:
-                f.write(data)
+            try:
+                with self.fs.open_output_stream(tmp) as f:
+                    f.write(data)
+                    if self.fs.type_name == "local":
+                        f.flush()
                 if self.fs.type_name == "local":
-                    f.flush()
-            if self.fs.type_name == "local":
-                _fsync_path(tmp)
-            self.fs.move(tmp, self.path)
+                    _fsync_path(tmp)
+                self.fs.move(tmp, self.path)
+            except BaseException:
+                # e.g. a full disk: the partial temporary would keep its space and fail the retry too
+                try:
+                    self.fs.delete_file(tmp)
+                except OSError:
+                    pass  # never written, or gone: the write's own error is the one to report
+                raise
             if self.fs.type_name == "local":
                 _fsync_path(parent)
         else:

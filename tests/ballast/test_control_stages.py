@@ -4,19 +4,21 @@ and the orchestrator's dict (XCom) chain collect → evaluate → plan_rebalance
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from sqlalchemy import func, select
 
 from ballast import controller, policy
 from ballast import store as repo
-from ballast.config import get_job
+from ballast.config import JobConfig, get_job
 from ballast.control import collect, evaluate, manual, place, plan, render, verify
 from ballast.control.handoffs import Placement, Resume, ScalingDecision, Snapshot, StoredPlan, Verified
+from ballast.protocol import step_from_document
 from migrations_db import models as m
 from migrations_db.db import session_scope
-from tests.helpers.stepapplier import seed_job
+from tests.helpers.jobs import write_jobs_file
+from tests.helpers.stepapplier import apply_step, seed_job
 
 pytestmark = pytest.mark.controlplane
 
@@ -166,3 +168,75 @@ def test_manual_split_is_one_step_that_moves_nothing_and_bad_counts_are_refused(
     [step] = repo.plan_steps(db_url, out["plan_id"])
     assert step.payload["kind"] == "split" and step.payload["bins"] == 64 and step.payload["map_version"] == 0
     assert list(repo.get_plan(db_url, out["plan_id"]).target_assignment) == [0] * 64
+
+
+def _job_with(tmp_path, monkeypatch, name: str, **rebalance) -> JobConfig:  # type: ignore[no-untyped-def]
+    """The test's job in a jobs file of its own, with these rebalance knobs."""
+    monkeypatch.setenv("BALLAST_JOBS_FILE", str(write_jobs_file(tmp_path / "jobs.yaml", name, 16, max_workers=4,
+                                                                rebalance=rebalance)))
+    return get_job(name)
+
+
+def _snapshot(url: str, cfg: JobConfig) -> Snapshot:
+    snap = collect.collect(url, cfg)
+    assert isinstance(snap, Snapshot)
+    return snap
+
+
+def test_guard_state_carries_over_between_runs_and_warm_up_counts_from_the_plans_end(
+        db_url, tmp_path, monkeypatch, unique_name):
+    """Each rebalance run is a fresh process: activation history and the ineffective-scale-up
+    block reach the next run only through the stored decision, and warm-up starts when the
+    plan's last step was verified, not when it was decided."""
+    cfg = _job_with(tmp_path, monkeypatch, unique_name, activation=2, warmup_s=60, warmup_epochs=0)
+    seed_job(db_url, unique_name, bins=16)  # W = 1 fed 15k rows/s, 10k per worker: DS2 asks for 2
+    snap = _snapshot(db_url, cfg)
+    t0 = datetime.now(UTC) - timedelta(seconds=600)
+    first = evaluate.evaluate(db_url, cfg, snap, now=t0)
+    assert (first.action, first.target_workers) == ("no_change", 1) and "activation 1/2" in first.reason
+    assert evaluate.assess(cfg, snap, policy.GuardState(), t0).action == "no_change"  # alone, a run never acts
+    second = evaluate.evaluate(db_url, cfg, snap, now=t0 + timedelta(seconds=1))
+    assert second.action == "scale_up" and second.target_workers >= 2, second.reason
+    w = second.target_workers
+
+    # the plan carried out as the data plane records it, then verified: the plan ends now
+    out = controller.plan_rebalance(db_url, cfg, snap.to_dict(), second.to_dict())
+    assert out is not None
+    for rec in repo.plan_steps(db_url, out["plan_id"]):
+        assert apply_step(db_url, unique_name, "keycount", step_from_document(rec.payload)) is not None
+    done = verify.verify(db_url, out["plan_id"])
+    finished = repo.get_plan(db_url, out["plan_id"]).finished_at  # type: ignore[union-attr]
+    assert finished is not None and finished - (t0 + timedelta(seconds=1)) > timedelta(seconds=cfg.rebalance.warmup_s)
+    # at W workers the job is overloaded again, and the added workers added nothing (10k rows/s in
+    # all): DS2 asks for more, but the last scale-up was ineffective
+    final = repo.map_at(db_url, unique_name, "keycount", done.map_version)
+    assert final is not None and final.workers == w
+    seed_job(db_url, unique_name, bins=16, workers=w, per_worker_rate=10000.0 / w, first_epoch=final.epoch + 1,
+             map_version=done.map_version, assignment=list(final.assignment))
+    snap2 = _snapshot(db_url, cfg)
+    assert snap2.map.workers == w
+
+    warm = evaluate.evaluate(db_url, cfg, snap2, now=finished + timedelta(seconds=30))
+    assert (warm.action, warm.target_workers) == ("no_change", w) and "warm-up" in warm.reason, warm.reason
+    judged = evaluate.evaluate(db_url, cfg, snap2, now=finished + timedelta(seconds=61))
+    assert judged.action == "no_change" and "warm-up" not in judged.reason, judged.reason
+    stored = repo.latest_decision(db_url, unique_name, "keycount")
+    assert stored is not None and stored.inputs["scale_up_gain_per_added_instance"] < 0.1
+    assert stored.inputs[evaluate.GUARD_STATE_KEY]["scale_up_blocked"]
+    blocked = evaluate.evaluate(db_url, cfg, snap2, now=finished + timedelta(seconds=62))
+    assert (blocked.action, blocked.target_workers) == ("no_change", w), blocked.reason
+    assert blocked.reason.startswith("scale-up to") and f"blocked: the scale-up 1->{w}" in blocked.reason
+    assert blocked.proposed_workers > w  # DS2 still asks for more; the carried-over block says no
+
+
+def test_a_delayed_scale_down_counts_its_wait_across_runs(db_url, tmp_path, monkeypatch, unique_name):
+    """The lower target's start is remembered between runs: the run a delay later scales down."""
+    cfg = _job_with(tmp_path, monkeypatch, unique_name, scale_down_delay_s=300)
+    seed_job(db_url, unique_name, bins=16, workers=2, input_rate=2000.0)  # 10 % busy: DS2 asks for 1
+    snap = _snapshot(db_url, cfg)
+    t0 = datetime.now(UTC)
+    pending = evaluate.evaluate(db_url, cfg, snap, now=t0)
+    assert (pending.action, pending.target_workers) == ("no_change", 2) and "pending" in pending.reason
+    assert evaluate.evaluate(db_url, cfg, snap, now=t0 + timedelta(seconds=200)).action == "no_change"
+    down = evaluate.evaluate(db_url, cfg, snap, now=t0 + timedelta(seconds=301))
+    assert (down.action, down.target_workers) == ("scale_down", 1) and "held 301s" in down.reason, down.reason

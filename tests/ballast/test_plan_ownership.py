@@ -2,7 +2,7 @@
 
 The races are real: two threads store plans at the same moment (the DB's partial unique index
 decides), and two emitters drive one plan against the real broker (the step claim decides);
-the control topic is read back to count what was sent.
+the control topic is read back to count what was sent, and in what order.
 """
 
 from __future__ import annotations
@@ -116,13 +116,15 @@ def test_step_claim_is_exclusive_until_it_expires(any_db, unique_name):
 
 
 def _topic_steps(bootstrap: str, job: str) -> list[tuple[str, int]]:
+    """(plan, step) of every record on the job's control topic (one partition), in offset order:
+    the order the data plane reads them in."""
     c = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, consumer_timeout_ms=1500)
     tp = TopicPartition(control_topic(job), 0)
     c.assign([tp])
     c.seek_to_beginning(tp)
-    out = [(msg.plan_id, msg.step) for msg in (parse_control(r.value) for r in c)]
+    records = sorted((r.offset, parse_control(r.value)) for r in c)
     c.close()
-    return out
+    return [(msg.plan_id, msg.step) for _, msg in records]
 
 
 @pytest.mark.parametrize("mode", ["prepared-ahead", "flow-control"])
@@ -157,9 +159,46 @@ def test_two_emitters_racing_on_one_plan_send_each_step_once(any_db, kafka_boots
     assert all(isinstance(r, int) for r in res), res
     assert sum(res) == n  # between them, each step was sent by exactly one emitter
     sent = _topic_steps(kafka_bootstrap, unique_name)
-    assert sorted(sent) == [(plan_id, k) for k in range(1, n + 1)]  # exactly once on the topic
+    assert sent == [(plan_id, k) for k in range(1, n + 1)]  # exactly once on the topic, in step order
     assert len({s.claimed_by for s in repo.plan_steps(any_db, plan_id)}) >= 1
     assert controller.verify(any_db, plan_id)["workers"] == 2
+
+
+def test_a_prepared_ahead_emitter_stops_at_a_step_another_emitter_is_sending(any_db, kafka_bootstrap, jobs_file,
+                                                                           unique_name):
+    """The race above made certain: emitter A has claimed step 1 and is still sending it when B
+    starts. B must send nothing (steps 2.. from B would reach the topic before A's step 1); A then
+    sends every step, and the topic holds them in order."""
+    jobs_file(bins=16)
+    seed_job(any_db, unique_name, bins=16)
+    ensure_control_topics(kafka_bootstrap, unique_name)
+    out = controller.plan_manual(any_db, get_job(unique_name), {"target_workers": 2, "strategy": "fluid",
+                                                                "emit_mode": "prepared-ahead", "dry_run": False})
+    plan_id, n = out["plan_id"], out["steps"]
+    assert n >= 3
+    sending, go = threading.Event(), threading.Event()
+    with ControlEmitter(kafka_bootstrap, any_db) as a, ControlEmitter(kafka_bootstrap, any_db) as b:
+        real_send = a.send
+
+        def slow_send(step):  # type: ignore[no-untyped-def]  # a broker slow to acknowledge step 1
+            if step.step == 1:
+                sending.set()
+                assert go.wait(30)
+            return real_send(step)
+
+        a.send = slow_send  # type: ignore[method-assign]
+        got: list[Any] = []
+        t = threading.Thread(target=lambda: got.append(a.emit(plan_id, "prepared-ahead")))
+        t.start()
+        try:
+            assert sending.wait(30), "emitter A never reached step 1"
+            met = b.emit(plan_id, "prepared-ahead")
+        finally:
+            go.set()
+            t.join(60)
+    assert met.emitted == [] and not met.all_emitted  # B met A's claim on step 1 and stopped there
+    assert got and [e.step for e in got[0].emitted] == list(range(1, n + 1))
+    assert _topic_steps(kafka_bootstrap, unique_name) == [(plan_id, k) for k in range(1, n + 1)]
 
 
 def test_rebalance_skips_a_plan_a_live_manual_run_drives(any_db, kafka_bootstrap, jobs_file, unique_name):

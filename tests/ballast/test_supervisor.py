@@ -1,12 +1,14 @@
 """The hooks' defaults, the supervisor's health verdicts, and real launches: a job started through
 each launcher (`cli`, and `spark-submit` through the provider's SparkSubmitHook.submit) with a
 metrics-DB URL that carries a password keeps that password off every command line and out of the
-events, and `stack.py down` stops it (the console: test_console.py)."""
+events, and `stack.py down` stops it (the console: test_console.py); a stale job is relaunched,
+its old driver stopped only when this supervisor launched it."""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -19,6 +21,7 @@ import pytest
 from ballast.config import JobConfig, get_job
 from migrations_db import models as m
 from migrations_db.db import migrate, session_scope
+from tests.helpers.jobs import write_jobs_file
 
 pytestmark = pytest.mark.controlplane
 REPO = Path(__file__).resolve().parents[2]
@@ -221,3 +224,104 @@ def test_a_chain_is_healthy_only_when_every_operator_beats(db_url, tmp_path, uni
         s.get(m.Heartbeat, (job, "counts")).updated_at = later  # type: ignore[union-attr]
     h = supervisor.check(cfg, db_url, now=later)
     assert h.status == "healthy" and "epoch 9" in h.message and "1 more operator" in h.message, h
+
+
+# A stand-in for the data-plane driver: a process group with a child (its "JVM"). On SIGTERM it
+# notes the signal, stops its child and exits, as the driver does after its current epoch.
+STAND_IN = """
+import os, signal, subprocess, sys, time
+marks = sys.argv[sys.argv.index("--marks") + 1]
+child = None
+def term(sig, frame):
+    open(os.path.join(marks, f"{os.getpid()}.signal"), "w").write(signal.Signals(sig).name)
+    child.terminate()
+    child.wait()
+    sys.exit(0)
+signal.signal(signal.SIGTERM, term)
+child = subprocess.Popen(["sleep", "300"])
+open(os.path.join(marks, f"{os.getpid()}.started"), "w").write(str(child.pid))
+while True:
+    time.sleep(1)
+"""
+
+
+def _wait_started(marks: Path, pid: int) -> int:
+    """The pid of the stand-in's child, once the stand-in handles SIGTERM."""
+    deadline = time.monotonic() + 20
+    while not (marks / f"{pid}.started").exists():
+        assert time.monotonic() < deadline, f"stand-in driver {pid} did not start"
+        time.sleep(0.05)
+    return int((marks / f"{pid}.started").read_text())
+
+
+def test_supervise_relaunches_a_stale_job_and_stops_only_the_driver_it_launched(
+        db_url, kafka_bootstrap, tmp_path, monkeypatch, unique_name):
+    """Real processes, DB and broker; only the data-plane command is a stand-in (a real driver
+    needs Spark): missing heartbeat → `start` and a launch; stale with our driver alive → SIGTERM
+    to it (its group ends), a new driver and a `restart`; a pid file naming a process it did not
+    launch → that process is left alone, and the job is relaunched all the same."""
+    from ballast import store as repo
+    from ballast import supervisor
+
+    monkeypatch.setenv("BALLAST_STATE_DIR", str(tmp_path / "state"))
+    # startup_grace_s 0: a relaunch right after a launch is judged by the heartbeat alone
+    monkeypatch.setenv("BALLAST_JOBS_FILE", str(write_jobs_file(tmp_path / "jobs.yaml", unique_name, 16,
+                                                                startup_grace_s=0)))
+    cfg = get_job(unique_name)
+    marks, script = tmp_path / "marks", tmp_path / "driver.py"
+    marks.mkdir()
+    script.write_text(STAND_IN)
+    monkeypatch.setattr(supervisor, "cli_command",
+                        lambda c, bootstrap: [sys.executable, str(script), "--job", c.job, "--marks", str(marks)])
+    pid_file = cfg.state_dir() / supervisor.PID_FILE
+    launched: list[int] = []
+    foreign = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    try:
+        h = supervisor.supervise(cfg, kafka_bootstrap, db_url)  # never ran: no heartbeat
+        assert h.status == "starting" and h.pid is not None and "no heartbeat" in h.message, h
+        first = h.pid
+        launched.append(first)
+        first_child = _wait_started(marks, first)
+        assert [e.kind for e in repo.events(db_url, unique_name, "keycount", kind="start")] == ["start"]
+
+        now = datetime.now(UTC)
+        with session_scope(db_url) as s:  # the driver stopped beating long ago
+            s.add(m.Heartbeat(job=unique_name, operator="keycount", last_epoch=7, map_version=0, workers=1,
+                              updated_at=now - timedelta(seconds=cfg.heartbeat_timeout_s + 60), started_at=now,
+                              pid=first, host="h", status="running"))
+        assert supervisor.check(cfg, db_url).status == "stale"
+        h = supervisor.supervise(cfg, kafka_bootstrap, db_url)
+        assert h.status == "starting" and h.pid not in (None, first), h
+        assert h.pid is not None
+        second = h.pid
+        launched.append(second)
+        assert (marks / f"{first}.signal").read_text() == "SIGTERM"  # stopped gracefully, not killed
+        assert not supervisor.group_members(first)  # the old group is gone, its child too
+        assert not Path(f"/proc/{first_child}").exists()
+        assert supervisor.launched_pid(pid_file, unique_name) == second
+        _wait_started(marks, second)
+        [restart] = repo.events(db_url, unique_name, "keycount", kind="restart")
+        assert "heartbeat is" in restart.message and "old" in restart.message
+        launches = repo.events(db_url, unique_name, "keycount", kind="launch")
+        assert sorted(e.details["pid"] for e in launches) == sorted([first, second])
+
+        pid_file.write_text(str(foreign.pid))  # a pid file naming a process this supervisor did not launch
+        with session_scope(db_url) as s:  # older still (an identical event message would be stored once)
+            s.get(m.Heartbeat, (unique_name, "keycount")).updated_at = now - timedelta(hours=1)  # type: ignore[union-attr]
+        h = supervisor.supervise(cfg, kafka_bootstrap, db_url)
+        assert h.pid not in (None, foreign.pid, second), h
+        assert h.pid is not None
+        launched.append(h.pid)
+        time.sleep(0.5)
+        assert foreign.poll() is None  # left alone
+        assert not (marks / f"{second}.signal").exists()  # the driver it can no longer name is not signalled
+        assert len(repo.events(db_url, unique_name, "keycount", kind="restart")) == 2
+        assert supervisor.launched_pid(pid_file, unique_name) == h.pid
+    finally:
+        for pid in launched:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        foreign.kill()
+        foreign.wait()

@@ -44,22 +44,24 @@ def write_jobs_file(path: Path, job: str, bins: int, **kw: Any) -> Path:
 
 
 def seed_job(db_url: str, job: str, bins: int = 16, workers: int = 1, input_rate: float = 15000.0,
-             per_worker_rate: float = 10000.0, epochs: int = 5, operator: str = "keycount") -> None:
+             per_worker_rate: float = 10000.0, epochs: int = 5, operator: str = "keycount", *,
+             first_epoch: int = 1, map_version: int = 0, assignment: list[int] | None = None) -> None:
     """Metrics of a job that ran `epochs` epochs under map v0: what the data plane writes each epoch.
 
     Defaults describe one worker that processes 10k rows per useful second fed 15k rows/s: DS2
-    (micro-batch model, 0.1 s overhead per 1 s batch) asks for 2 workers.
-    """
+    (micro-batch model, 0.1 s overhead per 1 s batch) asks for 2 workers. `first_epoch`,
+    `map_version` and `assignment` seed later epochs under a map a plan produced (then `workers`
+    is that map's)."""
     now = datetime.now(UTC)
-    assignment = [b * workers // bins for b in range(bins)]
+    assignment = list(assignment) if assignment is not None else [b * workers // bins for b in range(bins)]
     writer.ensure_job_row(db_url, job, operator, bins, {}, now)
-    for e in range(1, epochs + 1):  # each epoch through the data plane's own commit path
+    for e in range(first_epoch, first_epoch + epochs):  # each epoch through the data plane's own commit path
         rows = int(input_rate)  # one second of input per epoch
         rin = rows // workers
         useful = 1000.0 * rin / per_worker_rate
         with writer.epoch_transaction(db_url) as s:
-            writer.ensure_routing_map(s, job, operator, 0, 0, workers, assignment, now, None, None)
-            erow = m.EpochMetrics(job=job, operator=operator, epoch=e, map_version=0, workers=workers,
+            writer.ensure_routing_map(s, job, operator, map_version, 0, workers, assignment, now, None, None)
+            erow = m.EpochMetrics(job=job, operator=operator, epoch=e, map_version=map_version, workers=workers,
                                   input_rows=rows, batch_ms=1000.0 * rows / (per_worker_rate * workers) + 100.0,
                                   input_rate=input_rate, backlog=0, started_at=now, ended_at=now)
             wrows = [m.WorkerMetrics(job=job, operator=operator, epoch=e, worker=w, records_in=rin, records_out=rin,

@@ -17,13 +17,13 @@ from datetime import UTC, datetime
 from kafka import KafkaConsumer, TopicPartition
 
 from ballast import store as repo
-from ballast.protocol import ProtocolError, control_topic, parse_control
+from ballast.protocol import ControlStep, ProtocolError, control_topic, parse_control
 from migrations_db import models as m
 from migrations_db.db import session_scope
 from tests.helpers.jobs import seed_job
 
 # seed_job lives in tests.helpers.jobs; the control-plane tests import it from here too
-__all__ = ["StepApplier", "seed_job"]
+__all__ = ["StepApplier", "apply_step", "seed_job"]
 
 
 class StepApplier(threading.Thread):
@@ -67,30 +67,40 @@ class StepApplier(threading.Thread):
             return  # duplicate: idempotent
         while datetime.now(UTC) < msg.effective_at and not self._halt.is_set():
             time.sleep(0.02)
-        cur = repo.latest_map(self.db_url, self.job, self.operator)
-        assert cur is not None
-        now = datetime.now(UTC)
-        reason = self.reject.get(msg.step, "")
-        if not reason and msg.map_version != cur.map_version:
-            reason = f"expected map v{msg.map_version}, job is at v{cur.map_version}"
-        new = list(cur.assignment)
-        for mv in msg.moves:
-            if not reason and new[mv.bin] != mv.src:
-                reason = f"bin {mv.bin} is on worker {new[mv.bin]}, not {mv.src}"
-            new[mv.bin] = mv.dst
-        with session_scope(self.db_url) as s:
-            if reason:
-                s.add(m.StepCheckpoint(job=self.job, operator=self.operator, plan_id=msg.plan_id, step=msg.step,
+        applied = apply_step(self.db_url, self.job, self.operator, msg, self.reject.get(msg.step, ""))
+        if applied is not None:
+            self.applied_at[(msg.plan_id, msg.step)] = applied
+
+
+def apply_step(db_url: str, job: str, operator: str, msg: ControlStep, reject: str = "") -> datetime | None:
+    """What the data plane records for one step, at once: a rejection with its reason (`reject`,
+    or a map version or move source that does not match), or the new routing map version and an
+    applied checkpoint. Returns when it was applied (None: rejected). For tests that need a plan carried out but
+    no broker."""
+    cur = repo.latest_map(db_url, job, operator)
+    assert cur is not None
+    now = datetime.now(UTC)
+    reason = reject
+    if not reason and msg.map_version != cur.map_version:
+        reason = f"expected map v{msg.map_version}, job is at v{cur.map_version}"
+    new = list(cur.assignment)
+    for mv in msg.moves:
+        if not reason and new[mv.bin] != mv.src:
+            reason = f"bin {mv.bin} is on worker {new[mv.bin]}, not {mv.src}"
+        new[mv.bin] = mv.dst
+    with session_scope(db_url) as s:
+        if reason:
+            s.add(m.StepCheckpoint(job=job, operator=operator, plan_id=msg.plan_id, step=msg.step,
                                    status="rejected", applied_epoch=None, applied_at=None, completed_at=now,
                                    reason=reason, map_version_after=cur.map_version))
-                return
-            epoch = cur.epoch + 1
-            s.add(m.RoutingMap(job=self.job, operator=self.operator, map_version=cur.map_version + 1, epoch=epoch,
-                               workers=msg.workers, assignment=new, created_at=now, plan_id=msg.plan_id,
-                               step=msg.step))
-            s.add(m.StepCheckpoint(job=self.job, operator=self.operator, plan_id=msg.plan_id, step=msg.step,
+            return None
+        epoch = cur.epoch + 1
+        s.add(m.RoutingMap(job=job, operator=operator, map_version=cur.map_version + 1, epoch=epoch,
+                           workers=msg.workers, assignment=new, created_at=now, plan_id=msg.plan_id,
+                           step=msg.step))
+        s.add(m.StepCheckpoint(job=job, operator=operator, plan_id=msg.plan_id, step=msg.step,
                                status="applied", applied_epoch=epoch, applied_at=now,
                                completed_at=datetime.now(UTC), bins_moved=len(msg.moves),
                                keys_moved=10 * len(msg.moves), bytes_moved=1000 * len(msg.moves),
                                migration_ms=5.0 * len(msg.moves), map_version_after=cur.map_version + 1))
-        self.applied_at[(msg.plan_id, msg.step)] = now
+    return now

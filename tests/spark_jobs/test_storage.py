@@ -1,0 +1,107 @@
+"""Durable objects appear whole or not at all (spark_jobs.storage: a temporary name, then a
+rename), against real failures: a writer process killed by the kernel in the middle of its write,
+and a real file system (a small tmpfs) that fills up mid-write. Readers are the data plane's own:
+the worker's check for an attempt that already finished (`find_object`) and the driver's commit,
+which picks one object per worker from the listing (`DurableState.commit_epoch`)."""
+
+from __future__ import annotations
+
+import errno
+import resource
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from spark_jobs.durable import DurableState, StateGap, find_object
+from spark_jobs.objects import OUTPUT, ObjectReader, ObjectWriter, epoch_name, object_name
+from spark_jobs.storage import Location
+from tests.helpers import disks
+
+pytestmark = pytest.mark.dataplane
+REPO = Path(__file__).resolve().parents[2]
+EPOCH = 3
+
+# Writes the object's bytes to its name the way a worker does (spark_jobs.worker._run), with the
+# default action of SIGXFSZ restored (Python ignores it): past the file-size limit the kernel kills
+# the process inside write(), and no Python code runs after it.
+WRITER = """
+import signal, sys
+from spark_jobs.storage import Location
+data = open(sys.argv[2], "rb").read()
+signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
+Location.of(sys.argv[1]).write_bytes(data)
+"""
+
+
+def _object(mib: int) -> tuple[bytes, dict[int, list[bytes]]]:
+    """A changelog object of about `mib` MiB over 8 bins, and each bin's values."""
+    w = ObjectWriter(meta={"epoch": EPOCH, "worker": 0, "kind": "changelog", "metrics": {"records_in": 1}})
+    per_bin = {b: [bytes([b, i % 251]) * (8 << 10) for i in range(mib * 8)] for b in range(8)}  # 16 KiB each
+    for b, values in per_bin.items():
+        w.add_bin(b, [f"k{b}-{i}".encode() for i in range(len(values))], list(values))
+    w.add_output(OUTPUT, b"key", b"value")
+    return w.to_bytes(), per_bin
+
+
+def _assert_whole(root: str, data: bytes, per_bin: dict[int, list[bytes]]) -> None:
+    loc = find_object(root, "changelog", EPOCH, 0)
+    assert loc is not None and loc.read_bytes() == data
+    r = ObjectReader(loc)
+    try:
+        assert {b: r.bin_changes(b)[1] for b in r.bins} == per_bin
+        assert r.outputs() == [(OUTPUT, b"key", b"value", None)]
+    finally:
+        r.close()
+    assert DurableState(root, "j", 8).commit_epoch(EPOCH, 0, 1, False) == [{"records_in": 1}]
+
+
+def _assert_nothing_published(root: str) -> None:
+    assert (Location.of(root) / "changelog" / epoch_name(EPOCH)).list() == []
+    assert find_object(root, "changelog", EPOCH, 0) is None  # a retry runs the epoch again
+    with pytest.raises(StateGap, match="no changelog object from worker"):  # the driver picks nothing
+        DurableState(root, "j", 8).commit_epoch(EPOCH, 0, 1, False)
+
+
+def _limit_file_size() -> None:
+    resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+def test_a_writer_killed_mid_write_publishes_nothing_and_a_retry_writes_the_object_whole(tmp_path):
+    root = str(tmp_path / "state")
+    DurableState(root, "j", 8)  # the job's store exists before any task writes
+    data, per_bin = _object(4)
+    blob = tmp_path / "object.bin"
+    blob.write_bytes(data)
+    target = Location.of(root) / "changelog" / epoch_name(EPOCH) / object_name(0, "s1a0-killed")
+    res = subprocess.run([sys.executable, "-B", "-c", WRITER, target.uri, str(blob)], cwd=REPO,
+                         preexec_fn=_limit_file_size, capture_output=True, timeout=120)
+    assert res.returncode == -signal.SIGXFSZ, res.stderr.decode()[-2000:]
+    left = list((tmp_path / "state" / "changelog" / epoch_name(EPOCH)).iterdir())
+    assert [p.name.split(".tmp-")[0] for p in left] == [target.name]  # killed with its temporary half written
+    assert left[0].stat().st_size == 1 << 20 < len(data)
+    _assert_nothing_published(root)
+
+    (Location.of(root) / "changelog" / epoch_name(EPOCH) / object_name(0, "s1a1-retry")).write_bytes(data)
+    _assert_whole(root, data, per_bin)
+
+
+def test_a_file_system_full_mid_write_publishes_nothing_and_a_retry_writes_the_object_whole(tmp_path):
+    with disks.small_tmpfs(tmp_path / "mnt", "8m") as mnt:
+        root = str(mnt / "state")
+        DurableState(root, "j", 8)
+        other = mnt / "other"  # what else fills the disk
+        other.write_bytes(b"\0" * (4 << 20))
+        data, per_bin = _object(5)
+        with pytest.raises(OSError) as err:
+            (Location.of(root) / "changelog" / epoch_name(EPOCH) / object_name(0, "s1a0-full")).write_bytes(data)
+        assert err.value.errno == errno.ENOSPC or "No space left" in str(err.value), err.value
+        _assert_nothing_published(root)
+        # the failed write gave its space back: once the disk is freed, the retry fits
+        assert list((mnt / "state" / "changelog" / epoch_name(EPOCH)).iterdir()) == []
+        other.unlink()
+        (Location.of(root) / "changelog" / epoch_name(EPOCH) / object_name(0, "s1a1-retry")).write_bytes(data)
+        _assert_whole(root, data, per_bin)
