@@ -42,6 +42,7 @@ from spark_jobs.control import (
 from spark_jobs.control_reader import read_control
 from spark_jobs.durable import DurableState
 from spark_jobs.epoch_commit import EpochCommit, summarize_moves
+from spark_jobs.epoch_times import EpochTimes, spark_outside
 from spark_jobs.executors import ExecutorScaler
 from spark_jobs.fencing import DriverFence
 from spark_jobs.inputs import InputRows
@@ -106,6 +107,7 @@ class JobRunner(JobClients, DriverFence, EpochCommit, WarmUp):
         self._consumer: Any = None
         self._lock = threading.Lock()
         self._stopper: threading.Thread | None = None
+        self._times = EpochTimes()  # the running epoch's (spark_jobs.epoch_times)
         self.epochs_done = 0
         self.last_epoch: int | None = None
 
@@ -280,6 +282,7 @@ class JobRunner(JobClients, DriverFence, EpochCommit, WarmUp):
     def _run_epoch(self, df: Any, epoch: int) -> None:
         cfg = self.cfg
         t0 = time.perf_counter()
+        times = self._times = EpochTimes()
         started_at = utcnow()
         ranges = self._offset_ranges(epoch)
         if ranges is None:
@@ -294,6 +297,7 @@ class JobRunner(JobClients, DriverFence, EpochCommit, WarmUp):
         # the control records: read by the driver from the epoch's logged range (spark_jobs.control_reader)
         records = (self._kafka("the control records", read_control, self._consumer, self.ctl_topic, control)
                    if control_rows else [])
+        times.lap("control")
 
         # 2) decision: reuse the logged one on replay
         decision = self.journal.load_decision(epoch)
@@ -331,20 +335,19 @@ class JobRunner(JobClients, DriverFence, EpochCommit, WarmUp):
             worker_docs = self._apply(df, epoch, st, moving_in, warm, clock, split, input_rows)
             moves_doc = summarize_moves(applied, worker_docs) if applied and applied.moves else None
         faults.hit("after_apply")
-        t_apply = time.perf_counter()
 
         # 5) metrics, routing map, checkpoints, events, heartbeat: one DB transaction
         worker_docs = self._worker_metrics(st.workers, worker_docs)
         backlog, rate, end_now = self._backlog(end_offsets)
+        times.lap("backlog")
         ended_at = utcnow()
         batch_ms = (time.perf_counter() - t0) * 1000
         acks = self._db("the epoch's commit", self._commit_db, epoch, decision, moves_doc, worker_docs, started_at,
                         ended_at, batch_ms, input_rows, control_rows, backlog, rate, end_now)
-        t_db = time.perf_counter()
+        times.lap("db")
         faults.hit("before_acks")
         self._kafka("the acks", self._send_acks, acks)
-        log.debug("epoch %d phases: pre-apply+apply %.0f ms, db %.0f ms, acks %.0f ms", epoch,
-                  (t_apply - t0) * 1000, (t_db - t_apply) * 1000, (time.perf_counter() - t_db) * 1000)
+        times.lap("acks")
         self.journal.gc(epoch)
         if self.clocks is not None:
             self.clocks.gc(epoch - KEEP_EPOCHS)
@@ -352,6 +355,7 @@ class JobRunner(JobClients, DriverFence, EpochCommit, WarmUp):
         self.epochs_done += 1
         self.last_epoch = epoch
         self._log_epoch(epoch, decision, moves_doc, input_rows, batch_ms, backlog, replay, worker_docs)
+        log.info("epoch %d time ms: %s", epoch, times.text(spark_outside(self.query)))
 
     def _apply(self, df: Any, epoch: int, st: ControlState, moving_in: dict[int, tuple[int, ...]],
                warm: dict[int, tuple[int, ...]], clock: EpochClock | None = None,
@@ -368,6 +372,7 @@ class JobRunner(JobClients, DriverFence, EpochCommit, WarmUp):
         if isinstance(self.op, StatelessOperator):
             return self._apply_stateless(df, epoch, st.workers, input_rows)
         snapshot = durable.snapshot_due(epoch)
+        self._times.lap("decide")
         keyed = self.stages.epoch(df, epoch, clock)
         k = self.k  # st is self._state: the map this epoch routes by
         acfg = ApplyConfig(
@@ -377,8 +382,11 @@ class JobRunner(JobClients, DriverFence, EpochCommit, WarmUp):
             input_topic=cfg.input_topic, cache_dir=self._cache_dir, snapshot=snapshot, warm=warm, moving_in=moving_in,
             clock=clock, op_conf=self.op.task_conf() if isinstance(self.op, ProcessorOperator) else {}, split=split)
         out = route(keyed, k, st.assignment, tasks, make_apply_fn(acfg))
-        out.write.format("kafka").option("kafka.bootstrap.servers", cfg.bootstrap).options(
-            **self._spark_kafka_options(source=False)).save()
+        writer = out.write.format("kafka").option("kafka.bootstrap.servers", cfg.bootstrap).options(
+            **self._spark_kafka_options(source=False))
+        self._times.lap("plan")
+        writer.save()
+        self._times.lap("spark")
         faults.hit("before_manifest")
         docs = self._commit_manifest(durable, epoch, st.map_version, tasks, snapshot)
         if self.timers is not None:
@@ -386,6 +394,7 @@ class JobRunner(JobClients, DriverFence, EpochCommit, WarmUp):
         dropped = durable.retain(lambda: self._guard(f"retention after epoch {epoch}"))
         if dropped:
             log.info("retention: dropped %d old epochs of durable state", dropped)
+        self._times.lap("manifest")
         return docs
 
     def _apply_stateless(self, df: Any, epoch: int, workers: int, input_rows: int) -> list[dict[str, Any]]:
@@ -400,9 +409,12 @@ class JobRunner(JobClients, DriverFence, EpochCommit, WarmUp):
         assert isinstance(self.op, StatelessOperator)
         cfg = self.cfg
         t0 = time.perf_counter()
-        rows = self.stages.epoch(df, epoch)
-        rows.drop("__dead").write.format("kafka").option("kafka.bootstrap.servers", cfg.bootstrap).options(
-            **self._spark_kafka_options(source=False)).save()
+        self._times.lap("decide")
+        writer = self.stages.epoch(df, epoch).drop("__dead").write.format("kafka").option(
+            "kafka.bootstrap.servers", cfg.bootstrap).options(**self._spark_kafka_options(source=False))
+        self._times.lap("plan")
+        writer.save()
+        self._times.lap("spark")
         wall_ms = (time.perf_counter() - t0) * 1000
 
         def share(w: int) -> int:
