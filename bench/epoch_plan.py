@@ -1,6 +1,6 @@
-"""What an epoch's plan costs the driver: a stateless query's stages built inside `foreachBatch`
-(the runner before spark_jobs.stages: every DataFrame step is analysed again for each batch) against
-the runner's split: the stages applied once to the streaming DataFrame (Spark analyses them once,
+"""What an epoch's plan costs the driver: a stateless query's expressions built inside `foreachBatch`
+(the runner before spark_jobs.stream_plan: every DataFrame step is analysed again for each batch) against
+the runner's split: the expressions applied once to the streaming DataFrame (Spark analyses them once,
 at start; the batch only adds its epoch to the ids). Same Kafka backlog, same output records, one
 process each, one after the other:
 
@@ -30,9 +30,9 @@ def run(mode: str, bootstrap: str, prefix: str, max_offsets: int) -> dict[str, A
     from spark_jobs.nexmark import topics as nexmark_topics
     from spark_jobs.nexmark.stateless import Q1
     from spark_jobs.session import build_spark
-    from spark_jobs.stages import EpochStages
     from spark_jobs.stateless import StatelessOperator
     from spark_jobs.storage import Location
+    from spark_jobs.stream_plan import StreamPlan
 
     topics = nexmark_topics(prefix).split(",")
     out, dlq = f"{prefix}.{mode}.out", f"{prefix}.{mode}.dlq"
@@ -53,13 +53,13 @@ def run(mode: str, bootstrap: str, prefix: str, max_offsets: int) -> dict[str, A
             t0 = time.perf_counter()
             write(op.rows(inputs.rows(df, epoch), epoch, topics, out, dlq).drop("__dead"), t0)
         stream = src
-    else:  # the runner's split (spark_jobs.stages): the stages once, on the stream; the epoch adds its ids
-        stages = EpochStages(op, inputs, topics, out, dlq)
+    else:  # the runner's split (spark_jobs.stream_plan): the expressions once, on the stream; the epoch adds its ids
+        plan = StreamPlan(op, inputs, topics, out, dlq)
 
         def batch(df: Any, epoch: int) -> None:
             t0 = time.perf_counter()
-            write(stages.epoch(df, epoch).drop("__dead"), t0)
-        stream = stages.stream(src)
+            write(plan.epoch(df, epoch).drop("__dead"), t0)
+        stream = plan.stream(src)
     query = (stream.writeStream.foreachBatch(batch).option("checkpointLocation", tempfile.mkdtemp())
              .trigger(availableNow=True).start())
     query.awaitTermination()

@@ -3,7 +3,7 @@
 The control topic is a topic of the job's Kafka source, so a control message starts an epoch and
 Spark's offset log fixes, per epoch, which control records it covers. The driver reads exactly those
 records itself (a plain Kafka consumer, `assign` + `seek`), so that the stream can carry the input
-rows only, already through the operator's stages (spark_jobs.stages), and an epoch with control
+rows only, already through the operator's stream plan (spark_jobs.stream_plan), and an epoch with control
 records needs no second Spark job over its batch. A replay reads the same range, so it decides
 from the same records. A range Kafka no longer holds (retention deleted it) is an error, as
 Spark's `failOnDataLoss` makes it for input records: a lost control record is a lost step.

@@ -123,7 +123,7 @@ class ProcessorOperator(Operator):
         return self.key(self.prepare(df), clock)
 
     def prepare(self, df: Any) -> Any:
-        """The epoch-free half of `keyed` (the runner applies it once, to the stream: spark_jobs.stages):
+        """The epoch-free half of `keyed` (the runner applies it once, to the stream: spark_jobs.stream_plan):
         the parsed rows, checked against the grouping keys and the event-time column."""
         spec = self.spec
         rows = parsed_rows(df, spec)

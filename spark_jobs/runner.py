@@ -4,7 +4,7 @@ Per epoch (foreachBatch), in this order — each step is safe to redo when Spark
  1. control records of the batch: the control topic is a second topic of the same Kafka source, so
     Spark's offset log fixes which of its records an epoch covers and a replay reads the same ones
     (the driver reads them, spark_jobs.control_reader; the stream carries the input rows only,
-    already through the operator's epoch-free stages, spark_jobs.stages);
+    already through the operator's epoch-free expressions, spark_jobs.stream_plan);
  2. decide (spark_jobs.control) — or reuse the decision logged for this epoch — and log it
     durably (journal file + StepDecision rows) before touching any state;
  3. move the bins of the applied step between worker stores (spark_jobs.migrate);
@@ -52,8 +52,8 @@ from spark_jobs.operator_loader import get_operator
 from spark_jobs.output import dlq_topic
 from spark_jobs.processing import ProcessorOperator
 from spark_jobs.run_config import RunConfig, ensure_job_topics, tick_topic
-from spark_jobs.stages import EpochStages
 from spark_jobs.stateless import StatelessOperator
+from spark_jobs.stream_plan import StreamPlan
 from spark_jobs.timers import ClockLog, EpochClock, TimerSchedule
 from spark_jobs.warmup import WarmUp
 from spark_jobs.worker import ApplyConfig, make_apply_fn, route
@@ -83,7 +83,7 @@ class JobRunner(JobClients, DriverFence, EpochCommit, WarmUp):
         self.journal = Journal(cfg.checkpoint_dir)
         self.inputs = InputRows(cfg.input_topics, cfg.handoff_inputs, self.journal.dir)
         self.read_topics = read_topics(cfg.input_topics, self.op.sources(), cfg.operator)
-        self.stages = EpochStages(self.op, self.inputs, cfg.input_topics, cfg.output_topic, dlq_topic(cfg.job))
+        self.stream_plan = StreamPlan(self.op, self.inputs, cfg.input_topics, cfg.output_topic, dlq_topic(cfg.job))
         spec = self.op.spec if isinstance(self.op, ProcessorOperator) else None
         # processors: the per-epoch clock (logged, reused on replay) and when timers come due
         self.clocks = ClockLog(self.journal.dir) if spec else None
@@ -171,7 +171,7 @@ class JobRunner(JobClients, DriverFence, EpochCommit, WarmUp):
         self._warm_plan(src.schema, self._state.workers if self._state else cfg.workers)
         name = f"ballast-{cfg.job}" + (f"-{cfg.operator}" if cfg.siblings else "")
         self.query = (
-            self.stages.stream(src).writeStream.queryName(name)
+            self.stream_plan.stream(src).writeStream.queryName(name)
             .foreachBatch(self._batch)
             .option("checkpointLocation", str(self.journal.spark_checkpoint))
             .trigger(processingTime=f"{cfg.trigger_ms} milliseconds")
@@ -373,7 +373,7 @@ class JobRunner(JobClients, DriverFence, EpochCommit, WarmUp):
             return self._apply_stateless(df, epoch, st.workers, input_rows)
         snapshot = durable.snapshot_due(epoch)
         self._times.lap("decide")
-        keyed = self.stages.epoch(df, epoch, clock)
+        keyed = self.stream_plan.epoch(df, epoch, clock)
         k = self.k  # st is self._state: the map this epoch routes by
         acfg = ApplyConfig(
             epoch=epoch, job=cfg.job, operator=cfg.path, bins_bits=k, base_bits=bits_for(cfg.bins), workers=tasks,
@@ -410,7 +410,7 @@ class JobRunner(JobClients, DriverFence, EpochCommit, WarmUp):
         cfg = self.cfg
         t0 = time.perf_counter()
         self._times.lap("decide")
-        writer = self.stages.epoch(df, epoch).drop("__dead").write.format("kafka").option(
+        writer = self.stream_plan.epoch(df, epoch).drop("__dead").write.format("kafka").option(
             "kafka.bootstrap.servers", cfg.bootstrap).options(**self._spark_kafka_options(source=False))
         self._times.lap("plan")
         writer.save()

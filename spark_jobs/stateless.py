@@ -84,11 +84,11 @@ class StatelessOperator(Operator):
     def rows(self, src: Any, epoch: int, topics: Sequence[str], output_topic: str, dlq_topic: str,
              ordered: bool = False) -> Any:
         """The epoch's Kafka-writer rows (spark_jobs.output.OUTPUT_SCHEMA) plus `__dead` (1 for a dead
-        letter, for a reader that counts), from the input rows (spark_jobs.inputs): `stages` then
-        `finish`, both in one plan (the runner applies `stages` once, to the stream; spark_jobs.stages)."""
-        return self.finish(self.stages(src, topics, output_topic, dlq_topic, ordered), epoch)
+        letter, for a reader that counts), from the input rows (spark_jobs.inputs): `prepare` then
+        `finish`, both in one plan (the runner applies `prepare` once, to the stream; spark_jobs.stream_plan)."""
+        return self.finish(self.prepare(src, topics, output_topic, dlq_topic, ordered), epoch)
 
-    def stages(self, src: Any, topics: Sequence[str], output_topic: str, dlq_topic: str, ordered: bool = False) -> Any:
+    def prepare(self, src: Any, topics: Sequence[str], output_topic: str, dlq_topic: str, ordered: bool = False) -> Any:
         """Everything of the query that does not depend on the epoch: parse, filter, project, the
         record's topic, key and value, and a dead letter's reason, detail and source. Columns: topic,
         key, value, `__p`, `__o` (the id's partition and offset), `__reason`, `__detail`, `__source`.
@@ -135,7 +135,7 @@ class StatelessOperator(Operator):
 
     @staticmethod
     def finish(rows: Any, epoch: int) -> Any:
-        """The epoch's part, one projection over `stages`' rows: the headers, whose id and epoch are
+        """The epoch's part, one projection over `prepare`'s rows: the headers, whose id and epoch are
         the epoch's. Kafka-writer columns plus `__dead`."""
         from pyspark.sql import functions as F
 

@@ -30,7 +30,7 @@ class WarmUp:
     durable: DurableState | None
     _cache_dir: str | None
     inputs: Any
-    stages: Any  # spark_jobs.stages.EpochStages
+    stream_plan: Any  # spark_jobs.stream_plan.StreamPlan
     op: Any
     read_topics: list[str]
 
@@ -79,7 +79,8 @@ class WarmUp:
                     "timestamp": F.current_timestamp(), "timestampType": F.lit(0)}
             df = one.select(*[(fill[f.name] if f.name in fill else F.lit(None)).cast(f.dataType).alias(f.name)
                               for f in source_schema.fields])
-            rows = self.stages.epoch(self.stages.stream(df), -1)  # the epoch's own plan (spark_jobs.stages)
+            plan = self.stream_plan  # the epoch's own plan (spark_jobs.stream_plan)
+            rows = plan.epoch(plan.stream(df), -1)
             if isinstance(self.op, StatelessOperator):  # writing none of its one row
                 none = rows.where(F.col("__dead") < 0).drop("__dead")
                 none.write.format("kafka").option("kafka.bootstrap.servers", self.cfg.bootstrap).options(

@@ -1,19 +1,19 @@
-"""Which of an epoch's JVM stages are applied once, to the streaming DataFrame, and which per epoch.
+"""Which of an epoch's JVM expressions are applied once, to the streaming DataFrame, and which per epoch.
 
 Inside `foreachBatch` every DataFrame step is a new plan that Spark's driver analyses again, for
 every batch: for a stateless NEXMark query that costs ~0.75 s of driver time per 5 000-event batch,
-against ~35 ms when the same stages are applied once to the streaming DataFrame, where Spark
+against ~35 ms when the same expressions are applied once to the streaming DataFrame, where Spark
 analyses them once at the query's start and only plans each batch (`python -m bench.epoch_plan`).
-So the runner streams `EpochStages.stream(source)` and each epoch adds only `EpochStages.epoch`:
+So the runner streams `StreamPlan.stream(source)` and each epoch adds only `StreamPlan.epoch`:
 
-* the input selection (spark_jobs.inputs) and the operator's epoch-free stages: a stateless
-  query's parse, filter, projection and format (`StatelessOperator.stages`), a processor's parse
+* the input selection (spark_jobs.inputs) and the operator's epoch-free expressions: a stateless
+  query's parse, filter, projection and format (`StatelessOperator.prepare`), a processor's parse
   and keying (`ProcessorOperator.prepare` / `key`), a fold operator's `keyed`: once, on the stream;
 * per epoch: a stateless query's ids and headers (`finish`: they carry the epoch), and a
   pre-aggregating processor's late filter and combine (they read the epoch's clock).
 
 Inputs with a hand-off (a chain) are deduplicated against the journal's marks of the epochs
-before, a per-epoch plan: such an operator builds all its stages per epoch, as before.
+before, a per-epoch plan: such an operator builds all its expressions per epoch, as before.
 
 The stream then carries the input topics' rows only. The control topic's records of an epoch are
 read by the driver from the offset ranges Spark logged for it (spark_jobs.control_reader), the same
@@ -29,18 +29,18 @@ from spark_jobs.processing import ProcessorOperator
 from spark_jobs.stateless import StatelessOperator
 
 
-class EpochStages:
+class StreamPlan:
     """Splits an operator's JVM plan between the stream (once) and the epoch (module docstring)."""
 
     def __init__(self, op: Any, inputs: InputRows, topics: list[str], output_topic: str, dlq_topic: str) -> None:
         self.op, self.inputs, self.topics = op, inputs, list(topics)
         self.output_topic, self.dlq_topic = output_topic, dlq_topic
-        #: whether the epoch-free stages are applied to the stream: not with a hand-off's per-epoch dedup
+        #: whether the epoch-free expressions are applied to the stream: not with a hand-off's per-epoch dedup
         self.once = not inputs.handoff
 
     def stream(self, source: Any) -> Any:
         """What the streaming query hands each epoch: the source's input rows through the epoch-free
-        stages, or (hand-off inputs) the source itself."""
+        expressions, or (hand-off inputs) the source itself."""
         return self._front(self.inputs.rows(source, -1)) if self.once else source
 
     def epoch(self, df: Any, epoch: int, clock: Any = None) -> Any:
@@ -55,9 +55,9 @@ class EpochStages:
         return df
 
     def _front(self, rows: Any) -> Any:
-        """The operator's stages that do not depend on the epoch, over the selected input rows."""
+        """The operator's expressions that do not depend on the epoch, over the selected input rows."""
         if isinstance(self.op, StatelessOperator):
-            return self.op.stages(rows, self.topics, self.output_topic, self.dlq_topic, ordered=not self.once)
+            return self.op.prepare(rows, self.topics, self.output_topic, self.dlq_topic, ordered=not self.once)
         if isinstance(self.op, ProcessorOperator):
             prepared = self.op.prepare(rows)
             return self.op.key(prepared) if self.op.epoch_free and self.once else prepared

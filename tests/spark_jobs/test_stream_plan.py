@@ -1,8 +1,8 @@
-"""Which JVM stages the runner applies once, to the stream, and which per epoch (spark_jobs.stages).
+"""Which JVM expressions the runner applies once, to the stream, and which per epoch (spark_jobs.stream_plan).
 On a real local Spark: for every kind of operator (a stateless query, a processor, a
-pre-aggregating processor, a fold operator), the stream's stages plus the epoch's part give the
+pre-aggregating processor, a fold operator), the stream plan plus the epoch's part give the
 same rows as the whole plan built inside the epoch, and the epoch's part does not build the
-operator's stages again (building them per batch is what the split saves: bench.epoch_plan)."""
+operator's expressions again (building them per batch is what the split saves: bench.epoch_plan)."""
 
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ from spark_jobs.nexmark.q8 import Q8
 from spark_jobs.nexmark.stateless import Q1
 from spark_jobs.operators import WordCount
 from spark_jobs.processing import ProcessorOperator
-from spark_jobs.stages import EpochStages
 from spark_jobs.stateless import StatelessOperator
 from spark_jobs.storage import Location
+from spark_jobs.stream_plan import StreamPlan
 from spark_jobs.timers import EpochClock
 
 pytestmark = pytest.mark.dataplane
@@ -48,7 +48,7 @@ def _rows(df: Any) -> list[tuple]:
 
 
 class _Counting(ProcessorOperator):
-    """Counts how often the epoch-free stages are built (what the stream saves per epoch)."""
+    """Counts how often the epoch-free expressions are built (what the stream saves per epoch)."""
 
     built = 0
 
@@ -60,9 +60,9 @@ class _Counting(ProcessorOperator):
 @pytest.mark.parametrize("make", [lambda: StatelessOperator(Q1), lambda: ProcessorOperator(Q8),
                                   lambda: ProcessorOperator(windows.Q5), lambda: WordCount()],
                          ids=["stateless-q1", "processor-q8", "pre-aggregating-q5", "fold-wordcount"])
-def test_stream_stages_plus_the_epoch_equal_the_plan_built_in_the_epoch(spark, tmp_path: Path, make) -> None:
+def test_the_stream_plan_plus_the_epoch_equal_the_plan_built_in_the_epoch(spark, tmp_path: Path, make) -> None:
     batch, clock = _batch(spark), EpochClock(7, 1_050, 0)
-    once = EpochStages(make(), InputRows(TOPICS, (), Location.of(str(tmp_path))), TOPICS, "o", "d")
+    once = StreamPlan(make(), InputRows(TOPICS, (), Location.of(str(tmp_path))), TOPICS, "o", "d")
     assert once.once
     got = _rows(once.epoch(once.stream(batch), 7, clock))
     op = make()  # the whole plan in the epoch, as before the split
@@ -76,19 +76,19 @@ def test_stream_stages_plus_the_epoch_equal_the_plan_built_in_the_epoch(spark, t
     assert got == want and got  # and the batch made rows (a vacuous pass is no pass)
 
 
-def test_the_epoch_does_not_build_the_operators_stages_again_unless_its_clock_is_needed(spark, tmp_path: Path) -> None:
+def test_the_epoch_does_not_prepare_the_operator_again_unless_its_clock_is_needed(spark, tmp_path: Path) -> None:
     batch, inputs = _batch(spark), InputRows(TOPICS, (), Location.of(str(tmp_path)))
     plain = type("Q8Counting", (_Counting,), {"built": 0})
-    stages = EpochStages(plain(Q8), inputs, TOPICS, "o", "d")
-    stream = stages.stream(batch)
+    plan = StreamPlan(plain(Q8), inputs, TOPICS, "o", "d")
+    stream = plan.stream(batch)
     for epoch in range(3):
-        stages.epoch(stream, epoch, EpochClock(epoch, 1_050, 0)).collect()
+        plan.epoch(stream, epoch, EpochClock(epoch, 1_050, 0)).collect()
     assert plain.built == 1  # once, for the stream
     # a pre-aggregating query's late filter reads the epoch's clock: parsed once, keyed per epoch
     pre = type("Q5Counting", (_Counting,), {"built": 0})
-    stages = EpochStages(pre(windows.Q5), inputs, TOPICS, "o", "d")
-    stream = stages.stream(batch)
-    late = {e: stages.epoch(stream, e, EpochClock(e, 1_050, w)).where("reject IS NOT NULL").count()
+    plan = StreamPlan(pre(windows.Q5), inputs, TOPICS, "o", "d")
+    stream = plan.stream(batch)
+    late = {e: plan.epoch(stream, e, EpochClock(e, 1_050, w)).where("reject IS NOT NULL").count()
             for e, w in ((1, 0), (2, 1_030))}
     assert pre.built == 1 and late[1] < late[2]  # the clock of each epoch decides
 
@@ -96,7 +96,7 @@ def test_the_epoch_does_not_build_the_operators_stages_again_unless_its_clock_is
 def test_hand_off_inputs_build_every_stage_in_the_epoch(spark, tmp_path: Path) -> None:
     """A chain's hand-off input is deduplicated against the marks of the epochs before: per epoch."""
     inputs = InputRows(TOPICS, ("t.bid",), Location.of(str(tmp_path)))
-    stages = EpochStages(StatelessOperator(Q1), inputs, TOPICS, "o", "d")
-    assert not stages.once
+    plan = StreamPlan(StatelessOperator(Q1), inputs, TOPICS, "o", "d")
+    assert not plan.once
     batch = _batch(spark)
-    assert stages.stream(batch) is batch
+    assert plan.stream(batch) is batch
