@@ -58,7 +58,7 @@ def run(mode: str, bootstrap: str, prefix: str, max_offsets: int) -> dict[str, A
 
         def batch(df: Any, epoch: int) -> None:
             t0 = time.perf_counter()
-            write(plan.epoch(df, epoch).drop("__dead"), t0)
+            write(plan.epoch(df, epoch), t0)
         stream = plan.stream(src)
     query = (stream.writeStream.foreachBatch(batch).option("checkpointLocation", tempfile.mkdtemp())
              .trigger(availableNow=True).start())

@@ -410,7 +410,7 @@ class JobRunner(JobClients, DriverFence, EpochCommit, WarmUp):
         cfg = self.cfg
         t0 = time.perf_counter()
         self._times.lap("decide")
-        writer = self.stream_plan.epoch(df, epoch).drop("__dead").write.format("kafka").option(
+        writer = self.stream_plan.epoch(df, epoch).write.format("kafka").option(
             "kafka.bootstrap.servers", cfg.bootstrap).options(**self._spark_kafka_options(source=False))
         self._times.lap("plan")
         writer.save()

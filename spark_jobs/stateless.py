@@ -134,9 +134,10 @@ class StatelessOperator(Operator):
             F.when(dead, source).alias("__source"))
 
     @staticmethod
-    def finish(rows: Any, epoch: int) -> Any:
+    def finish(rows: Any, epoch: int, dead_column: bool = True) -> Any:
         """The epoch's part, one projection over `prepare`'s rows: the headers, whose id and epoch are
-        the epoch's. Kafka-writer columns plus `__dead`."""
+        the epoch's. Kafka-writer columns, plus `__dead` unless `dead_column` is False (the runner's
+        epoch: a `drop` would be one more plan for Spark to analyse)."""
         from pyspark.sql import functions as F
 
         def header(k: str, v: Any) -> Any:
@@ -147,9 +148,10 @@ class StatelessOperator(Operator):
         dead_headers = F.array(header(ID_HEADER, rid), header(REASON_HEADER, F.col("__reason")),
                                header("ballast-error", F.col("__detail")), header("ballast-epoch", F.lit(str(epoch))),
                                header("ballast-source", F.col("__source")))
+        counted = [dead.cast("int").alias("__dead")] if dead_column else []
         return rows.select("topic", "key", "value",
                            F.when(dead, dead_headers).otherwise(F.array(header(ID_HEADER, rid))).alias("headers"),
-                           dead.cast("int").alias("__dead"))
+                           *counted)
 
     def _refuse_generators(self, rows: Any) -> None:
         """One output row per input record (the ids are the input's): a generator in `columns` is refused."""

@@ -43,13 +43,14 @@ class StreamPlan:
         expressions, or (hand-off inputs) the source itself."""
         return self._front(self.inputs.rows(source, -1)) if self.once else source
 
-    def epoch(self, df: Any, epoch: int, clock: Any = None) -> Any:
-        """The epoch's rows: a stateless query's Kafka-writer rows (plus `__dead`), else the keyed rows
-        to route. `df` is what `stream` made of the batch; `clock` a processor's EpochClock."""
+    def epoch(self, df: Any, epoch: int, clock: Any = None, dead_column: bool = False) -> Any:
+        """The epoch's rows: a stateless query's Kafka-writer rows (plus `__dead` with `dead_column`),
+        else the keyed rows to route. `df` is what `stream` made of the batch; `clock` a processor's
+        EpochClock."""
         if not self.once:
             df = self._front(self.inputs.rows(df, epoch))
         if isinstance(self.op, StatelessOperator):
-            return self.op.finish(df, epoch)
+            return self.op.finish(df, epoch, dead_column)
         if isinstance(self.op, ProcessorOperator):
             return self.op.key(df, clock) if not self.op.epoch_free or not self.once else df
         return df

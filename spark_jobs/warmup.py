@@ -80,7 +80,7 @@ class WarmUp:
             df = one.select(*[(fill[f.name] if f.name in fill else F.lit(None)).cast(f.dataType).alias(f.name)
                               for f in source_schema.fields])
             plan = self.stream_plan  # the epoch's own plan (spark_jobs.stream_plan)
-            rows = plan.epoch(plan.stream(df), -1)
+            rows = plan.epoch(plan.stream(df), -1, dead_column=True)
             if isinstance(self.op, StatelessOperator):  # writing none of its one row
                 none = rows.where(F.col("__dead") < 0).drop("__dead")
                 none.write.format("kafka").option("kafka.bootstrap.servers", self.cfg.bootstrap).options(

@@ -64,7 +64,7 @@ def test_the_stream_plan_plus_the_epoch_equal_the_plan_built_in_the_epoch(spark,
     batch, clock = _batch(spark), EpochClock(7, 1_050, 0)
     once = StreamPlan(make(), InputRows(TOPICS, (), Location.of(str(tmp_path))), TOPICS, "o", "d")
     assert once.once
-    got = _rows(once.epoch(once.stream(batch), 7, clock))
+    got = _rows(once.epoch(once.stream(batch), 7, clock, dead_column=True))
     op = make()  # the whole plan in the epoch, as before the split
     src = InputRows(TOPICS, (), Location.of(str(tmp_path))).rows(batch, 7)
     if isinstance(op, StatelessOperator):
