@@ -2,10 +2,11 @@
 
 `BALLAST_FAULTS_FILE` names a file of lines `<point> <n>`: the n-th time (counted per process)
 that point is reached, the line is removed from the file (so a restarted job runs on) and the
-process SIGKILLs itself. Points: after_decision, mid_move (after the import into the new worker,
-before the delete from the old one), after_moves, after_apply, before_checkpoints,
-worker_before_commit (inside a Spark Python worker, before its store commits), relocate_copied
-(spark_jobs.relocate, after each file copied). Unset: no-op.
+process SIGKILLs itself. Points (docs/dataplane.md "Crash injection"): in the driver
+after_decision, after_apply, before_manifest, in_step_commit (inside the epoch's DB transaction,
+before it commits, of an epoch that answers a control step), before_acks; in a Spark Python worker
+worker_mid_move, worker_prepared, worker_before_commit; relocate_copied (spark_jobs.relocate,
+after each file copied). Unset: no-op.
 """
 
 from __future__ import annotations

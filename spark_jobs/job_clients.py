@@ -76,11 +76,16 @@ class JobClients:
     def _spark_kafka_options(self, source: bool) -> dict[str, str]:
         """Spark's Kafka clients: the job's SASL/TLS settings, and timeouts that ride out a broker
         outage of up to `kafka_outage_s` (defaults: 60 s for an offset lookup, then the query fails)."""
-        ms = str(int(self.cfg.kafka_outage_s * 1000))
-        opts = {**self.cfg.security.spark_options(), "kafka.default.api.timeout.ms": ms}
+        budget = int(self.cfg.kafka_outage_s * 1000)
+        # Kafka's clients refuse default.api.timeout.ms (and the producer's delivery.timeout.ms) below
+        # request.timeout.ms (30 s by default): a budget under a minute shortens the request timeout
+        request = max(min(30_000, budget // 2), 1_000)
+        ms = str(max(budget, request + 1_000))
+        opts = {**self.cfg.security.spark_options(), "kafka.default.api.timeout.ms": ms,
+                "kafka.request.timeout.ms": str(request)}
         if not source:  # records up to the size the job's own topics take (spark_jobs.records)
             opts.update({"kafka.max.block.ms": ms, "kafka.delivery.timeout.ms": ms,
-                         "kafka.request.timeout.ms": "30000", "kafka.max.request.size": str(MAX_RECORD_BYTES)})
+                         "kafka.max.request.size": str(MAX_RECORD_BYTES)})
         return opts
 
 

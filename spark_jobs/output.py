@@ -5,7 +5,7 @@ Every output record carries the header `ballast-id = "<epoch>:<worker>:<seq>"`. 
 re-emits its outbox under the same ids (same values), so a consumer that drops a record whose id
 it has already seen observes each output exactly once. Replays only ever concern the last epoch
 or two (the outbox keeps 2 epochs), so a consumer may bound its seen-set to ids of epochs
->= (highest epoch seen - 2).
+>= (highest epoch seen - 2) in the record's partition (tests/helpers/dp_helpers.read_output_bounded).
 """
 
 from __future__ import annotations

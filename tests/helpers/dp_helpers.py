@@ -201,3 +201,57 @@ def outputs_as_set(outs: list[Any]) -> set[tuple[int, bytes, int]]:
 
 def future(seconds: float) -> datetime:
     return datetime.now(UTC) + timedelta(seconds=seconds)
+
+
+def read_output_bounded(bootstrap: str, topic: str, keep_epochs: int = 3) -> list[Any]:
+    """`<job>.output` read as docs/dataplane.md's bounded consumer does ("Outputs: the consumer
+    rule"): per partition, only the ids of epochs >= (highest epoch seen there - keep_epochs + 1)
+    are remembered, a record whose id is remembered is dropped and any other one is kept (an id
+    of an older epoch has been forgotten, so a replay of it would be kept twice). Returns the kept
+    records, sorted as read_output's: equal to read_output's deduplicated list exactly when every
+    replay duplicate was dropped."""
+    from spark_jobs.output import OutputRecord, parse_id, record_id, scan_topic
+
+    top: dict[int, int] = {}
+    seen: dict[int, dict[int, set[tuple[int, int, int]]]] = {}  # partition -> epoch -> ids
+    kept: list[OutputRecord] = []
+    for msg in scan_topic(bootstrap, topic, 60.0, consumer_timeout_ms=1000, max_poll_records=5000):
+        rid = parse_id(record_id(msg))  # type: ignore[arg-type]
+        p = msg.partition
+        top[p] = max(top.get(p, rid[0]), rid[0])
+        remembered = seen.setdefault(p, {})
+        for e in [e for e in remembered if e < top[p] - keep_epochs + 1]:
+            del remembered[e]  # forgotten: the bounded seen-set
+        if rid[0] >= top[p] - keep_epochs + 1:
+            ids = remembered.setdefault(rid[0], set())
+            if rid in ids:
+                continue
+            ids.add(rid)
+        kept.append(OutputRecord(*rid, msg.key, msg.value))
+    return sorted(kept)
+
+
+def check_acks_follow_commits(bootstrap: str, db_url: str, job: str) -> int:
+    """Every `applied` ack now on `<job>.control.acks` finds its epoch committed in the metrics DB:
+    its `checkpoints` row (applied, same epoch and map version), its epoch's metrics row and its
+    `routing_maps` version, which the heartbeat has reached. Returns how many acks were checked."""
+    from ballast.protocol import acks_topic
+
+    acks = [a for a in read_json_topic(bootstrap, acks_topic(job)) if a.get("status") == "applied"]
+    if not acks:
+        return 0
+    cps = checkpoints(db_url, job)
+    with session_scope(db_url) as s:
+        versions = {r.map_version for r in s.scalars(select(m.RoutingMap).where(m.RoutingMap.job == job))}
+        epochs = {r.epoch for r in s.scalars(select(m.EpochMetrics).where(m.EpochMetrics.job == job))}
+        hb = max((h.map_version for h in s.scalars(select(m.Heartbeat).where(m.Heartbeat.job == job))), default=-1)
+    for a in acks:
+        what = f"ack of step {a['plan_id']}#{a['step']} (epoch {a['applied_epoch']}, map v{a['map_version_after']})"
+        row = cps.get((a["plan_id"], a["step"]))
+        assert row is not None, f"{what} is on the acks topic but its checkpoint row is not committed"
+        assert (row.status, row.applied_epoch, row.map_version_after) == \
+            ("applied", a["applied_epoch"], a["map_version_after"]), f"{what}: the row says {row.status}"
+        assert a["applied_epoch"] in epochs, f"{what}: its epoch's metrics are not committed"
+        assert a["map_version_after"] in versions, f"{what}: routing map v{a['map_version_after']} is not committed"
+        assert hb >= a["map_version_after"], f"{what}: the heartbeat is at map v{hb}"
+    return len(acks)

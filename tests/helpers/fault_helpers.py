@@ -20,6 +20,7 @@ from tests.helpers.dp_helpers import (
     check_state,
     checkpoints,
     outputs_as_set,
+    read_output_bounded,
     reference_by_epoch,
     steps_from_maps,
 )
@@ -70,7 +71,8 @@ def check_exactly_once(db_url: str, bootstrap: str, job: str, topic: str, ckpt_d
                        final_workers: int, final_map: list[int], bins: int, n_records: int, plan_id: str,
                        n_steps: int) -> dict[str, int]:
     """Nothing lost or doubled: every step applied once, state and deduplicated outputs equal the
-    reference cut at the job's own epochs, the migration property holds."""
+    reference cut at the job's own epochs (read by a consumer that remembers only the last three
+    epochs' ids too), the migration property holds."""
     cps = checkpoints(db_url, job)
     assert sorted(cps) == [(plan_id, s) for s in range(1, n_steps + 1)], sorted(cps)
     assert all(c.status == "applied" for c in cps.values()), {k: (c.status, c.reason) for k, c in cps.items()}
@@ -84,6 +86,7 @@ def check_exactly_once(db_url: str, bootstrap: str, job: str, topic: str, ckpt_d
     outs, dups = read_output(bootstrap, f"{job}.output")
     got = outputs_as_set(outs)
     assert got == ref_outputs, f"{len(got - ref_outputs)} unexpected, {len(ref_outputs - got)} missing outputs"
+    assert read_output_bounded(bootstrap, f"{job}.output") == outs, "a consumer remembering 3 epochs kept a duplicate"
     check_state(state_uri, final_workers, final_map, bins, ref_counts)
     return {"epochs": len(epochs), "outputs": len(outs), "duplicates_dropped": dups}
 
@@ -152,3 +155,72 @@ def planned_job(bootstrap: str, db_url: str, job: str, ckpt_dir: str, bins: int,
     cfg = RunConfig(job=job, input_topic=topic, checkpoint_dir=ckpt_dir, bootstrap=bootstrap, db_url=db_url,
                     bins=bins, workers=2, trigger_ms=200, max_offsets_per_trigger=600)
     return cfg, maps
+
+
+def fail_past_budget_then_restart(spark: Any, runner: Any, cfg: Any, db_url: str, bootstrap: str, plan_id: str,
+                                  n_records: int, stop: Callable[[], None], start: Callable[[], None],
+                                  fail_within_s: float = 300, plan_timeout_s: float = 600) -> dict[str, Any]:
+    """Drive `plan_id` with the real controller; once two steps are applied, stop a component and
+    keep it down until the job's query fails (its outage budget spent); start it again, see the
+    failure surface as the CLI's exit-1 error (a RuntimeError, not `Fenced`), restart the job from
+    its checkpoint and run until the controller has ended and the input is consumed. Returns the
+    controller thread and how long the query took to fail."""
+    import time
+
+    from ballast.store.fencing import Fenced
+    from spark_jobs.offsets import committed_epochs, read_end_offsets
+    from spark_jobs.runner import start_job
+    from tests.helpers.wait import wait_until
+
+    ckpt = cfg.checkpoint_dir + "/spark"
+    ctl = ControllerThread(db_url, bootstrap, plan_id, timeout_s=plan_timeout_s)
+    wait_until(lambda: committed_epochs(ckpt), 120, "first epoch", check=alive_check(runner))
+    ctl.start()
+    wait_until(lambda: len(checkpoints(db_url, cfg.job)) >= 2, 300, "two steps applied", check=alive_check(runner))
+    stop()
+    t_down = time.time()
+    try:
+        wait_until(lambda: not runner.query.isActive, fail_within_s, "the query to fail past its outage budget")
+        failed_after = time.time() - t_down
+    finally:
+        start()
+    try:
+        runner.await_termination()
+    except Exception as exc:  # what spark_jobs.cli.run turns into exit code 1
+        error: Exception | None = exc
+    else:
+        error = None
+    finally:
+        runner.stop()
+    assert isinstance(error, RuntimeError) and not isinstance(error, Fenced), f"not the CLI's exit 1: {error!r}"
+    runner = start_job(spark, cfg)
+    try:
+        t_up = time.time()
+        while ctl.is_alive() and time.time() - t_up < plan_timeout_s + 60:
+            alive_check(runner)()
+            ctl.join(timeout=2)
+        assert not ctl.is_alive(), f"the controller did not finish; checkpoints {sorted(checkpoints(db_url, cfg.job))}"
+        wait_until(lambda: (e := committed_epochs(ckpt))
+                   and sum(read_end_offsets(ckpt, e[-1]).get(cfg.input_topic, {}).values()) == n_records,
+                   600, "all input consumed after the restart", check=alive_check(runner))
+    finally:
+        runner.stop()
+    return {"controller": ctl, "failed_after_s": failed_after, "error": error}
+
+
+def check_plan_ended(db_url: str, bootstrap: str, job: str, topic: str, ckpt_dir: str, state_uri: str,
+                     maps: list[tuple[int, list[int]]], bins: int, n_records: int, plan_id: str,
+                     ctl: ControllerThread) -> dict[str, int]:
+    """The plan ended applied (every step once) or failed with a reason in the metrics DB (the
+    steps applied so far once each, in order); either way the run is exactly once."""
+    n = len(maps)
+    if ctl.error is not None:
+        plan = repo.get_plan(db_url, plan_id)
+        assert plan is not None and plan.status == "failed" and plan.reason, (ctl.error, plan)
+        n = len(checkpoints(db_url, job))
+        assert n >= 2
+    else:
+        assert ctl.result and ctl.result["map_version"] == n, ctl.result
+    w, final = maps[n - 1]
+    return check_exactly_once(db_url, bootstrap, job, topic, ckpt_dir, state_uri, w, final, bins, n_records,
+                              plan_id, n)

@@ -1,22 +1,32 @@
 """The Kafka broker stopped for 30 s during a batched migration, then restarted (issue 14), on its
 own broker instance and ports. The job and the plan continue; nothing is lost or doubled (the
-oracle of tests/helpers/dp_helpers.py); the plan ends applied — or clearly failed, never silently stuck."""
+oracle of tests/helpers/dp_helpers.py); the plan ends applied — or clearly failed, never silently stuck.
+Kept down past a short `--kafka-outage-s`, the broker fails the query (the CLI's exit 1), and a
+restart is exactly once."""
 
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 import pytest
 
 from spark_jobs.runner import start_job
 from tests.helpers.brokers import own_broker
-from tests.helpers.fault_helpers import check_exactly_once, migrate_through_outage, planned_job
+from tests.helpers.fault_helpers import (
+    check_exactly_once,
+    check_plan_ended,
+    fail_past_budget_then_restart,
+    migrate_through_outage,
+    planned_job,
+)
 
 pytestmark = [pytest.mark.faults, pytest.mark.dataplane, pytest.mark.slow]
 
 BINS = 16
 N = 24_000
 OUTAGE_S = 30
+BUDGET_S = 15  # the short --kafka-outage-s the second test outlasts
 
 
 @pytest.fixture
@@ -43,3 +53,20 @@ def test_broker_down_30s_during_a_batched_migration(spark, fault_broker, unique_
     warned = sorted({r.getMessage()[:120] for r in caplog.records if r.name.startswith("ballast")})
     print(f"broker down {OUTAGE_S}s; plan + input done {out['recovered_s']:.0f}s after the restart; {stats}; "
           f"warnings: {warned[:6]}")
+
+
+def test_broker_down_past_the_outage_budget_fails_the_query_and_a_restart_is_exactly_once(
+        spark, fault_broker, unique_name, tmp_path, db_url):
+    broker = fault_broker
+    bootstrap = broker.bootstrap
+    job = unique_name
+    cfg, maps = planned_job(bootstrap, db_url, job, str(tmp_path / "ckpt"), BINS, N // 2, 13, "plan-broker-long")
+    cfg = replace(cfg, kafka_outage_s=BUDGET_S)
+    runner = start_job(spark, cfg)
+    out = fail_past_budget_then_restart(spark, runner, cfg, db_url, bootstrap, "plan-broker-long", N // 2,
+                                        broker.down, broker.up)
+    assert out["failed_after_s"] >= BUDGET_S, "the query failed before its outage budget was spent"
+    stats = check_plan_ended(db_url, bootstrap, job, cfg.input_topic, cfg.checkpoint_dir, cfg.state_location, maps,
+                             BINS, N // 2, "plan-broker-long", out["controller"])
+    print(f"--kafka-outage-s {BUDGET_S}: the query failed {out['failed_after_s']:.0f}s into the outage "
+          f"({str(out['error'])[:200]}); plan {out['controller'].error or 'applied'}; {stats}")

@@ -1,11 +1,13 @@
 """The metrics DB (PostgreSQL) stopped for 30 s during a batched migration (issue 14), on its own
 cluster and port. The job pauses at its next DB write (it never skips or doubles a step), writes
 the rows it owes when the DB is back, and finishes exactly once; the controller reports the
-outage, retries, and ends with the plan applied and verified."""
+outage, retries, and ends with the plan applied and verified. Kept down past a short
+`--db-outage-s`, the DB fails the epoch (the query), and a restart replays it exactly once."""
 
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 import ballast_stack as stack  # loaded by tests/conftest.py (scripts/stack.py)
 import pytest
@@ -15,7 +17,13 @@ from migrations_db import models as m
 from migrations_db.db import migrate, session_scope
 from spark_jobs.offsets import committed_epochs
 from spark_jobs.runner import start_job
-from tests.helpers.fault_helpers import check_exactly_once, migrate_through_outage, planned_job
+from tests.helpers.fault_helpers import (
+    check_exactly_once,
+    check_plan_ended,
+    fail_past_budget_then_restart,
+    migrate_through_outage,
+    planned_job,
+)
 from tests.helpers.procs import free_port
 
 pytestmark = [pytest.mark.faults, pytest.mark.dataplane, pytest.mark.slow]
@@ -23,6 +31,7 @@ pytestmark = [pytest.mark.faults, pytest.mark.dataplane, pytest.mark.slow]
 BINS = 16
 N = 24_000
 OUTAGE_S = 30
+BUDGET_S = 10  # the short --db-outage-s the second test outlasts
 
 
 @pytest.fixture
@@ -68,3 +77,25 @@ def test_metrics_db_down_30s_during_a_migration(spark, kafka_bootstrap, unique_n
                                maps[-1][0], maps[-1][1], BINS, N, "plan-db", len(maps))
     print(f"DB down {OUTAGE_S}s: job waited {len(waits)} time(s), controller reported {ctl.db_outages} outage(s); "
           f"plan and input done {out['recovered_s']:.0f}s after the restart; {stats}")
+
+
+def test_metrics_db_down_past_the_outage_budget_fails_the_epoch_and_a_restart_replays_it(
+        spark, kafka_bootstrap, unique_name, tmp_path, own_postgres):
+    pg = own_postgres
+    db_url = pg.url
+    job = unique_name
+    cfg, maps = planned_job(kafka_bootstrap, db_url, job, str(tmp_path / "ckpt"), BINS, N // 2, 9, "plan-db-long")
+    cfg = replace(cfg, db_outage_s=BUDGET_S)
+    runner = start_job(spark, cfg)
+    out = fail_past_budget_then_restart(spark, runner, cfg, db_url, kafka_bootstrap, "plan-db-long", N // 2,
+                                        pg.down, pg.up)
+    assert out["failed_after_s"] >= BUDGET_S, "the epoch failed before its outage budget was spent"
+    assert "metrics DB" in str(out["error"]) or "OperationalError" in str(out["error"]), out["error"]
+    # the failed epoch was replayed: every epoch Spark committed has its metrics rows
+    with session_scope(db_url) as s:
+        rows = {r.epoch for r in s.scalars(select(m.EpochMetrics).where(m.EpochMetrics.job == job))}
+    assert set(committed_epochs(cfg.checkpoint_dir + "/spark")) <= rows
+    stats = check_plan_ended(db_url, kafka_bootstrap, job, cfg.input_topic, cfg.checkpoint_dir, cfg.state_location,
+                             maps, BINS, N // 2, "plan-db-long", out["controller"])
+    print(f"--db-outage-s {BUDGET_S}: the query failed {out['failed_after_s']:.0f}s into the outage "
+          f"({str(out['error'])[:200]}); plan {out['controller'].error or 'applied'}; {stats}")

@@ -1,0 +1,27 @@
+"""spark_jobs.job_clients' options for Spark's Kafka clients: any `--kafka-outage-s` gives timeouts
+Kafka's clients accept (a budget under 30 s used to fail every epoch with a ConfigException)."""
+
+from __future__ import annotations
+
+import pytest
+
+from spark_jobs.job_clients import JobClients
+from spark_jobs.run_config import RunConfig
+
+LINGER_MS = 5  # Kafka 4's producer default; Spark's sink does not set it
+
+
+@pytest.mark.parametrize("budget_s", [1.0, 15.0, 45.0, 300.0, 3600.0])
+def test_every_outage_budget_gives_timeouts_kafkas_clients_accept(budget_s: float) -> None:
+    clients = JobClients()
+    clients.cfg = RunConfig(job="j", input_topic="t", checkpoint_dir="/c", bootstrap="b", db_url="sqlite://",
+                            kafka_outage_s=budget_s)
+    budget_ms = int(budget_s * 1000)
+    for source in (True, False):
+        opts = {k: int(v) for k, v in clients._spark_kafka_options(source).items() if k.endswith(".ms")}
+        request = opts["kafka.request.timeout.ms"]
+        assert opts["kafka.default.api.timeout.ms"] >= max(request, budget_ms)  # rides out the whole budget
+        assert request <= 30_000
+        if not source:
+            assert opts["kafka.delivery.timeout.ms"] >= LINGER_MS + request
+            assert opts["kafka.max.block.ms"] >= budget_ms and opts["kafka.delivery.timeout.ms"] >= budget_ms
