@@ -55,14 +55,18 @@ class ExecutorScaler:
         jvm = self.sc._jvm
         utils = jvm.org.apache.spark.api.python.PythonUtils
         sc = self._jvm_sc()
-        ok = sc.requestTotalExecutors(target, 0, utils.toScalaMap(jvm.java.util.HashMap()))
         ids = self.executor_ids()
         surplus = ids[target:] if len(ids) > target else []
         if surplus:
+            # killExecutors lowers the requested total by one per executor it kills (to 0 at most),
+            # so it goes first: the request below leaves the cluster's limit at the target. Killed
+            # after it, the limit stayed below the target until the next epoch, and an epoch that
+            # lost the executors it kept waited for ever (standalone launched no replacement).
             jl = jvm.java.util.ArrayList()
             for i in surplus:
                 jl.add(i)
             sc.killExecutors(utils.toSeq(jl))
+        ok = sc.requestTotalExecutors(target, 0, utils.toScalaMap(jvm.java.util.HashMap()))
         if target != self._target:
             log.info("workers %d -> executors %d (had %d%s)%s", workers, target, len(ids),
                      f", released {surplus}" if surplus else "", "" if ok else " (the cluster manager refused)")

@@ -107,8 +107,9 @@ def plan_maps(bins: int) -> list[tuple[int, list[int]]]:
 
 
 def steps_from_maps(job: str, operator: str, plan_id: str, bins: int, maps: list[tuple[int, list[int]]],
-                    start_version: int = 0, effective_at: datetime | None = None) -> list[ControlStep]:
-    prev = uniform_assignment(bins, 2)
+                    start_version: int = 0, effective_at: datetime | None = None,
+                    start_workers: int = 2) -> list[ControlStep]:
+    prev = uniform_assignment(bins, start_workers)
     now = datetime.now(UTC)
     out = []
     for i, (w, a) in enumerate(maps):

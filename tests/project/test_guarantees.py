@@ -195,10 +195,15 @@ def test_every_guarantee_names_existing_tests_and_doc_sections() -> None:
     assert not problems, "docs/guarantees.md:\n" + "\n".join(problems)
 
 
-def test_the_page_has_guarantee_tables_and_a_not_yet_covered_one() -> None:
-    found = rows(PAGE.read_text(encoding="utf-8"))
+def test_the_page_has_guarantee_tables_and_a_not_yet_covered_section() -> None:
+    """The tables keep their rows; "Not yet covered" stays as the place for a guarantee without a
+    test (empty when every guarantee has one), and any table there has its own three columns."""
+    text = PAGE.read_text(encoding="utf-8")
+    found = rows(text)
     assert sum(r.header == TESTED for r in found) >= 50, "the guarantee tables lost their rows"
-    assert any(r.header == UNCOVERED for r in found), "the 'Not yet covered' table is gone"
+    assert "\n## Not yet covered\n" in text, "the 'Not yet covered' section is gone"
+    uncovered = rows(text.split("\n## Not yet covered\n", 1)[1].split("\n## ", 1)[0])
+    assert all(r.header == UNCOVERED for r in uncovered), "a table under 'Not yet covered' lost its columns"
 
 
 def test_each_doc_page_links_to_its_guarantees_and_the_links_resolve() -> None:
