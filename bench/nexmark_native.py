@@ -79,6 +79,9 @@ class _Handle:
     def register_timer(self, ms: int) -> None:
         self.h.registerTimer(int(ms))
 
+    def delete_timer(self, ms: int) -> None:
+        self.h.deleteTimer(int(ms))
+
 
 class _State:
     """A Spark state variable under Ballast's names (values as tuples, as Ballast's state returns)."""

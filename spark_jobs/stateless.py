@@ -138,20 +138,17 @@ class StatelessOperator(Operator):
         """The epoch's part, one projection over `prepare`'s rows: the headers, whose id and epoch are
         the epoch's. Kafka-writer columns, plus `__dead` unless `dead_column` is False (the runner's
         epoch: a `drop` would be one more plan for Spark to analyse)."""
-        from pyspark.sql import functions as F
+        def header(k: str, v: str) -> str:
+            return f"named_struct('key', '{k}', 'value', CAST({v} AS BINARY))"
 
-        def header(k: str, v: Any) -> Any:
-            return F.struct(F.lit(k).alias("key"), v.cast("binary").alias("value"))
-
-        rid = F.concat_ws(":", F.lit(epoch), F.col("__p"), F.col("__o")).cast("binary")
-        dead = F.col("__reason").isNotNull()
-        dead_headers = F.array(header(ID_HEADER, rid), header(REASON_HEADER, F.col("__reason")),
-                               header("ballast-error", F.col("__detail")), header("ballast-epoch", F.lit(str(epoch))),
-                               header("ballast-source", F.col("__source")))
-        counted = [dead.cast("int").alias("__dead")] if dead_column else []
-        return rows.select("topic", "key", "value",
-                           F.when(dead, dead_headers).otherwise(F.array(header(ID_HEADER, rid))).alias("headers"),
-                           *counted)
+        # one SQL string, one call into the JVM: each Column built in Python is a round trip of its own
+        rid = f"concat_ws(':', '{int(epoch)}', __p, __o)"
+        dead = (f"array({header(ID_HEADER, rid)}, {header(REASON_HEADER, '__reason')}, "
+                f"{header('ballast-error', '__detail')}, {header('ballast-epoch', repr(str(int(epoch))))}, "
+                f"{header('ballast-source', '__source')})")
+        headers = f"CASE WHEN __reason IS NOT NULL THEN {dead} ELSE array({header(ID_HEADER, rid)}) END AS headers"
+        counted = ["CAST(__reason IS NOT NULL AS INT) AS __dead"] if dead_column else []
+        return rows.selectExpr("topic", "key", "value", headers, *counted)
 
     def _refuse_generators(self, rows: Any) -> None:
         """One output row per input record (the ids are the input's): a generator in `columns` is refused."""
