@@ -94,20 +94,17 @@ def uniform_assignment(bins: int, workers: int) -> list[int]:
     return [b * workers // bins for b in range(bins)]
 
 
-def spark_columns(key_col: str, k: int, assignment: Sequence[int]):
-    """(hash, bin, worker) Spark columns for a DataFrame with a binary/string key column.
+def routing_sql(key_col: str, k: int, assignment: Sequence[int]) -> tuple[str, str, str]:
+    """(hash, bin, worker) as Spark SQL over a DataFrame with a binary/string key column.
 
     The worker lookup is an array literal indexed by bin: one vectorised expression, no join, no
-    Python UDF before the shuffle. The literal is parsed from one SQL string in the JVM: building it
-    as `F.array(*[F.lit(w) ...])` costs one Py4J round trip per bin, 2.6 s per epoch at B=4096.
+    Python UDF before the shuffle. SQL text, not Columns: the epoch's routing is then one call into
+    the JVM (`selectExpr`); each Column built in Python is a Py4J round trip (`F.array(*[F.lit(w)
+    ...])` cost 2.6 s per epoch at B=4096).
     """
-    from pyspark.sql import functions as F
-
-    h = F.xxhash64(F.col(key_col))
-    b = F.shiftrightunsigned(h, 64 - k).cast("int") if k else F.lit(0)
-    amap = F.expr(assignment_literal(assignment))
-    w = F.element_at(amap, b + 1)
-    return h, b, w
+    h = f"xxhash64({key_col})"
+    b = f"CAST(shiftrightunsigned({h}, {64 - k}) AS INT)" if k else "0"
+    return h, b, f"element_at({assignment_literal(assignment)}, {b} + 1)"
 
 
 def assignment_literal(assignment: Sequence[int]) -> str:

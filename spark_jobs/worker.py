@@ -361,10 +361,10 @@ def fold_rows(cfg: ApplyConfig, cache: Any, txn: Any, table: Any, n: int,
 def route(keyed: Any, k: int, assignment: Any, tasks: int, fn: Any) -> Any:
     """The epoch's routing: hash, bin and worker columns, one partition per worker
     (`repartitionById`), `fn` over each by `mapInArrow`. Used by the epoch and by its warm-up."""
-    from spark_jobs.bins import spark_columns
+    from spark_jobs.bins import routing_sql
 
-    h, b, w = spark_columns("key", k, assignment)
+    h, b, w = routing_sql("key", k, assignment)
     rejects = [REJECT_COLUMN] if REJECT_COLUMN in keyed.columns else []  # spark_jobs.records
-    routed = keyed.select("key", "value", "partition", "offset", *rejects, h.alias("h"), b.alias("bin"),
-                          w.alias("worker"))
+    routed = keyed.selectExpr("key", "value", "partition", "offset", *rejects, f"{h} AS h", f"{b} AS bin",
+                              f"{w} AS worker")
     return routed.repartitionById(tasks, "worker").mapInArrow(fn, OUTPUT_SCHEMA)

@@ -36,8 +36,8 @@ def test_bin_is_a_contiguous_key_range_for_any_k():
 def test_spark_bin_matches_python_layout(spark):
 
     df = spark.createDataFrame([(b"a",), (b"user-1",), (b"\x00\xff",)], "key binary")
-    h, b, _ = B.spark_columns("key", 6, [0] * 64)
-    for row in df.select(h.alias("h"), b.alias("b")).collect():
+    h, b, _ = B.routing_sql("key", 6, [0] * 64)
+    for row in df.selectExpr(f"{h} AS h", f"{b} AS b").collect():
         assert row.b == B.bin_of_hash(row.h, 6)
 
 
@@ -47,8 +47,8 @@ def test_spark_worker_follows_an_arbitrary_assignment_at_4096_bins(spark):
     rnd = random.Random(7)
     assignment = [rnd.randrange(5) for _ in range(4096)]
     df = spark.createDataFrame([(f"user-{i}".encode(),) for i in range(3000)], "key binary")
-    h, b, w = B.spark_columns("key", 12, assignment)
-    rows = df.select(h.alias("h"), b.alias("b"), w.alias("w")).collect()
+    h, b, w = B.routing_sql("key", 12, assignment)
+    rows = df.selectExpr(f"{h} AS h", f"{b} AS b", f"{w} AS w").collect()
     assert len({r.b for r in rows}) > 1000
     assert all(r.w == assignment[B.bin_of_hash(r.h, 12)] for r in rows)
 
