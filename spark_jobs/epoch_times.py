@@ -11,6 +11,7 @@ lines to say, per query, what a Ballast epoch pays that Spark's own query does n
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 #: Spark's per-batch durations outside `addBatch` (StreamingQueryProgress.durationMs)
@@ -20,13 +21,14 @@ SPARK_OUTSIDE = ("latestOffset", "walCommit", "queryPlanning", "getBatch", "comm
 class EpochTimes:
     """Laps of one epoch's phases, in milliseconds, in the order they ran."""
 
-    def __init__(self) -> None:
-        self._t = time.perf_counter()
+    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
+        self._clock = clock  # seconds; a test gives its own
+        self._t = clock()
         self.ms: dict[str, float] = {}
 
     def lap(self, phase: str) -> None:
         """The time since the last lap belongs to `phase` (added, when a phase comes back)."""
-        now = time.perf_counter()
+        now = self._clock()
         self.ms[phase] = self.ms.get(phase, 0.0) + (now - self._t) * 1000
         self._t = now
 

@@ -37,6 +37,8 @@ class StreamPlan:
         self.output_topic, self.dlq_topic = output_topic, dlq_topic
         #: whether the epoch-free expressions are applied to the stream: not with a hand-off's per-epoch dedup
         self.once = not inputs.handoff
+        #: a processor whose keying reads no clock is keyed on the stream too (else per epoch)
+        self.key_once = self.once and isinstance(op, ProcessorOperator) and op.epoch_free
 
     def stream(self, source: Any) -> Any:
         """What the streaming query hands each epoch: the source's input rows through the epoch-free
@@ -52,7 +54,7 @@ class StreamPlan:
         if isinstance(self.op, StatelessOperator):
             return self.op.finish(df, epoch, dead_column)
         if isinstance(self.op, ProcessorOperator):
-            return self.op.key(df, clock) if not self.op.epoch_free or not self.once else df
+            return df if self.key_once else self.op.key(df, clock)
         return df
 
     def _front(self, rows: Any) -> Any:
@@ -61,5 +63,5 @@ class StreamPlan:
             return self.op.prepare(rows, self.topics, self.output_topic, self.dlq_topic, ordered=not self.once)
         if isinstance(self.op, ProcessorOperator):
             prepared = self.op.prepare(rows)
-            return self.op.key(prepared) if self.op.epoch_free and self.once else prepared
+            return self.op.key(prepared) if self.key_once else prepared
         return self.op.keyed(rows)

@@ -108,14 +108,10 @@ def migrate_through_outage(runner: Any, cfg: Any, db_url: str, bootstrap: str, p
     seconds from the restart until all was done."""
     import time
 
-    from spark_jobs.offsets import committed_epochs, read_end_offsets
-    from tests.helpers.wait import wait_until
+    from spark_jobs.offsets import committed_epochs
 
     ckpt = cfg.checkpoint_dir + "/spark"
-    ctl = ControllerThread(db_url, bootstrap, plan_id, timeout_s=plan_timeout_s)
-    wait_until(lambda: committed_epochs(ckpt), 120, "first epoch", check=alive_check(runner))
-    ctl.start()
-    wait_until(lambda: len(checkpoints(db_url, cfg.job)) >= 2, 300, "two steps applied", check=alive_check(runner))
+    ctl = _controller_past_two_steps(runner, cfg, db_url, bootstrap, plan_id, plan_timeout_s)
     stop()
     t_down, at_stop = time.time(), len(committed_epochs(ckpt))
     while time.time() - t_down < outage_s:
@@ -124,17 +120,46 @@ def migrate_through_outage(runner: Any, cfg: Any, db_url: str, bootstrap: str, p
     during = len(committed_epochs(ckpt)) - at_stop
     start()
     t_up = time.time()
+    _controller_ended_and_input_consumed(runner, ctl, cfg, db_url, n_records, plan_timeout_s, "all input consumed")
+    if ctl.error is not None:
+        raise AssertionError(f"the plan failed (clearly, with a reason) instead of completing: {ctl.error!r}")
+    return {"controller": ctl, "epochs_during_outage": during, "recovered_s": time.time() - t_up}
+
+
+def _controller_past_two_steps(runner: Any, cfg: Any, db_url: str, bootstrap: str, plan_id: str,
+                               plan_timeout_s: float) -> ControllerThread:
+    """The real controller driving `plan_id`, started once the job committed its first epoch;
+    returns when two of its steps are applied (the moment the fault tests break something)."""
+    from spark_jobs.offsets import committed_epochs
+    from tests.helpers.wait import wait_until
+
+    ckpt = cfg.checkpoint_dir + "/spark"
+    ctl = ControllerThread(db_url, bootstrap, plan_id, timeout_s=plan_timeout_s)
+    wait_until(lambda: committed_epochs(ckpt), 120, "first epoch", check=alive_check(runner))
+    ctl.start()
+    wait_until(lambda: len(checkpoints(db_url, cfg.job)) >= 2, 300, "two steps applied", check=alive_check(runner))
+    return ctl
+
+
+def _controller_ended_and_input_consumed(runner: Any, ctl: ControllerThread, cfg: Any, db_url: str, n_records: int,
+                                         plan_timeout_s: float, what: str) -> None:
+    """Wait (the job staying up) until the controller thread has ended and the job's last
+    committed epoch reaches the end of its `n_records` input records."""
+    import time
+
+    from spark_jobs.offsets import committed_epochs, read_end_offsets
+    from tests.helpers.wait import wait_until
+
+    ckpt = cfg.checkpoint_dir + "/spark"
+    t_up = time.time()
     while ctl.is_alive() and time.time() - t_up < plan_timeout_s + 60:
         alive_check(runner)()
         ctl.join(timeout=2)
     assert not ctl.is_alive(), (f"the controller did not finish; job at epoch {runner.last_epoch}, "
                                 f"checkpoints {sorted(checkpoints(db_url, cfg.job))}")
-    if ctl.error is not None:
-        raise AssertionError(f"the plan failed (clearly, with a reason) instead of completing: {ctl.error!r}")
     wait_until(lambda: (e := committed_epochs(ckpt))
                and sum(read_end_offsets(ckpt, e[-1]).get(cfg.input_topic, {}).values()) == n_records,
-               600, "all input consumed", check=alive_check(runner))
-    return {"controller": ctl, "epochs_during_outage": during, "recovered_s": time.time() - t_up}
+               600, what, check=alive_check(runner))
 
 
 def planned_job(bootstrap: str, db_url: str, job: str, ckpt_dir: str, bins: int, n_records: int, seed: int,
@@ -168,15 +193,10 @@ def fail_past_budget_then_restart(spark: Any, runner: Any, cfg: Any, db_url: str
     import time
 
     from ballast.store.fencing import Fenced
-    from spark_jobs.offsets import committed_epochs, read_end_offsets
     from spark_jobs.runner import start_job
     from tests.helpers.wait import wait_until
 
-    ckpt = cfg.checkpoint_dir + "/spark"
-    ctl = ControllerThread(db_url, bootstrap, plan_id, timeout_s=plan_timeout_s)
-    wait_until(lambda: committed_epochs(ckpt), 120, "first epoch", check=alive_check(runner))
-    ctl.start()
-    wait_until(lambda: len(checkpoints(db_url, cfg.job)) >= 2, 300, "two steps applied", check=alive_check(runner))
+    ctl = _controller_past_two_steps(runner, cfg, db_url, bootstrap, plan_id, plan_timeout_s)
     stop()
     t_down = time.time()
     try:
@@ -195,14 +215,8 @@ def fail_past_budget_then_restart(spark: Any, runner: Any, cfg: Any, db_url: str
     assert isinstance(error, RuntimeError) and not isinstance(error, Fenced), f"not the CLI's exit 1: {error!r}"
     runner = start_job(spark, cfg)
     try:
-        t_up = time.time()
-        while ctl.is_alive() and time.time() - t_up < plan_timeout_s + 60:
-            alive_check(runner)()
-            ctl.join(timeout=2)
-        assert not ctl.is_alive(), f"the controller did not finish; checkpoints {sorted(checkpoints(db_url, cfg.job))}"
-        wait_until(lambda: (e := committed_epochs(ckpt))
-                   and sum(read_end_offsets(ckpt, e[-1]).get(cfg.input_topic, {}).values()) == n_records,
-                   600, "all input consumed after the restart", check=alive_check(runner))
+        _controller_ended_and_input_consumed(runner, ctl, cfg, db_url, n_records, plan_timeout_s,
+                                             "all input consumed after the restart")
     finally:
         runner.stop()
     return {"controller": ctl, "failed_after_s": failed_after, "error": error}
