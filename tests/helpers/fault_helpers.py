@@ -197,8 +197,8 @@ def fail_past_budget_then_restart(spark: Any, runner: Any, cfg: Any, db_url: str
     from tests.helpers.wait import wait_until
 
     ctl = _controller_past_two_steps(runner, cfg, db_url, bootstrap, plan_id, plan_timeout_s)
+    t_down = time.time()  # the outage starts as the stop starts: clients lose the component before stop() returns
     stop()
-    t_down = time.time()
     try:
         wait_until(lambda: not runner.query.isActive, fail_within_s, "the query to fail past its outage budget")
         failed_after = time.time() - t_down
