@@ -1,19 +1,202 @@
-"""spark_jobs.control's typed hand-offs: the queue and the applied step are the protocol's objects
-from parse to apply, and the journal's JSON keeps the shape it had when they were dicts, so a
-checkpoint written before the types existed still loads."""
+"""spark_jobs.control: an epoch applies at most one valid step (one new map version each) and
+rejects a step that cannot apply whole, with its reason; steps queue in order, duplicates change
+nothing, a newer plan supersedes; splits and pre-copy; the typed steps round-trip through the
+journal's JSON, lines written before the types included."""
 
 from __future__ import annotations
 
 import json
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from ballast.protocol import ControlStep, Move
-from spark_jobs.control import AppliedStep, ControlRecord, EpochControl, QueuedStep, decide, initial_state
+from spark_jobs.control import (
+    AppliedStep,
+    ControlRecord,
+    EpochControl,
+    QueuedStep,
+    decide,
+    has_due_step,
+    initial_state,
+    tick_message,
+)
 
-NOW = datetime(2026, 11, 25, 12, 0, tzinfo=UTC)
+pytestmark = pytest.mark.dataplane
+NOW = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 
 
-def _step(step: int, steps: int, moves: tuple[Move, ...], version: int, *, later: float = 0.0,
+# ------------------------------------------------------------------ decisions ------------------
+def _step(plan="p", step=1, steps=1, moves=((0, 0, 1),), workers=2, version=0, eff=NOW, job="j", op="keycount"):
+    return ControlStep(job=job, operator=op, plan_id=plan, step=step, steps=steps, kind="moves" if moves else "noop",
+                       moves=tuple(Move(*m) for m in moves), workers=workers, map_version=version,
+                       issued_at=NOW, effective_at=eff)
+
+
+def _run(st, msgs, epoch=5, now=NOW):
+    recs = [ControlRecord(f"0:{i}", m if isinstance(m, bytes) else m.to_json()) for i, m in enumerate(msgs)]
+    return decide(st, recs, epoch=epoch, now=now, job="j", operator="keycount", max_future_s=3600)
+
+
+def test_decide_applies_one_valid_step_and_bumps_the_map():
+    st = initial_state(8, 2)
+    d = _run(st, [_step(moves=((0, 0, 1), (7, 1, 0)))])
+    assert d.applied and d.applied.map_version_after == 1
+    assert d.state_after.assignment[0] == 1 and d.state_after.assignment[7] == 0
+    assert st.assignment[0] == 0, "input state is not mutated"
+    assert [(e.action, e.checkpoint) for e in d.entries] == [("apply", True)]
+
+
+@pytest.mark.parametrize("msg, why", [
+    (_step(moves=((9, 0, 1),)), "unknown bin"),
+    (_step(version=3), "map version mismatch"),
+    (_step(moves=((0, 1, 0),)), "wrong source worker"),
+    (_step(moves=((0, 0, 2),)), "workers must be <"),
+    (_step(workers=1), "would sit on worker"),
+    (_step(eff=NOW + timedelta(days=2)), "in the future"),
+])
+def test_decide_rejects_whole_step_with_reason(msg, why):
+    st = initial_state(8, 2)
+    d = _run(st, [msg])
+    assert d.applied is None
+    assert d.state_after.assignment == st.assignment and d.state_after.map_version == 0
+    [e] = d.entries
+    assert e.action == "reject" and why in e.reason and e.checkpoint
+
+
+def test_malformed_and_foreign_are_events_not_checkpoints():
+    d = _run(initial_state(8, 2), [b"{oops", json.dumps({"schema": "nope"}).encode(), _step(job="other"),
+                                   tick_message("j", "keycount", NOW)])
+    assert [(e.action, e.event, e.checkpoint) for e in d.entries] == [("reject", True, False)] * 3
+    assert "other/keycount" in d.entries[2].reason
+
+
+def test_queue_order_duplicates_and_supersede():
+    st = initial_state(8, 2)
+    s1 = _step(plan="a", step=1, steps=3, moves=((0, 0, 1),), version=0)
+    s2 = _step(plan="a", step=2, steps=3, moves=((1, 0, 1),), version=1)
+    s3 = _step(plan="a", step=3, steps=3, moves=((2, 0, 1),), version=2, eff=NOW + timedelta(seconds=30))
+    d = _run(st, [s2, s1, s3])  # out of order: step 2 waits for step 1; one step per epoch
+    assert d.applied.step == 1
+    assert {(e.plan_id, e.step, e.action) for e in d.entries} == {
+        ("a", 1, "apply"), ("a", 2, "queue"), ("a", 3, "queue")}
+    assert not has_due_step(initial_state(8, 2), NOW)
+    assert has_due_step(d.state_after, NOW)
+    d2 = _run(d.state_after, [s1], epoch=6)  # duplicate of a finished step: no checkpoint, ack re-echo
+    assert d2.applied.step == 2
+    dup = [e for e in d2.entries if e.action == "duplicate"]
+    assert dup and dup[0].reecho and not dup[0].checkpoint
+    d3 = _run(d2.state_after, [], epoch=7)
+    assert d3.applied is None and len(d3.state_after.queue) == 1  # step 3 not yet due
+    d4 = _run(d3.state_after, [_step(plan="b", moves=((3, 0, 1),), version=2)], epoch=8)
+    acts = {(e.plan_id, e.step): e.action for e in d4.entries}
+    assert acts == {("a", 3): "supersede", ("b", 1): "apply"}
+    d5 = _run(d4.state_after, [s3], epoch=9)  # a late step of a superseded plan
+    assert [e.action for e in d5.entries] == ["duplicate"]
+
+
+def test_moveless_step_changes_workers_and_bumps_the_version():
+    d = _run(initial_state(8, 2), [_step(moves=(), workers=3)])
+    assert d.applied and d.state_after.workers == 3 and d.state_after.map_version == 1
+    d2 = _run(d.state_after, [_step(plan="q", moves=(), workers=3, version=1)], epoch=6)
+    assert d2.state_after.map_version == 2, "a pure noop is a version too"
+
+
+def test_step_after_a_rejected_step_is_rejected():
+    st = initial_state(8, 2)
+    bad = _step(plan="a", step=1, steps=2, version=9)
+    nxt = _step(plan="a", step=2, steps=2, version=0)
+    d = _run(st, [bad, nxt])
+    assert [(e.step, e.action) for e in d.entries] == [(1, "reject"), (2, "reject")]
+    assert "was rejected" in d.entries[1].reason
+
+
+# ------------------------------------------------------------------ split ------------------------
+def _split(bins, version=0, workers=2, plan="s"):
+    import dataclasses
+
+    return dataclasses.replace(_step(plan=plan, moves=(), workers=workers, version=version), kind="split", bins=bins)
+
+
+def test_split_raises_the_bin_count_and_keeps_every_key_on_its_worker():
+    st = initial_state(8, 2)
+    st.assignment = [0, 1, 0, 1, 1, 0, 0, 1]
+    d = _run(st, [_split(32)])
+    assert d.applied and d.applied.bins_before == 8 and d.applied.bins == 32 and d.applied.moves == ()
+    after = d.state_after.assignment
+    assert len(after) == 32 and d.state_after.map_version == 1 and d.state_after.workers == 2
+    assert all(after[b] == st.assignment[b >> 2] for b in range(32))  # bin b's quarters stay on b's worker
+    # the next step addresses the new bins: move one quarter of old bin 0 away, alone
+    d2 = _run(d.state_after, [_step(plan="m", moves=((1, 0, 1),), version=1)], epoch=6)
+    assert d2.applied and d2.state_after.assignment[:4] == [0, 1, 0, 0]
+    assert d2.warm == {}
+
+
+@pytest.mark.parametrize("msg, why", [
+    (_split(8), "must raise the bin count"),
+    (_split(4), "must raise the bin count"),
+    (_split(16, workers=3), "keeps the worker count"),
+    (_split(16, version=2), "map version mismatch"),
+])
+def test_split_is_rejected_whole_when_it_cannot_apply(msg, why):
+    st = initial_state(8, 2)
+    d = _run(st, [msg])
+    assert d.applied is None and d.state_after.assignment == st.assignment
+    [e] = d.entries
+    assert e.action == "reject" and why in e.reason and e.checkpoint
+
+
+@pytest.mark.parametrize("doc, why", [
+    ({"bins": 12}, "power of two"),
+    ({"bins": 1 << 17}, "power of two"),
+    ({"bins": True}, "must be int"),
+    ({}, "missing field 'bins'"),
+    ({"moves": [{"bin": 0, "from": 0, "to": 1}]}, "carries no moves"),
+])
+def test_split_message_shape_is_checked(doc, why):
+    from ballast.protocol import ProtocolError, parse_control
+
+    msg = {k: v for k, v in json.loads(_split(16).to_json()).items() if k != "bins"}
+    with pytest.raises(ProtocolError, match=why):
+        parse_control(json.dumps({**msg, **doc}))
+    assert parse_control(_split(16).to_json()).bins == 16
+    moves = json.loads(_step().to_json())
+    with pytest.raises(ProtocolError, match="split steps only"):
+        parse_control(json.dumps({**moves, "bins": 16}))
+
+
+# ------------------------------------------------------------------ pre-copy ---------------------
+def test_precopy_step_warms_one_epoch_then_applies():
+    import dataclasses
+
+    st = initial_state(8, 2)
+    step = dataclasses.replace(_step(moves=((0, 0, 1), (5, 1, 0))), precopy=True)
+    d = _run(st, [step], epoch=5)
+    assert d.applied is None and d.warm == {"0": [5], "1": [0]}
+    assert [e.action for e in d.entries] == ["queue"] and "pre-copy" in d.entries[0].reason
+    assert has_due_step(d.state_after, NOW)  # the runner ticks for it
+    d2 = _run(d.state_after, [], epoch=6)
+    assert d2.applied and d2.applied.moves == (Move(0, 0, 1), Move(5, 1, 0)) and d2.warm == {}
+    # a replay of the warm epoch decides the same (the decision is logged; this is the pure part)
+    assert _run(st, [step], epoch=5).to_dict()["warm"] == d.to_dict()["warm"]
+
+
+def test_precopy_flag_round_trips_and_must_be_a_boolean():
+    import dataclasses
+
+    from ballast.protocol import ProtocolError, parse_control
+
+    s = dataclasses.replace(_step(), precopy=True)
+    assert parse_control(s.to_json()).precopy is True
+    assert "precopy" not in json.loads(_step().to_json())  # old messages are unchanged
+    bad = json.loads(s.to_json())
+    bad["precopy"] = "yes"
+    with pytest.raises(ProtocolError, match="precopy"):
+        parse_control(json.dumps(bad))
+
+
+# ------------------------------------------------------------------ typed hand-offs ----------------
+def _typed_step(step: int, steps: int, moves: tuple[Move, ...], version: int, *, later: float = 0.0,
           precopy: bool = False) -> ControlStep:
     return ControlStep("j", "op", "p1", step, steps, "moves", moves, 2, version, NOW,
                        NOW + timedelta(seconds=later), precopy=precopy)
@@ -25,8 +208,8 @@ def _rec(s: ControlStep, off: int) -> ControlRecord:
 
 def test_decide_hands_typed_steps_to_the_runner_and_the_journal_round_trips_them():
     st = initial_state(8, 2)
-    now_step = _step(1, 2, (Move(0, 0, 1),), 0)
-    later = _step(2, 2, (Move(5, 1, 0),), 1, later=60.0, precopy=True)
+    now_step = _typed_step(1, 2, (Move(0, 0, 1),), 0)
+    later = _typed_step(2, 2, (Move(5, 1, 0),), 1, later=60.0, precopy=True)
     d = decide(st, [_rec(now_step, 1), _rec(later, 2)], epoch=3, now=NOW, job="j", operator="op",
                max_future_s=600.0)
     assert d.applied == AppliedStep("p1", 1, "moves", (Move(0, 0, 1),), workers_before=2, workers=2,
@@ -39,7 +222,7 @@ def test_decide_hands_typed_steps_to_the_runner_and_the_journal_round_trips_them
 
 
 def test_a_journal_line_written_when_the_queue_held_dicts_still_loads():
-    msg = _step(2, 2, (Move(5, 1, 0),), 1).to_dict()
+    msg = _typed_step(2, 2, (Move(5, 1, 0),), 1).to_dict()
     old = {"epoch": 4, "decided_at": NOW.isoformat(), "entries": [], "map_version_before": 0, "workers_before": 2,
            "state_after": {"map_version": 1, "workers": 2, "assignment": [1, 0, 0, 0, 1, 1, 1, 1],
                            "queue": [{"msg": msg, "offset": "0:7", "epoch": 4}], "final": {}, "plans": ["p1"]},

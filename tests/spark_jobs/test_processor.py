@@ -1,5 +1,6 @@
-"""Stateful-processor API without Spark: state types, TTL, the per-bin timer index, the epoch clock,
-and one worker's epoch (run_processor) against a real LMDB cache."""
+"""Stateful-processor API without Spark: state types, TTL, time modes, the guide's example, and one
+worker's epoch (run_processor) against a real LMDB cache. The timer index and the clock:
+test_timers.py."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 
 from spark_jobs import timers
-from spark_jobs.bins import bin_of_hash, bin_of_store_key, bin_range, store_key
+from spark_jobs.bins import bin_of_hash
 from spark_jobs.cache import WorkerCache
 from spark_jobs.objects import DEAD_LETTER, OUTPUT, ObjectWriter
 from spark_jobs.processor import (
@@ -20,9 +21,7 @@ from spark_jobs.processor import (
     StatefulProcessor,
     StatefulProcessorHandle,
     TimerValues,
-    is_processor,
 )
-from spark_jobs.storage import Location
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples" / "operators"))
 
@@ -93,84 +92,6 @@ def test_timers_need_a_time_mode_and_state_needs_a_key():
         QuerySpec(time_mode="EventTime")
     with pytest.raises(ValueError, match="time_mode must be"):
         QuerySpec(time_mode="Sometimes")
-
-
-def test_timer_index_sorts_inside_the_bin_in_expiry_order(tmp_path):
-    keys = [b"k%d" % i for i in range(200)]
-    hs = [(hash(k) * 2654435761) & ((1 << 64) - 1) for k in keys]
-    with WorkerCache(tmp_path, "s", "job", 0) as cache:
-        def fill(txn):
-            for i, (key, h) in enumerate(zip(keys, hs)):
-                sk = store_key(h, key)
-                txn.put(timers.index_key(sk, K, timers.USER, 1000 - i), key, db=cache.data)
-                txn.put(timers.index_key(sk, K, timers.TTL, -5), key, db=cache.data)
-                lo, hi = bin_range(bin_of_hash(h, K), K)
-                ik = timers.index_key(sk, K, timers.USER, 1000 - i)
-                assert lo <= ik and (hi is None or ik < hi), "an index entry outside its key's bin"
-                assert timers.parse_index_key(ik) == (timers.USER, 1000 - i, sk)
-        cache.write(fill)
-
-        def check(txn):
-            for b in range(1 << K):
-                mine = sorted(1000 - i for i, h in enumerate(hs) if bin_of_hash(h, K) == b)
-                got = [ts for ts, _, _ in timers.scan(txn, cache.data, b, K, timers.USER, None)]
-                assert got == mine
-                assert [ts for ts, _, _ in timers.scan(txn, cache.data, b, K, timers.USER, 900)] == \
-                    [t for t in mine if t <= 900]
-                assert all(ts == -5 for ts, _, _ in timers.scan(txn, cache.data, b, K, timers.TTL, 0))
-            assert timers.first_due(txn, cache.data, range(1 << K), K, timers.USER) == 1000 - 199
-        cache.write(check)
-
-
-def test_clock_is_logged_once_and_reused_on_replay(tmp_path):
-    log = timers.ClockLog(Location.of(str(tmp_path)))
-    c1 = log.for_epoch(7, 60_000, 5_000)
-    assert c1.watermark_ms == 55_000 and c1.due("EventTime") == 55_000 and c1.due("None") is None
-    assert log.for_epoch(7, 99_999_999, 0) == c1, "a replay reuses the logged clock"
-    assert log.for_epoch(8, None, 5_000).watermark_ms == 0
-    log.gc(8)
-    assert log.for_epoch(7, 70_000, 0).watermark_ms == 70_000  # gone, so decided anew
-
-
-def test_schedule_decides_when_quiet_epochs_need_tasks():
-    s = timers.TimerSchedule("EventTime", 1000)
-    clock = timers.EpochClock(3, processing_ms=10_000, watermark_ms=5_000)
-    assert s.epoch_needs_tasks(clock), "unknown after a start: run once"
-    s.update([{"next_timer_ms": 6000, "next_expiry_ms": None}, {"next_timer_ms": None}])
-    assert not s.epoch_needs_tasks(clock) and not s.tick_due(10_000, 6_500)
-    assert s.tick_due(10_000, 7_000) and s.epoch_needs_tasks(timers.EpochClock(4, 10_000, 6_000))
-    s.update([{"next_expiry_ms": 9_000}])
-    assert s.epoch_needs_tasks(clock), "a TTL expiry due at processing time"
-
-
-class _Bad:
-    pass
-
-
-def test_operator_by_import_path_accepts_processors_with_clear_errors():
-    from spark_jobs.operator_loader import get_operator
-    from spark_jobs.processing import ProcessorOperator
-
-    op = get_operator("window_counts:WindowCounts")
-    assert isinstance(op, ProcessorOperator) and op.spec.time_mode == "EventTime" and op.spec.grouping_keys == ("user",)
-    assert isinstance(get_operator("window_counts:WindowCountsProcessor"), ProcessorOperator)  # Spark's, as is
-    with pytest.raises(ValueError, match="does not import"):
-        get_operator("window_counts:Nope")
-    with pytest.raises(ValueError, match="does not import"):
-        get_operator("no_such_pkg.mod:Proc")
-    with pytest.raises(ValueError, match="nor a stateful processor"):
-        get_operator("test_processor:_Bad")
-    with pytest.raises(ValueError, match="package.module:Class"):
-        get_operator("window_counts:")
-    assert is_processor(StatefulProcessor) and not is_processor(_Bad) and not is_processor(42)
-
-
-def test_cli_refuses_a_bad_operator_path_before_starting_spark(capsys):
-    from spark_jobs.cli import main
-
-    rc = main(["run", "--job", "j", "--input-topic", "t", "--checkpoint-dir", "/nonexistent/x",
-               "--operator", "test_processor:_Bad"])
-    assert rc == 2 and "nor a stateful processor" in capsys.readouterr().err
 
 
 def test_the_guide_shows_the_tested_example():
@@ -323,23 +244,6 @@ def test_a_split_files_every_timer_under_its_own_part_and_each_fires_once(tmp_pa
             assert cache.write(entries) == [], "every window fired: no timer left"
             fired[name] = sorted((k_, json.loads(v)["count"]) for kind, k_, v, _ in outs if kind == OUTPUT)
     assert fired["split"] == fired["plain"] and len(fired["plain"]) == len(users)
-
-
-def test_rehome_moves_only_stray_entries_and_records_them(tmp_path):
-    hs = [((i * 0x9E3779B97F4A7C15) & ((1 << 64) - 1)) - (1 << 63) for i in range(1, 200)]
-    sks = [store_key(h, b"k%d" % i) for i, h in enumerate(hs)]
-    with WorkerCache(tmp_path, "s", "job", 0) as cache:
-        cache.write(lambda txn: [txn.put(timers.index_key(sk, K, timers.USER, 7), b"v", db=cache.data) for sk in sks])
-        log: list = []
-        moved = cache.write(lambda txn: timers.rehome(txn, cache.data, set(range(1 << (K + 2))), K + 2,
-                                                      lambda b, ik, v: log.append((b, ik, v))))
-        strays = [sk for sk in sks if bin_of_store_key(sk, K + 2) % 4 != 0]  # not in their bin's first part
-        assert moved == len(strays) > 0 and len(log) == 2 * moved
-        for b, ik, v in log:
-            lo, hi = bin_range(b, K + 2)
-            assert (v is None) or (lo <= ik and (hi is None or ik < hi)), "a put lands inside its part"
-        with pytest.raises(RuntimeError, match="without moves"):
-            cache.write(lambda txn: timers.rehome(txn, cache.data, {0, 4, 8}, K + 2, lambda *a: None))
 
 
 def test_event_time_far_ahead_is_a_dead_letter_that_leaves_the_watermark(tmp_path):

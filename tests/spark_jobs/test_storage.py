@@ -1,8 +1,7 @@
-"""Durable objects appear whole or not at all (spark_jobs.storage: a temporary name, then a
-rename), against real failures: a writer process killed by the kernel in the middle of its write,
-and a real file system (a small tmpfs) that fills up mid-write. Readers are the data plane's own:
-the worker's check for an attempt that already finished (`find_object`) and the driver's commit,
-which picks one object per worker from the listing (`DurableState.commit_epoch`)."""
+"""spark_jobs.storage: a Location keeps its URI's scheme, and durable objects appear whole or not at
+all (a temporary name, then a rename), against real failures: a writer process killed by the
+kernel mid-write, and a small tmpfs that fills up mid-write. The readers are the data plane's own:
+the worker's check for a finished attempt (`find_object`) and the driver's commit."""
 
 from __future__ import annotations
 
@@ -105,3 +104,15 @@ def test_a_file_system_full_mid_write_publishes_nothing_and_a_retry_writes_the_o
         other.unlink()
         (Location.of(root) / "changelog" / epoch_name(EPOCH) / object_name(0, "s1a1-retry")).write_bytes(data)
         _assert_whole(root, data, per_bin)
+
+
+def test_location_keeps_the_scheme_and_writes_atomically(tmp_path):
+    loc = Location.of(f"file://{tmp_path}") / "a" / "b.json"
+    assert loc.uri == f"file://{tmp_path}/a/b.json" and loc.path == f"{tmp_path}/a/b.json"
+    assert loc.read_json() is None and not loc.exists()
+    loc.write_json({"x": 1})
+    assert loc.read_json() == {"x": 1} and (tmp_path / "a" / "b.json").exists()
+    (tmp_path / "a" / "c.json.tmp-123").write_text("half")  # an interrupted write is never listed
+    assert Location.of(tmp_path / "a").list() == ["b.json"]
+    with pytest.raises(ValueError, match="cannot open storage location"):
+        Location.of("nosuchscheme://x/y")

@@ -1,0 +1,62 @@
+"""spark_jobs.operator_loader: a shipped name, or an import path to an Operator subclass, a stateful
+processor (Ballast's or Spark's) or a StatelessQuery, gives the operator the workers run; anything
+else stops with a message saying what was expected."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from spark_jobs.operator_loader import get_operator
+from spark_jobs.operators import KeyCount, WordCount
+from spark_jobs.processing import ProcessorOperator
+from spark_jobs.processor import StatefulProcessor, is_processor
+from spark_jobs.stateless import StatelessOperator
+
+pytestmark = pytest.mark.dataplane
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples" / "operators"))
+
+
+class _Bad:
+    pass
+
+
+def test_user_operator_by_import_path_and_clear_errors():
+    assert isinstance(get_operator("spark_jobs.operators:KeyCount"), KeyCount)
+    with pytest.raises(ValueError, match="does not import"):
+        get_operator("no_such_module:Op")
+    with pytest.raises(ValueError, match="does not import"):
+        get_operator("spark_jobs.operators:Nope")
+    with pytest.raises(ValueError, match="not a subclass"):
+        get_operator("spark_jobs.bins:MASK64")
+    with pytest.raises(ValueError, match="unknown operator"):
+        get_operator("nope")
+
+
+def test_operator_by_import_path_accepts_processors_with_clear_errors():
+    op = get_operator("window_counts:WindowCounts")
+    assert isinstance(op, ProcessorOperator) and op.spec.time_mode == "EventTime" and op.spec.grouping_keys == ("user",)
+    assert isinstance(get_operator("window_counts:WindowCountsProcessor"), ProcessorOperator)  # Spark's, as is
+    with pytest.raises(ValueError, match="does not import"):
+        get_operator("window_counts:Nope")
+    with pytest.raises(ValueError, match="does not import"):
+        get_operator("no_such_pkg.mod:Proc")
+    with pytest.raises(ValueError, match="nor a stateful processor"):
+        get_operator("test_operator_loader:_Bad")
+    with pytest.raises(ValueError, match="package.module:Class"):
+        get_operator("window_counts:")
+    assert is_processor(StatefulProcessor) and not is_processor(_Bad) and not is_processor(42)
+
+
+def test_the_loader_runs_a_declared_stateless_query():
+    op = get_operator("spark_jobs.nexmark.stateless:Q1")
+    assert isinstance(op, StatelessOperator) and op.key_schema == "stateless"
+
+
+def test_shipped_names_give_a_fresh_operator_each_time():
+    assert type(get_operator("keycount")) is KeyCount and type(get_operator("wordcount")) is WordCount
+    assert get_operator("keycount") is not get_operator("keycount")
+    with pytest.raises(ValueError, match=r"known: \['keycount', 'wordcount'\], or package.module:Class"):
+        get_operator("KeyCount")  # names are exact
