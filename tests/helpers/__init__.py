@@ -15,6 +15,7 @@ root on sys.path: pyproject's `pythonpath = ["."]`).
   stepapplier     the reference step applier answering control messages as the data plane does
   store_seed      rows the store's tests seed
   dp_helpers      the data plane's oracles: produce, reference_by_epoch, check_state, plans ...
+  worker_epochs   Harness: a worker's epochs and the driver's commit without Spark (LMDB, Arrow)
   kill_runs       the CLI job killed and restarted while a plan applies (exactly-once runs)
   window_helpers  the tumbling-window example's events and pure-Python reference
   fault_helpers   a batched migration through an outage of the broker or the metrics DB

@@ -18,7 +18,7 @@ from spark_jobs.cache import CacheError, cache_path
 from spark_jobs.cache_fallback import run_cached
 from spark_jobs.worker import ApplyConfig, _done_outputs, _run
 from tests.helpers import disks
-from tests.spark_jobs.test_durable import Harness, keys_of
+from tests.helpers.worker_epochs import Harness, keys_of
 
 pytestmark = pytest.mark.dataplane
 
