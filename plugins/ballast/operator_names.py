@@ -12,7 +12,7 @@ import importlib
 
 __all__ = ["SHIPPED_OPERATORS", "check_operator_name", "import_operator_class"]
 
-# the operators spark_jobs.operators ships (tests/spark_jobs/test_operators.py keeps the two equal)
+# the operators spark_jobs.operators ships (tests/ballast/test_operator_names.py keeps the two equal)
 SHIPPED_OPERATORS: tuple[str, ...] = ("keycount", "wordcount")
 
 

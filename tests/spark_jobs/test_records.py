@@ -175,22 +175,3 @@ def test_processor_keyed_rejects_what_its_input_schema_cannot_parse(spark):
     op2 = ProcessorOperator(query(StatefulProcessor, input_schema="struct<user:string>", grouping_keys=("user",)))
     got = {r["offset"]: r[REJECT_COLUMN] for r in op2.keyed(df.where("offset < 3")).collect()}
     assert got == {0: None, 1: NULL_VALUE, 2: DECODE_ERROR}
-
-
-def test_an_output_over_the_record_limit_becomes_a_too_large_dead_letter():
-    """The Kafka writer would fail the epoch (at every replay) on a record over the job's limit."""
-    from spark_jobs.records import MAX_RECORD_BYTES, TOO_LARGE, dead_note
-
-    cfg = ApplyConfig(epoch=3, job="j", operator="keycount", bins_bits=K, workers=1, assignment=(0,) * (1 << K),
-                      state_uri="", store_id="s", history=SimpleNamespace(), output_topic="j.output",  # type: ignore[arg-type]
-                      dlq_topic="j.dlq", input_topic="in")
-    huge = b"x" * MAX_RECORD_BYTES
-    outs = [(OUTPUT, b"k", b"1"), (OUTPUT, huge, b"2"), (DEAD_LETTER, None, huge, dead_note(NULL_KEY, "in", 1, 7))]
-    rows = kafka_rows(cfg.epoch, 0, [(*o, None) if len(o) == 3 else o for o in outs], cfg.output_topic,
-                      cfg.dlq_topic).to_pylist()  # type: ignore[arg-type]
-    assert [(r["topic"], r["key"], r["value"]) for r in rows] == [("j.output", b"k", b"1"), ("j.dlq", None, None),
-                                                                  ("j.dlq", None, None)]
-    h1, h2 = ({h["key"]: h["value"] for h in r["headers"]} for r in rows[1:])
-    assert h1["ballast-reason"] == TOO_LARGE.encode() and b"output to j.output" in h1["ballast-error"]
-    assert h2["ballast-reason"] == TOO_LARGE.encode() and h2["ballast-source"] == b"in:1:7"
-    assert [h1["ballast-id"], h2["ballast-id"]] == [b"3:0:1", b"3:0:2"], "ids stay in place: replays match"

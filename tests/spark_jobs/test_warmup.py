@@ -1,0 +1,108 @@
+"""spark_jobs.warmup: before the first epoch, each Python worker imports the job's modules, opens its
+cache and runs one epoch on scratch state that it deletes, with crash injection off; a failed
+warm-up is only logged; the warm-up's Kafka record is one tick; caches live under the checkpoint in
+local mode. Spark itself is faked: the functions Spark would run are called directly."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import tempfile
+from types import SimpleNamespace
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from spark_jobs.cache import WorkerCache, cache_path
+from spark_jobs.nexmark.stateless import Q1
+from spark_jobs.stateless import StatelessOperator
+from spark_jobs.warmup import WarmUp, _emit_tick, _warm_fn
+
+pytestmark = pytest.mark.dataplane
+
+
+class Runner(WarmUp):
+    def __init__(self, master: str = "local[2]", cache_dir: str | None = None, ckpt_local: bool = True,
+                 spark: Any = None, op: Any = None) -> None:
+        self.cfg = SimpleNamespace(cache_dir=cache_dir, path="keycount", job="j")  # type: ignore[assignment]
+        self.spark = spark or SimpleNamespace(sparkContext=SimpleNamespace(master=master))
+        self.journal = SimpleNamespace(root=SimpleNamespace(is_local=ckpt_local, path="/ck"))  # type: ignore[assignment]
+        self.durable = None
+        self._cache_dir = cache_dir
+        self.inputs = SimpleNamespace(handoff=())
+        self.op = op
+
+
+@pytest.fixture
+def scratch(tmp_path, monkeypatch):  # type: ignore[no-untyped-def]
+    """tempfile's directory, to see what the warm-up leaves there."""
+    d = tmp_path / "tmp"
+    d.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(d))
+    return d
+
+
+def test_caches_go_where_the_flag_says_else_under_a_local_checkpoint():
+    assert Runner(cache_dir="/fast/disk")._default_cache_dir() == "/fast/disk"
+    assert Runner()._default_cache_dir() == "/ck/cache", "a restart finds its caches warm"
+    assert Runner(ckpt_local=False)._default_cache_dir() is None
+    assert Runner(master="spark://m:7077")._default_cache_dir() is None, "each executor's own directory"
+
+
+def test_a_python_worker_warms_its_cache_and_one_epoch_on_scratch_state(tmp_path, scratch):
+    warm = _warm_fn("keycount", "j", str(tmp_path / "caches"), "store-1")
+    assert list(warm(3, iter([]))) == [3]
+    with WorkerCache(tmp_path / "caches", "store-1", "j", 3) as c:
+        assert not c.created and c.write(lambda txn: c.last_applied(txn)) == -1, "opened, nothing applied"
+    assert list(scratch.iterdir()) == [], "the scratch epoch's cache and state are deleted"
+
+
+def test_a_processor_warms_no_epoch_and_a_cache_that_cannot_open_is_left_to_the_first_epoch(tmp_path, scratch):
+    (tmp_path / "caches").write_text("a file where the caches would go")
+    spec_op = "spark_jobs.nexmark.winning:WinningBids"
+    assert list(_warm_fn(spec_op, "j", str(tmp_path / "caches"), "store-1")(0, iter([]))) == [0]
+    assert list(_warm_fn("keycount", "j", str(tmp_path / "other"), "")(1, iter([]))) == [1]
+    assert not cache_path(tmp_path / "other", "", 1).exists(), "no store yet: no cache"
+
+
+def test_the_scratch_epoch_fires_no_fault_point(tmp_path):
+    faults = tmp_path / "faults"
+    faults.write_text("worker_prepared 1\nworker_before_commit 1\n")
+    code = "from spark_jobs.warmup import _warm_task; _warm_task('keycount', 'j', 0)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "BALLAST_FAULTS_FILE": str(faults)})
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert faults.read_text() == "worker_prepared 1\nworker_before_commit 1\n"
+
+
+def test_a_failed_warm_up_is_only_logged(caplog):
+    def boom(*a: Any) -> Any:
+        raise RuntimeError("no executors yet")
+
+    spark = SimpleNamespace(sparkContext=SimpleNamespace(master="local[2]", parallelize=boom))
+    with caplog.at_level(logging.WARNING, "ballast.runner"):
+        Runner(spark=spark, op=object())._warm_up(2)
+    assert "warm-up failed; the first epoch starts the Python workers itself" in caplog.text
+
+
+def test_a_stateless_query_and_a_hand_off_input_skip_their_warm_ups():
+    called: list[str] = []
+    spark = SimpleNamespace(sparkContext=SimpleNamespace(master="local[2]", parallelize=lambda *a: called.append("p")),
+                            range=lambda *a: called.append("range"))
+    Runner(spark=spark, op=StatelessOperator(Q1))._warm_up(2)  # every stage in the JVM: no Python worker
+    r = Runner(spark=spark, op=object())
+    r.inputs = SimpleNamespace(handoff=("j.a.out",))  # its deduplication reads the journal
+    r._warm_plan(None, 2)
+    assert called == []
+
+
+def test_the_warm_up_writes_one_tick_per_worker_whatever_it_reads():
+    fn = _emit_tick("j.control.ticks", b"j/keycount", b"tick")
+    read = []
+    batches = (read.append(i) or pa.record_batch({"x": [i]}) for i in range(3))
+    [rb] = list(fn(batches))
+    assert read == [0, 1, 2], "its input is drained"
+    assert rb.to_pylist() == [{"topic": "j.control.ticks", "key": b"j/keycount", "value": b"tick", "headers": []}]
