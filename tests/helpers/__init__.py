@@ -18,6 +18,7 @@ root on sys.path: pyproject's `pythonpath = ["."]`).
   worker_epochs   Harness: a worker's epochs and the driver's commit without Spark (LMDB, Arrow)
   kill_runs       the CLI job killed and restarted while a plan applies (exactly-once runs)
   window_helpers  the tumbling-window example's events and pure-Python reference
+  processor_key   one grouping key of a stateful processor driven as an epoch loop does (no Spark)
   fault_helpers   a batched migration through an outage of the broker or the metrics DB
   fuzz_messages   generated valid, near-valid and hostile control messages (Hypothesis)
   console_stack   the stack's real Airflow and a headless browser for the console tests
