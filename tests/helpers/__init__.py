@@ -12,6 +12,7 @@ root on sys.path: pyproject's `pythonpath = ["."]`).
                   (re-exported by tests/ballast, tests/dags and tests/system conftest.py)
   cluster         the loopback Spark standalone cluster fixtures (spark_cluster, submit_app)
   dialects        any_db: a fresh migrated metrics DB, on SQLite then on PostgreSQL
+  dag_bag         the DAG folder parsed for a jobs file of the test's own (no metadata DB): structure, params
   stepapplier     the reference step applier answering control messages as the data plane does
   store_seed      rows the store's tests seed
   dp_helpers      the data plane's oracles: produce, reference_by_epoch, check_state, plans ...

@@ -1,5 +1,5 @@
 """Per-epoch metrics rows for the retention tests: the store's pruning (tests/store/test_retention.py)
-and the retention DAG (tests/dags/test_retention_dag.py) seed and count the same rows, so the
+and the retention DAG (tests/dags/test_ballast_retention.py) seed and count the same rows, so the
 seeding lives here rather than in one test module that the other imports. Rows are counted with
 a query of the test's own (count_rows), not through the store under test."""
 
