@@ -30,7 +30,7 @@ print("survived", flush=True)
 
 
 def _child(faults_file, code: str = CHILD, **env) -> subprocess.CompletedProcess[str]:  # type: ignore[no-untyped-def]
-    base = {k: v for k, v in os.environ.items() if not k.startswith("BALLAST_FAULTS")}
+    base = {k: v for k, v in os.environ.items() if k not in ("BALLAST_FAULTS_FILE", "BALLAST_FAULTS_KILL_GROUP")}
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                           env={**base, "BALLAST_FAULTS_FILE": str(faults_file), **env}, start_new_session=True)
 
