@@ -57,11 +57,17 @@ class OperatorSpec:
         return OperatorSpec(name, path)
 
 
-def operator_configs(base: RunConfig, specs: list[OperatorSpec]) -> list[RunConfig]:
-    """One RunConfig per operator: its checkpoint/state/cache dirs, input and output topics."""
+def check_unique(specs: list[OperatorSpec]) -> None:
+    """Operator names key topics, checkpoints and metrics rows: two alike would share them."""
     names = [s.name for s in specs]
     if len(set(names)) != len(names):
         raise ChainError(f"operator names must be unique in a job, got {names}")
+
+
+def operator_configs(base: RunConfig, specs: list[OperatorSpec]) -> list[RunConfig]:
+    """One RunConfig per operator: its checkpoint/state/cache dirs, input and output topics."""
+    check_unique(specs)
+    names = [s.name for s in specs]
     out: list[RunConfig] = []
     for i, s in enumerate(specs):
         last = i == len(specs) - 1

@@ -21,7 +21,7 @@ from ballast.options import settings
 from ballast.protocol import MAX_MESSAGE_BYTES
 from ballast.signing import DEFAULT_MAX_AGE_S, ENV_KEYS, load_keyring
 from ballast.store.fencing import Fenced
-from spark_jobs.chain import ChainRunner, OperatorSpec
+from spark_jobs.chain import ChainRunner, OperatorSpec, check_unique
 from spark_jobs.fencing import FENCED_EXIT
 from spark_jobs.runner import JobRunner, RunConfig
 
@@ -149,6 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         ops = a.operator or ["keycount"]
         try:  # before Spark starts: a wrong import path fails in a second, with what to do
             specs = [OperatorSpec.parse(o) for o in ops] if len(ops) > 1 else []
+            check_unique(specs)
             for path in [s.path for s in specs] or [ops[0].partition("=")[2] or ops[0]]:
                 get_operator(path)
         except ValueError as exc:

@@ -184,6 +184,8 @@ class ObjectReader:
         if where is None:
             return [], []
         i, off, n = where
+        if n == 0:  # an empty bin is listed (the object covers it) but owns no rows, maybe not even a batch
+            return [], []
         if self._batch is None or self._batch[0] != i:
             self._batch = (i, self._reader.get_batch(i))
         rb = self._batch[1].slice(off, n)

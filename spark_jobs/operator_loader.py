@@ -26,7 +26,11 @@ def get_operator(name: str) -> Operator:
     if ":" in name:
         cls = import_operator_class(name)
         if isinstance(cls, type) and issubclass(cls, Operator):
-            return cls()
+            try:
+                return cls()
+            except TypeError as exc:  # abstract (fold not implemented) or an __init__ that needs arguments
+                raise ValueError(f"operator {name!r} cannot be instantiated without arguments: {exc}; implement "
+                                 "every abstract method and keep __init__ argument-free") from None
         if isinstance(cls, type) and is_processor(cls):
             return ProcessorOperator(cls)
         if isinstance(cls, StatelessQuery):

@@ -43,6 +43,8 @@ def test_cli_refuses_a_chain_whose_operator_does_not_import(tmp_path):
 @pytest.mark.parametrize("operators, why", [
     (["keycont"], "unknown operator 'keycont'"),
     (["a b=keycount", "c=keycount"], "use letters, digits"),
+    (["a=keycount", "a=wordcount"], "operator names must be unique"),
+    (["spark_jobs.operators:Operator"], "cannot be instantiated"),
 ])
 def test_a_bad_operator_name_or_chain_is_exit_code_2_with_the_reason(operators, why, capsys):
     argv = RUN + [x for o in operators for x in ("--operator", o)]

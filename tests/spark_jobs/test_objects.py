@@ -177,3 +177,23 @@ def test_the_same_changes_give_the_same_bytes():
     first = build()
     assert build() == first
     assert pa.ipc.open_file(pa.BufferReader(first)).num_record_batches == 2  # the changes, then the outputs
+
+
+def test_an_empty_bin_last_is_listed_and_reads_empty(tmp_path):
+    """A bin with no rows after the last batch: the object covers it (a snapshot's empty bin must
+    not send a reader further back in history) and reading it needs no batch."""
+    w = ObjectWriter(meta={"epoch": 2})
+    w.add_bin(1, [b"a"], [b"1"])
+    w.add_bin(3, [], [])
+    loc = Location.of(tmp_path) / "o.arrow"
+    loc.write_bytes(w.to_bytes())
+    r = ObjectReader(loc)
+    assert r.bins == [1, 3]
+    assert r.bin_changes(3) == ([], []) and r.bin_changes(1) == ([b"a"], [b"1"])
+    r.close()
+    alone = ObjectWriter(meta={"epoch": 2})
+    alone.add_bin(0, [], [])
+    loc.write_bytes(alone.to_bytes())
+    r = ObjectReader(loc)
+    assert r.bins == [0] and r.bin_changes(0) == ([], [])
+    r.close()

@@ -33,6 +33,8 @@ def test_user_operator_by_import_path_and_clear_errors():
         get_operator("spark_jobs.bins:MASK64")
     with pytest.raises(ValueError, match="unknown operator"):
         get_operator("nope")
+    with pytest.raises(ValueError, match="cannot be instantiated"):  # abstract: fold not implemented
+        get_operator("spark_jobs.operators:Operator")
 
 
 def test_operator_by_import_path_accepts_processors_with_clear_errors():
