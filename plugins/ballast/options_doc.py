@@ -1,7 +1,7 @@
 """README's configuration table and docs/airflow.md's jobs-file key table, generated from the code.
 
 Why: hand-written tables drifted (6 of 22 variables were documented). `--write` rewrites the text
-between the markers; `--check` (and tests/ballast/test_options.py) fails when a doc differs
+between the markers; `--check` (and tests/ballast/test_options_doc.py) fails when a doc differs
 from what `ballast.options.Settings` and `ballast.config.JobConfig` declare.
 
     python -m ballast.options_doc --write    # after adding or changing a knob

@@ -1,6 +1,6 @@
-"""ballast.options and the jobs file: defaults, environment overrides, refusals with a clear message,
-generated doc tables in sync, and no `BALLAST_*` variable used anywhere that the module does not declare.
-Fast: no services."""
+"""ballast.options: defaults, environment overrides, refusals with a clear message, and no `BALLAST_*`
+variable used anywhere that the module does not declare (the jobs file: test_config.py; the generated
+doc tables: test_options_doc.py). Fast: no services."""
 
 from __future__ import annotations
 
@@ -11,8 +11,7 @@ from typing import get_args
 
 import pytest
 
-from ballast import options_doc
-from ballast.config import ConfigError, JobConfig, get_job, load_jobs
+from ballast.config import ConfigError, JobConfig, get_job
 from ballast.options import (
     DEFAULT_MAX_WORKERS,
     EMIT_MODES,
@@ -106,52 +105,6 @@ def test_bad_environment_value_names_the_variable(clean_env: pytest.MonkeyPatch)
         settings()
 
 
-def test_unknown_key_is_refused_naming_file_job_and_key(tmp_path: Path) -> None:
-    p = _write(tmp_path, "jobs:\n  - {job: clicks, operator: keycount, input_topic: c, max_wrkers: 4}\n")
-    with pytest.raises(ConfigError) as exc:
-        load_jobs(p)
-    msg = str(exc.value)
-    assert f"{p}: jobs[0] (job 'clicks'): max_wrkers: unknown key; did you mean 'max_workers'?" in msg
-    assert "allowed: job, operator, input_topic" in msg
-    p = _write(tmp_path, "jobs:\n  - {job: clicks, operator: k, input_topic: c, rebalance: {stratgy: fluid}}\n")
-    with pytest.raises(ConfigError, match=r"rebalance\.stratgy: unknown key; did you mean 'strategy'\?"):
-        load_jobs(p)
-
-
-@pytest.mark.parametrize(
-    "body,expected",
-    [
-        ("bins: many", r"bins: Input should be a valid integer"),
-        ("bins: 100", r"bins: bins must be a power of two"),
-        (
-            "rebalance: {strategy: fast}",
-            r"rebalance\.strategy: Input should be 'all-at-once', 'fluid', 'batched' or 'auto'",
-        ),
-        ("rebalance: {emit_mode: eager}", r"rebalance\.emit_mode: Input should be 'flow-control' or 'prepared-ahead'"),
-        ("launcher: yarn", r"launcher: Input should be 'cli' or 'spark-submit'"),
-        (
-            "min_workers: 3, max_workers: 2",
-            r"need 1 <= min_workers \(3\) <= initial_workers \(1\) <= max_workers \(2\)",
-        ),
-    ],
-)
-def test_bad_value_is_refused_with_what_is_allowed(tmp_path: Path, body: str, expected: str) -> None:
-    p = _write(tmp_path, f"jobs:\n  - {{job: clicks, operator: keycount, input_topic: c, {body}}}\n")
-    with pytest.raises(ConfigError, match=re.escape(f"{p}: jobs[0] (job 'clicks'): ") + expected):
-        load_jobs(p)
-
-
-def test_missing_required_key_and_duplicate_job(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=r"unknown top-level key\(s\) \['job'\]; allowed: \['jobs', 'schedules'\]"):
-        load_jobs(_write(tmp_path, "job: [{job: a, operator: k, input_topic: t}]\njobs: []\n"))
-    with pytest.raises(ConfigError, match=r"jobs\[0\] \(job 'a'\): input_topic: required key is missing"):
-        load_jobs(_write(tmp_path, "jobs: [{job: a, operator: k}]\n"))
-    with pytest.raises(ConfigError, match=r"job 'a' appears twice"):
-        load_jobs(
-            _write(tmp_path, "jobs: [{job: a, operator: k, input_topic: t}, {job: a, operator: k, input_topic: u}]\n")
-        )
-
-
 def test_names_are_single_literals() -> None:
     assert get_args(Strategy) == STRATEGIES and get_args(Order) == ORDERS and get_args(EmitMode) == EMIT_MODES
     fields = JobConfig.model_fields["rebalance"].annotation.model_fields  # type: ignore[union-attr]
@@ -160,22 +113,6 @@ def test_names_are_single_literals() -> None:
         Order,
         EmitMode,
     )
-
-
-def test_generated_tables_match_the_code() -> None:
-    """README's configuration table and docs/airflow.md's jobs-file table equal what the code declares."""
-    assert options_doc.stale() == [], "run: python -m ballast.options_doc --write"
-    readme = (REPO / "README.md").read_text()
-    assert all(f"`{env_var(n)}`" in readme for n in Settings.model_fields)
-
-
-def test_a_table_out_of_date_is_detected(tmp_path: Path) -> None:
-    doc = tmp_path / "README.md"
-    doc.write_text(f"x\n{options_doc.ENV_BEGIN}\n| old |\n{options_doc.ENV_END}\ny\n")
-    new = options_doc.render(doc.read_text(), options_doc.ENV_BEGIN, options_doc.ENV_END, options_doc.env_table(), doc)
-    assert new != doc.read_text() and new.startswith("x\n") and new.endswith("\ny\n")
-    with pytest.raises(ValueError, match="exactly one"):
-        options_doc.render("no markers", options_doc.ENV_BEGIN, options_doc.ENV_END, "t", doc)
 
 
 def test_every_ballast_variable_in_the_tree_is_declared() -> None:
