@@ -1,0 +1,230 @@
+"""ballast.protocol: a control step and a checkpoint survive their JSON round trip; a message is
+judged by its shape alone (size first, then JSON, schema, types, bounds, steps, moves), and anything
+malformed is one ProtocolError whose reason is safe to store, log and echo. Fast: no services."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+
+from ballast.protocol import (
+    ACK_SCHEMA,
+    MAX_INT,
+    MAX_REPORTED_CHARS,
+    CheckpointMessage,
+    ControlStep,
+    Move,
+    ProtocolError,
+    acks_topic,
+    brief,
+    clip,
+    control_topic,
+    describe_error,
+    message_key,
+    message_size,
+    parse_control,
+    parse_document,
+    split_assignment,
+    step_from_document,
+)
+
+pytestmark = pytest.mark.controlplane
+NOW = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
+
+
+def _step(plan="p", step=1, steps=1, moves=((0, 0, 1),), workers=2, version=0, eff=NOW, job="j", op="keycount"):
+    return ControlStep(job=job, operator=op, plan_id=plan, step=step, steps=steps, kind="moves" if moves else "noop",
+                       moves=tuple(Move(*m) for m in moves), workers=workers, map_version=version,
+                       issued_at=NOW, effective_at=eff)
+
+
+def _split(bins, version=0, workers=2, plan="s"):
+    return dataclasses.replace(_step(plan=plan, moves=(), workers=workers, version=version), kind="split", bins=bins)
+
+
+def _good(**kw) -> dict:
+    d = ControlStep(job="j", operator="keycount", plan_id="p", step=1, steps=1, kind="moves",
+                    moves=(Move(0, 0, 1),), workers=2, map_version=0, issued_at=NOW, effective_at=NOW).to_dict()
+    d.update(kw)
+    return d
+
+
+# ----------------------------------------------------------------------------- round trips
+
+
+def test_a_step_round_trips_through_its_message() -> None:
+    for s in (_step(moves=((0, 0, 1), (7, 1, 0)), steps=3, step=2, version=4, eff=NOW + timedelta(seconds=5)),
+              _step(moves=()), _split(64)):
+        assert parse_control(s.to_json()) == s
+        assert step_from_document(json.loads(s.to_json())) == s
+    d = _step().to_dict()
+    assert d["schema"] == "ballast.control/v1" and d["moves"] == [{"bin": 0, "from": 0, "to": 1}]
+    assert d["issued_at"] == "2026-11-21T12:00:00Z" and "bins" not in d
+
+
+def test_timestamps_must_be_aware_and_are_read_back_in_utc() -> None:
+    with pytest.raises(ProtocolError, match="timezone-aware UTC"):
+        dataclasses.replace(_step(), issued_at=datetime(2026, 1, 1)).to_dict()
+    got = parse_control(json.dumps(_good(effective_at="2026-11-21T17:00:00+05:00")))
+    assert got.effective_at == NOW and got.effective_at.tzinfo == UTC
+
+
+def test_a_checkpoint_round_trips_through_its_ack() -> None:
+    cp = CheckpointMessage("j", "keycount", "p", 2, "applied", 7, NOW, NOW + timedelta(seconds=1), bins_moved=3,
+                           keys_moved=30, bytes_moved=300, migration_ms=12.5, map_version_after=2, extra={"w": 1})
+    d = json.loads(cp.to_json())
+    assert d["schema"] == ACK_SCHEMA and d["applied_at"] == "2026-11-21T12:00:00Z"
+    assert CheckpointMessage.from_dict(d) == cp
+    unparsed = CheckpointMessage("j", "keycount", "", 0, "rejected", None, None, NOW, reason="not JSON",
+                                 message_offset="0:17")
+    assert CheckpointMessage.from_dict(unparsed.to_dict()) == unparsed and unparsed.to_dict()["applied_at"] is None
+
+
+def test_topics_and_key_of_a_job() -> None:
+    assert (control_topic("clicks"), acks_topic("clicks")) == ("clicks.control", "clicks.control.acks")
+    assert message_key("clicks", "keycount") == b"clicks/keycount" != message_key("clicks", "wordcount")
+
+
+def test_a_split_keeps_every_part_on_its_bins_worker() -> None:
+    assert split_assignment([0, 1], 8) == [0, 0, 0, 0, 1, 1, 1, 1]
+    assert split_assignment((2, 0, 1, 1), 8) == [2, 2, 0, 0, 1, 1, 1, 1]
+    assert split_assignment([0, 1, 0, 1], 4) == [0, 1, 0, 1]
+
+
+# ----------------------------------------------------------------------------- refusals
+
+
+def test_a_split_may_go_to_any_power_of_two_from_2_to_max_bins() -> None:
+    assert parse_control(_split(2).to_json()).bins == 2 and parse_control(_split(1 << 16).to_json()).bins == 1 << 16
+
+
+@pytest.mark.parametrize("doc, why", [
+    ({"bins": 12}, "power of two"),
+    ({"bins": 1 << 17}, "power of two"),
+    ({"bins": True}, "must be int"),
+    ({}, "missing field 'bins'"),
+    ({"moves": [{"bin": 0, "from": 0, "to": 1}]}, "carries no moves"),
+])
+def test_split_message_shape_is_checked(doc, why):
+    from ballast.protocol import ProtocolError, parse_control
+
+    msg = {k: v for k, v in json.loads(_split(16).to_json()).items() if k != "bins"}
+    with pytest.raises(ProtocolError, match=why):
+        parse_control(json.dumps({**msg, **doc}))
+    assert parse_control(_split(16).to_json()).bins == 16
+    moves = json.loads(_step().to_json())
+    with pytest.raises(ProtocolError, match="split steps only"):
+        parse_control(json.dumps({**moves, "bins": 16}))
+
+
+def test_precopy_flag_round_trips_and_must_be_a_boolean():
+    import dataclasses
+
+    from ballast.protocol import ProtocolError, parse_control
+
+    s = dataclasses.replace(_step(), precopy=True)
+    assert parse_control(s.to_json()).precopy is True
+    assert "precopy" not in json.loads(_step().to_json())  # old messages are unchanged
+    bad = json.loads(s.to_json())
+    bad["precopy"] = "yes"
+    with pytest.raises(ProtocolError, match="precopy"):
+        parse_control(json.dumps(bad))
+
+
+@pytest.mark.security
+def test_bounds_are_the_db_columns():
+    parse_control(json.dumps(_good(step=MAX_INT, steps=MAX_INT)).encode())
+    with pytest.raises(ProtocolError, match="must be in 0..2147483647"):
+        parse_control(json.dumps(_good(map_version=MAX_INT + 1)).encode())
+    with pytest.raises(ProtocolError, match="must be in 0"):
+        parse_control(json.dumps(_good(moves=[{"bin": -1, "from": 0, "to": 1}])).encode())
+
+
+@pytest.mark.parametrize("change, why", [
+    ({"schema": "ballast.control/v2"}, "unknown schema 'ballast.control/v2'; expected 'ballast.control/v1'"),
+    ({"kind": "teleport"}, "unknown kind 'teleport'"),
+    ({"step": 0}, r"step 0 of 1 is out of range \(steps are numbered 1..steps\)"),
+    ({"step": 3, "steps": 2}, "step 3 of 2 is out of range"),
+    ({"workers": 0}, "workers after the step must be >= 1, got 0"),
+    ({"workers": True}, "field 'workers' must be int, got bool"),
+    ({"workers": "2"}, "field 'workers' must be int, got str"),
+    ({"map_version": None}, "field 'map_version' must be int, got NoneType"),
+    ({"moves": {"bin": 0}}, "field 'moves' must be list, got dict"),
+    ({"moves": [{"bin": 0, "from": 1, "to": 1}]}, "moves bin 0 from worker 1 to itself"),
+    ({"moves": [{"bin": 2, "from": 0, "to": 1}, {"bin": 2, "from": 1, "to": 0}]}, "bin 2 appears twice in one step"),
+    ({"moves": [{"bin": 2, "from": 0}]}, "missing field 'to'"),
+    ({"kind": "noop"}, "a noop step carries no moves"),
+    ({"plan_id": ""}, "plan_id must not be empty"),
+    ({"job": "j" * 201}, "field 'job' is longer than 200 characters"),
+    ({"reason": "r" * 2001}, "field 'reason' is longer than 2000 characters"),
+    ({"effective_at": "2026-11-21T12:00:00"}, "effective_at is not ISO-8601 UTC: '2026-11-21T12:00:00'"),
+    ({"effective_at": 1700000000}, "field 'effective_at' must be str, got int"),
+    ({"issued_at": "yesterday"}, "issued_at is not ISO-8601 UTC: 'yesterday'"),
+    ({"issued_at": "2026-11-21T12:00:00Z" + " " * 60}, "issued_at is not ISO-8601"),
+])
+def test_a_malformed_step_is_refused_with_what_is_wrong(change: dict[str, Any], why: str) -> None:
+    with pytest.raises(ProtocolError, match=why) as exc:
+        parse_control(json.dumps(_good(**change)))
+    assert exc.value.reason == str(exc.value) and isinstance(exc.value, ValueError)
+
+
+def test_missing_fields_are_named() -> None:
+    for name in ("kind", "step", "steps", "workers", "map_version", "moves", "plan_id", "job", "operator",
+                 "issued_at", "effective_at"):
+        doc = {k: v for k, v in _good().items() if k != name}
+        with pytest.raises(ProtocolError, match=f"missing field '{name}'"):
+            step_from_document(doc)
+
+
+@pytest.mark.parametrize("raw, why", [
+    (None, "empty message"),
+    (b"", "empty message"),
+    (b"[1, 2]", "message must be a JSON object, got list"),
+    (b'"text"', "message must be a JSON object, got str"),
+    (b"{oops", "not JSON: JSONDecodeError"),
+    ("x" * 101, "larger than the 100-byte limit"),
+    ("é" * 51, r"larger than the 100-byte limit \(102 bytes\)"),
+])
+def test_a_record_that_is_not_one_json_object_within_the_size_bound_is_refused(raw: Any, why: str) -> None:
+    with pytest.raises(ProtocolError, match=why):
+        parse_document(raw, max_bytes=100)
+
+
+def test_sizes_count_the_bytes_that_travel() -> None:
+    assert message_size(b"abc") == 3 and message_size(bytearray(b"ab")) == 2
+    assert message_size("é") == 2 and message_size("\ud800") == 3  # a lone surrogate still has a size
+
+
+# ----------------------------------------------------------------------------- safe reasons
+
+
+def test_clip_makes_text_safe_to_store_log_and_echo() -> None:
+    assert clip("a\x00b") == "a\\x00b"
+    assert clip("bad \ud800 char") == "bad \\ud800 char"
+    long = clip("x" * 1000)
+    assert len(long) == MAX_REPORTED_CHARS and long.endswith("…")
+    assert clip("short", 10) == "short" and clip("0123456789A", 10) == "012345678…"
+
+
+def test_brief_renders_an_untrusted_value_without_its_bulk() -> None:
+    assert brief("abc") == "'abc'" and brief("a" * 100, 5) == repr("aaaaa…")
+    assert (brief(None), brief(True), brief(1.5), brief(42)) == ("None", "True", "1.5", "42")
+    assert brief(10**40) == "<int of 41 digits>"
+    assert (brief([1, 2, 3]), brief({"a": 1}), brief(b"x")) == ("<list of 3>", "<dict of 1>", "<bytes>")
+
+
+def test_describe_error_gives_a_reason_for_anything_a_record_raised() -> None:
+    assert describe_error(ProtocolError("plan_id must not be empty")) == "plan_id must not be empty"
+    assert describe_error(RecursionError()) == "nested too deeply to parse"
+    assert describe_error(KeyError("x")) == "KeyError: 'x'"
+    assert len(describe_error(ValueError("v" * 5000))) == MAX_REPORTED_CHARS
+
+
+def test_an_offset_far_from_utc_is_still_one_instant() -> None:
+    east = datetime(2026, 11, 21, 23, 0, tzinfo=timezone(timedelta(hours=11)))
+    s = dataclasses.replace(_step(), issued_at=east)
+    assert parse_control(s.to_json()).issued_at == east
