@@ -12,8 +12,8 @@ from sqlalchemy import func, select
 from ballast import controller, policy
 from ballast import store as repo
 from ballast.config import JobConfig, get_job
-from ballast.control import collect, evaluate, manual, plan, render, verify
-from ballast.control.handoffs import Snapshot, Verified
+from ballast.control import collect, evaluate, verify
+from ballast.control.handoffs import Snapshot
 from ballast.protocol import step_from_document
 from migrations_db import models as m
 from migrations_db.db import session_scope
@@ -49,31 +49,6 @@ def test_assess_is_pure_and_evaluate_stores_its_decision(db_url, job):
     assert stored is not None and evaluate.GUARD_STATE_KEY in stored.inputs
 
 
-def test_manual_target_validates_moves(db_url, job):
-    snap = collect.collect(db_url, job)
-    assert isinstance(snap, Snapshot)
-    new, workers = manual.manual_target(snap.map, snap.bins, None, [{"bin": 3, "to": 2}])
-    assert new[3] == 2 and workers == 3 and sum(a != b for a, b in zip(new, snap.map.assignment)) == 1
-    for moves, why in (([{"bin": 16, "to": 1}], "outside 0..15"), ([{"bin": 3, "to": 0}], "already on worker 0"),
-                       ([{"bin": 1, "to": 1}, {"bin": 1, "to": 1}], "named twice")):
-        with pytest.raises(manual.InvalidRequest, match=why):
-            manual.manual_target(snap.map, snap.bins, None, moves)
-    with pytest.raises(manual.InvalidRequest, match="either target_workers or"):
-        manual.manual_target(snap.map, snap.bins, 2, [{"bin": 1, "to": 1}])
-
-
-def test_verify_fails_an_incomplete_plan_and_releases_the_operator(db_url, job):
-    out = manual.plan_manual(db_url, job, {"target_workers": 2, "strategy": "fluid", "dry_run": False})
-    pr = verify.progress(db_url, out["plan_id"], range(1, out["steps"] + 1))
-    assert not pr.done and pr.missing == tuple(range(1, out["steps"] + 1))
-    table = render.summary_table(db_url, out["plan_id"])
-    assert table.splitlines()[0].split()[:3] == ["step", "moves", "bins"] and "not sent" in table
-    with pytest.raises(plan.PlanFailed, match="have no checkpoint"):
-        verify.verify(db_url, out["plan_id"])
-    assert repo.get_plan(db_url, out["plan_id"]).status == "failed"  # type: ignore[union-attr]
-    assert repo.open_plans(db_url, job.job, job.operator) == []  # another plan may start
-
-
 def test_orchestrator_chains_the_stages_through_xcom_dicts(db_url, job):
     snap = json.loads(json.dumps(controller.collect(db_url, job), allow_nan=False))
     decision = json.loads(json.dumps(controller.evaluate(db_url, job, snap), allow_nan=False))
@@ -84,38 +59,6 @@ def test_orchestrator_chains_the_stages_through_xcom_dicts(db_url, job):
     again = controller.collect(db_url, job)  # this run owns the open plan: it resumes it
     assert again == {"status": "resume", "plan_id": out["plan_id"], "reason": again["reason"]}
     assert controller.plan_rebalance(db_url, job, snap, {**decision, "action": "no_change"}) is None
-
-
-def test_run_plan_blocking_emits_awaits_and_verifies(db_url, job, kafka_bootstrap):
-    from ballast.control.blocking import run_plan_blocking
-    from ballast.emitter import ensure_control_topics
-    from tests.helpers.stepapplier import StepApplier
-
-    ensure_control_topics(kafka_bootstrap, job.job)
-    out = manual.plan_manual(db_url, job, {"target_workers": 2, "strategy": "batched", "dry_run": False})
-    applier = StepApplier(kafka_bootstrap, db_url, job.job)
-    applier.start()
-    try:
-        done = run_plan_blocking(db_url, kafka_bootstrap, out["plan_id"], timeout_s=60, poll_s=0.1)
-    finally:
-        applier.stop()
-    assert Verified.from_dict(done).workers == 2 and done["map_version"] == out["steps"]
-    assert repo.get_plan(db_url, out["plan_id"]).status == "completed"  # type: ignore[union-attr]
-
-
-def test_manual_split_is_one_step_that_moves_nothing_and_bad_counts_are_refused(db_url, job):
-    with pytest.raises(manual.InvalidRequest, match="power of two above the job's 16 bins"):
-        manual.plan_manual(db_url, job, {"split_to": 24, "dry_run": True})
-    with pytest.raises(manual.InvalidRequest, match="power of two above"):
-        manual.plan_manual(db_url, job, {"split_to": 16, "dry_run": True})
-    with pytest.raises(manual.InvalidRequest, match="alone"):
-        manual.plan_manual(db_url, job, {"split_to": 64, "target_workers": 2, "dry_run": True})
-    dry = manual.plan_manual(db_url, job, {"split_to": 64, "dry_run": True})
-    assert dry["plan_id"] is None and "16 -> 64 bins" in dry["rendered"]
-    out = manual.plan_manual(db_url, job, {"split_to": 64, "dry_run": False})
-    [step] = repo.plan_steps(db_url, out["plan_id"])
-    assert step.payload["kind"] == "split" and step.payload["bins"] == 64 and step.payload["map_version"] == 0
-    assert list(repo.get_plan(db_url, out["plan_id"]).target_assignment) == [0] * 64
 
 
 def _job_with(tmp_path, monkeypatch, name: str, **rebalance) -> JobConfig:  # type: ignore[no-untyped-def]

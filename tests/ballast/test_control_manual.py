@@ -1,0 +1,120 @@
+"""ballast.control.manual: a person's request (a worker count, explicit moves or a split) is checked
+against the live map and the job's bounds before anything is planned, and refused with what is
+wrong; a dry run stores nothing; a takeover names only a plan of this job. On a real migrated
+SQLite metrics DB."""
+
+from __future__ import annotations
+
+import pytest
+
+from ballast import store as repo
+from ballast.config import get_job
+from ballast.control import collect, manual
+from ballast.control.handoffs import Snapshot
+from tests.helpers.stepapplier import seed_job
+
+pytestmark = pytest.mark.controlplane
+
+
+@pytest.fixture
+def job(db_url, jobs_file, unique_name):  # type: ignore[no-untyped-def]
+    jobs_file(bins=16)
+    seed_job(db_url, unique_name, bins=16)  # 15k rows/s into one worker that does 10k: DS2 asks for 2
+    return get_job(unique_name)
+
+
+def test_manual_target_validates_moves(db_url, job):
+    snap = collect.collect(db_url, job)
+    assert isinstance(snap, Snapshot)
+    new, workers = manual.manual_target(snap.map, snap.bins, None, [{"bin": 3, "to": 2}])
+    assert new[3] == 2 and workers == 3 and sum(a != b for a, b in zip(new, snap.map.assignment)) == 1
+    for moves, why in (([{"bin": 16, "to": 1}], "outside 0..15"), ([{"bin": 3, "to": 0}], "already on worker 0"),
+                       ([{"bin": 1, "to": 1}, {"bin": 1, "to": 1}], "named twice")):
+        with pytest.raises(manual.InvalidRequest, match=why):
+            manual.manual_target(snap.map, snap.bins, None, moves)
+    with pytest.raises(manual.InvalidRequest, match="either target_workers or"):
+        manual.manual_target(snap.map, snap.bins, 2, [{"bin": 1, "to": 1}])
+
+
+def test_manual_split_is_one_step_that_moves_nothing_and_bad_counts_are_refused(db_url, job):
+    with pytest.raises(manual.InvalidRequest, match="power of two above the job's 16 bins"):
+        manual.plan_manual(db_url, job, {"split_to": 24, "dry_run": True})
+    with pytest.raises(manual.InvalidRequest, match="power of two above"):
+        manual.plan_manual(db_url, job, {"split_to": 16, "dry_run": True})
+    with pytest.raises(manual.InvalidRequest, match="alone"):
+        manual.plan_manual(db_url, job, {"split_to": 64, "target_workers": 2, "dry_run": True})
+    dry = manual.plan_manual(db_url, job, {"split_to": 64, "dry_run": True})
+    assert dry["plan_id"] is None and "16 -> 64 bins" in dry["rendered"]
+    out = manual.plan_manual(db_url, job, {"split_to": 64, "dry_run": False})
+    [step] = repo.plan_steps(db_url, out["plan_id"])
+    assert step.payload["kind"] == "split" and step.payload["bins"] == 64 and step.payload["map_version"] == 0
+    assert list(repo.get_plan(db_url, out["plan_id"]).target_assignment) == [0] * 64
+
+
+
+@pytest.mark.parametrize("moves, why", [
+    ([{"bin": "3", "to": 1}], r"moves\[0\] must be \{'bin': int, 'to': int\}"),
+    ([{"bin": 3}], r"moves\[0\] must be"),
+    ([{"bin": 3, "to": -1}], r"moves\[0\]: worker -1 is negative"),
+    ([{"bin": 2, "to": 1}, {"bin": -1, "to": 1}], r"moves\[1\]: bin -1 is outside 0..15"),
+])
+def test_a_malformed_move_is_refused_naming_it(db_url, job, moves, why):
+    snap = collect.collect(db_url, job)
+    assert isinstance(snap, Snapshot)
+    with pytest.raises(manual.InvalidRequest, match=why):
+        manual.manual_target(snap.map, snap.bins, None, moves)
+    with pytest.raises(manual.InvalidRequest, match="either target_workers or"):
+        manual.manual_target(snap.map, snap.bins, None, [])
+
+
+def test_a_worker_count_is_placed_and_explicit_moves_keep_every_other_bin(db_url, job):
+    snap = collect.collect(db_url, job)
+    assert isinstance(snap, Snapshot)
+    placed, w = manual.manual_target(snap.map, snap.bins, 2, None)
+    assert w == 2 and set(placed) == {0, 1}
+    moved, w2 = manual.manual_target(snap.map, snap.bins, None, [{"bin": 0, "to": 1}, {"bin": 15, "to": 1}])
+    assert w2 == 2 and moved == [1] + [0] * 14 + [1]
+
+
+@pytest.mark.parametrize("params, why", [
+    ({"target_workers": 5}, r"5 workers is outside this job's bounds \[1, 4\]"),
+    ({"moves": [{"bin": 1, "to": 7}]}, r"8 workers is outside this job's bounds \[1, 4\]"),
+    ({"target_workers": 1}, "the request changes nothing"),
+    ({"target_workers": 2, "moves": [{"bin": 1, "to": 1}]}, "either target_workers or"),
+])
+def test_a_request_outside_the_bounds_or_changing_nothing_is_refused_and_stores_nothing(db_url, job, params, why):
+    with pytest.raises(manual.InvalidRequest, match=why):
+        manual.plan_manual(db_url, job, {**params, "dry_run": False})
+    assert repo.latest_plan(db_url, job.job, job.operator) is None
+
+
+def test_a_dry_run_shows_the_plan_and_stores_nothing(db_url, job):
+    out = manual.plan_manual(db_url, job, {"target_workers": 2, "strategy": "batched", "dry_run": True})
+    assert out["dry_run"] and out["plan_id"] is None and out["steps"] >= 1 and out["bins"] >= 1
+    assert out["predicted_ms"] > 0 and out["rendered"]
+    assert repo.latest_plan(db_url, job.job, job.operator) is None
+
+
+def test_a_request_while_a_plan_is_open_or_before_the_job_ran_is_refused(db_url, job):
+    with pytest.raises(manual.InvalidRequest, match="has no routing map"):
+        manual.plan_manual(db_url, job.model_copy(update={"job": "never-ran"}), {"target_workers": 2})
+    first = manual.plan_manual(db_url, job, {"target_workers": 2, "strategy": "fluid", "dry_run": False})
+    rec = repo.get_plan(db_url, first["plan_id"])
+    assert rec is not None and rec.params["source"] == "manual" and first["rendered"]
+    with pytest.raises(manual.InvalidRequest, match=f"open plan {first['plan_id']}") as exc:
+        manual.plan_manual(db_url, job, {"target_workers": 3, "dry_run": False})
+    assert "this manual migration cannot start" in str(exc.value)
+
+
+def test_a_takeover_names_only_an_open_plan_of_this_job(db_url, job):
+    with pytest.raises(manual.InvalidRequest, match=f"plan nope is not a plan of {job.job}/keycount"):
+        manual.plan_manual(db_url, job, {"take_over": "nope"})
+    other = job.model_copy(update={"job": job.job + "-other"})
+    seed_job(db_url, other.job, bins=16)
+    theirs = manual.plan_manual(db_url, other, {"target_workers": 2, "dry_run": False})["plan_id"]
+    with pytest.raises(manual.InvalidRequest, match="is not a plan of"):
+        manual.take_over_manual(db_url, job, theirs, force=True)
+    assert repo.get_plan(db_url, theirs).owner == repo.current_owner()  # type: ignore[union-attr]
+    repo.set_plan_status(db_url, theirs, "completed", finished=True)
+    with pytest.raises(manual.InvalidRequest, match="already completed"):
+        manual.take_over_manual(db_url, other, theirs, force=True)
