@@ -1,4 +1,5 @@
-"""controller.evaluate on real DB rows: decisions stay valid JSON when DS2 has no finite answer."""
+"""ballast.controller: the stages chain through XCom dicts (collect → evaluate → plan_rebalance), and
+controller.evaluate on real DB rows: decisions stay valid JSON when DS2 has no finite answer."""
 
 from __future__ import annotations
 
@@ -9,12 +10,31 @@ import pytest
 
 from ballast import controller
 from ballast import store as repo
-from ballast.config import load_jobs
+from ballast.config import get_job, load_jobs
 from migrations_db import models as m
 from migrations_db.db import session_scope
 from tests.helpers.stepapplier import seed_job
 
 pytestmark = pytest.mark.controlplane
+
+
+@pytest.fixture
+def job(db_url, jobs_file, unique_name):  # type: ignore[no-untyped-def]
+    jobs_file(bins=16)
+    seed_job(db_url, unique_name, bins=16)  # 15k rows/s into one worker that does 10k: DS2 asks for 2
+    return get_job(unique_name)
+
+
+def test_orchestrator_chains_the_stages_through_xcom_dicts(db_url, job):
+    snap = json.loads(json.dumps(controller.collect(db_url, job), allow_nan=False))
+    decision = json.loads(json.dumps(controller.evaluate(db_url, job, snap), allow_nan=False))
+    assert decision["action"] == "scale_up" and decision["target_workers"] >= 2
+    out = controller.plan_rebalance(db_url, job, snap, decision)
+    assert out is not None
+    assert repo.get_plan(db_url, out["plan_id"]).target_workers == decision["target_workers"]  # type: ignore[union-attr]
+    again = controller.collect(db_url, job)  # this run owns the open plan: it resumes it
+    assert again == {"status": "resume", "plan_id": out["plan_id"], "reason": again["reason"]}
+    assert controller.plan_rebalance(db_url, job, snap, {**decision, "action": "no_change"}) is None
 
 
 def test_overhead_filling_the_budget_gives_a_json_safe_decision(db_url, jobs_file, unique_name):

@@ -1,9 +1,11 @@
-"""One test (or a few) per stage module of ballast.control, on a real migrated SQLite metrics DB;
-and the orchestrator's dict (XCom) chain collect → evaluate → plan_rebalance."""
+"""ballast.control.evaluate: DS2 and the guards decide on a snapshot (`assess`, pure: nothing is
+stored), capped by the cluster's capacity; `evaluate` stores every decision with the guards' state,
+so activation, warm-up, the scale-down delay and an ineffective scale-up carry over between runs.
+At equal W, skewed workers get a rebalance. On a real migrated SQLite metrics DB."""
 
 from __future__ import annotations
 
-import json
+import dataclasses
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -47,18 +49,6 @@ def test_assess_is_pure_and_evaluate_stores_its_decision(db_url, job):
     assert d.action == "scale_up" and d.decision_id is not None and _decisions(db_url) == 1
     stored = repo.latest_decision(db_url, job.job, job.operator)
     assert stored is not None and evaluate.GUARD_STATE_KEY in stored.inputs
-
-
-def test_orchestrator_chains_the_stages_through_xcom_dicts(db_url, job):
-    snap = json.loads(json.dumps(controller.collect(db_url, job), allow_nan=False))
-    decision = json.loads(json.dumps(controller.evaluate(db_url, job, snap), allow_nan=False))
-    assert decision["action"] == "scale_up" and decision["target_workers"] >= 2
-    out = controller.plan_rebalance(db_url, job, snap, decision)
-    assert out is not None
-    assert repo.get_plan(db_url, out["plan_id"]).target_workers == decision["target_workers"]  # type: ignore[union-attr]
-    again = controller.collect(db_url, job)  # this run owns the open plan: it resumes it
-    assert again == {"status": "resume", "plan_id": out["plan_id"], "reason": again["reason"]}
-    assert controller.plan_rebalance(db_url, job, snap, {**decision, "action": "no_change"}) is None
 
 
 def _job_with(tmp_path, monkeypatch, name: str, **rebalance) -> JobConfig:  # type: ignore[no-untyped-def]
@@ -131,3 +121,32 @@ def test_a_delayed_scale_down_counts_its_wait_across_runs(db_url, tmp_path, monk
     assert evaluate.evaluate(db_url, cfg, snap, now=t0 + timedelta(seconds=200)).action == "no_change"
     down = evaluate.evaluate(db_url, cfg, snap, now=t0 + timedelta(seconds=301))
     assert (down.action, down.target_workers) == ("scale_down", 1) and "held 301s" in down.reason, down.reason
+
+
+
+def test_guard_bounds_are_the_jobs_capped_by_the_clusters_capacity_never_below_the_minimum() -> None:
+    cfg = JobConfig(job="j", operator="keycount", input_topic="t", min_workers=2, initial_workers=2, max_workers=6,
+                    rebalance={"warmup_s": 5, "activation": 3, "scale_down_delay_s": 9})  # type: ignore[arg-type]
+    g = evaluate.guard_config(cfg)
+    assert (g.min_workers, g.max_workers, g.warmup_s, g.activation, g.scale_down_delay_s) == (2, 6, 5, 3, 9)
+    assert evaluate.guard_config(cfg, capacity=4).max_workers == 4
+    assert evaluate.guard_config(cfg, capacity=10).max_workers == 6  # the jobs file's bound still holds
+    assert evaluate.guard_config(cfg, capacity=1).max_workers == 2  # never below min_workers
+    assert evaluate.guard_config(cfg, capacity=0).max_workers == 6  # 0: capacity not reported
+
+
+def test_skewed_workers_at_equal_w_get_a_rebalance(db_url, jobs_file, unique_name):
+    jobs_file(bins=16)
+    seed_job(db_url, unique_name, bins=16, workers=2, input_rate=10000.0, per_worker_rate=10000.0)
+    cfg = get_job(unique_name)
+    snap = _snapshot(db_url, cfg)
+    now = datetime.now(UTC)
+    even = evaluate.assess(cfg, snap, policy.GuardState(), now)
+    assert (even.action, even.target_workers) == ("no_change", 2) and even.inputs["skew_before"] < 1.5, even.reason
+    # worker 0's eight bins carry ten times worker 1's: max/mean 1.8 > 1 + skew_threshold (0.5)
+    load = tuple(100.0 if w == 0 else 10.0 for w in snap.map.assignment)
+    skewed = dataclasses.replace(snap, bins=dataclasses.replace(snap.bins, load=load))
+    a = evaluate.assess(cfg, skewed, policy.GuardState(), now)
+    assert (a.action, a.current_workers, a.target_workers) == ("rebalance", 2, 2), a.reason
+    assert "worker loads are skewed (max/mean 1.82" in a.reason and a.target_bins is None
+    assert a.inputs["skew_before"] > 1.5 > a.inputs["skew_after"]
