@@ -1,4 +1,5 @@
-"""DS2 rates, the pipelined model (Heron word count from the paper) and the micro-batch model."""
+"""DS2's models: the pipelined model (Heron word count from the paper) and the micro-batch model
+(the rates they read: test_rates.py; the dataflow: test_dataflow.py)."""
 
 from __future__ import annotations
 
@@ -15,12 +16,10 @@ from ballast.policy.ds2 import (
     WorkerEpochMetrics,
     ds2_microbatch,
     ds2_pipelined,
-    estimate_overhead_s,
     evaluate,
     microbatch_duration_s,
     microbatch_max_rate,
     operator_rates,
-    source_load,
 )
 
 pytestmark = pytest.mark.controlplane
@@ -28,50 +27,6 @@ pytestmark = pytest.mark.controlplane
 
 def row(op: str, w: int, rin: int, rout: int, useful_ms: float, wall_ms: float = 60_000, epoch: int = 0):
     return WorkerEpochMetrics(op, epoch, w, rin, rout, useful_ms, wall_ms)
-
-
-# ----------------------------------------------------------------------------- rates
-
-
-def test_true_rates_sum_and_max_aggregation() -> None:
-    # two instances, skewed: w0 did 600 rows in 1 s of useful time, w1 300 rows in 1 s
-    rows = [row("agg", 0, 600, 60, 1000, 2000), row("agg", 1, 300, 30, 1000, 2000)]
-    s = operator_rates(rows, "sum")["agg"]
-    assert s.true_rate == pytest.approx(900.0)
-    assert s.true_rate_per_instance == pytest.approx(450.0)
-    assert s.selectivity == pytest.approx(0.1)
-    assert s.observed_rate == pytest.approx(450.0)  # 900 rows / 2 s wall: observed < true
-    # busy time differs: w0 useful 2 s, w1 0.5 s; MAX charges everyone the busiest time
-    rows = [row("agg", 0, 600, 60, 2000), row("agg", 1, 300, 30, 500)]
-    assert operator_rates(rows, "sum")["agg"].true_rate == pytest.approx(300 + 600)
-    m = operator_rates(rows, "max")["agg"]
-    assert m.true_rate == pytest.approx(900 / 2.0)
-    assert m.true_rate_per_instance == pytest.approx(225.0)
-
-
-def test_rates_aggregate_over_a_window_of_epochs_and_skip_unmeasured() -> None:
-    rows = [row("op", 0, 100, 100, 100, epoch=e) for e in range(5)] + [row("idle", 0, 0, 0, 0)]
-    r = operator_rates(rows)
-    assert r["op"].true_rate == pytest.approx(500 / 0.5)
-    assert "idle" not in r  # DS2: rates undefined when useful time is 0
-    with pytest.raises(ValueError):
-        operator_rates(rows, "avg")  # type: ignore[arg-type]
-
-
-def test_source_load_and_catch_up_target() -> None:
-    eps = [EpochMetrics(e, 100, 500, rate, backlog) for e, rate, backlog in [(1, 900, 50), (2, 1100, 3000)]]
-    src = source_load(eps)
-    assert src.rate == pytest.approx(1000) and src.backlog == 3000
-    assert src.target_rate(catch_up_s=60) == pytest.approx(1000 + 50)
-
-
-def test_topological_order_checks_the_dag() -> None:
-    flow = Dataflow(("s",), (OperatorNode("b", ("a",), 1), OperatorNode("a", ("s",), 1)))
-    assert [o.name for o in flow.topological_order()] == ["a", "b"]
-    with pytest.raises(ValueError, match="cycle"):
-        Dataflow(("s",), (OperatorNode("a", ("b",), 1), OperatorNode("b", ("a",), 1))).topological_order()
-    with pytest.raises(ValueError, match="unknown"):
-        Dataflow(("s",), (OperatorNode("a", ("x",), 1),)).topological_order()
 
 
 # ----------------------------------------------------------------------------- pipelined DS2
@@ -226,15 +181,6 @@ def test_microbatch_converges_in_at_most_3_decisions_with_sublinear_scaling(star
     assert evaluate(Dataflow.chain("src", list(p.items())), rows, eps, batch_budget_s=I).parallelism() == p
     # and it is not grossly over-provisioned: one worker fewer on the bigger stage misses the budget
     assert _simulate({**p, "agg": p["agg"] - 2}, lam, I, o)[2] > I
-
-
-def test_estimate_overhead_from_batches() -> None:
-    eps = [EpochMetrics(e, 10, ms, 1, 0) for e, ms in [(0, 1300), (1, 1250), (2, 5000)]]
-    rows = [WorkerEpochMetrics("a", e, w, 1, 1, 400, 500 + 100 * w) for e in range(3) for w in range(2)]
-    rows += [WorkerEpochMetrics("b", e, 0, 1, 1, 400, 500) for e in range(3)]
-    # Σ stage max wall = 0.6 + 0.5 = 1.1 s; overheads 0.2, 0.15, 3.9 → median 0.2 (GC outlier ignored)
-    assert estimate_overhead_s(eps, rows) == pytest.approx(0.2)
-    assert estimate_overhead_s([], rows) == pytest.approx(0.25)
 
 
 def test_evaluate_records_its_inputs() -> None:
