@@ -1,15 +1,13 @@
-"""One open plan per (job, operator), plan owners and real step claims, on SQLite and PostgreSQL.
-
-The races are real: two threads store plans at the same moment (the DB's partial unique index
-decides), and two emitters drive one plan against the real broker (the step claim decides);
-the control topic is read back to count what was sent, and in what order.
+"""Plan owners and real step claims across the controller and the emitter, on SQLite and PostgreSQL:
+a live run's plan is never resumed by another, a gone run's only explicitly; two emitters drive
+one plan against the real broker (the step claim decides) and the control topic is read back to
+count what was sent, and in what order. (The store's own rules: tests/store/test_plans.py.)
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -25,6 +23,7 @@ from ballast.protocol import control_topic, parse_control
 from migrations_db import models as m
 from migrations_db.db import session_scope
 from tests.helpers import dialects
+from tests.helpers.race import together as _together
 from tests.helpers.stepapplier import StepApplier, seed_job
 
 pytestmark = pytest.mark.controlplane
@@ -38,81 +37,10 @@ def _record(job: str, plan_id: str, owner: str, status: str = "planned") -> repo
                            (0, 1), 1, {}, None, "test", None, owner)
 
 
-def _together(*calls: Callable[[], Any]) -> list[Any]:
-    """Run the calls in threads released by one barrier; each result or the exception it raised."""
-    gate = threading.Barrier(len(calls))
-    out: list[Any] = [None] * len(calls)
-
-    def run(i: int) -> None:
-        gate.wait()
-        try:
-            out[i] = calls[i]()
-        except Exception as exc:  # noqa: BLE001 - the race's loser is the point of the test
-            out[i] = exc
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    return out
-
-
 def _make_stale(url: str, plan_id: str) -> None:
     old = datetime.now(UTC) - timedelta(seconds=repo.OWNER_LEASE_S + 60)
     with session_scope(url) as s:
         s.execute(update(m.Plan).where(m.Plan.plan_id == plan_id).values(owner_seen_at=old, created_at=old))
-
-
-def test_two_runs_storing_plans_at_once_exactly_one_wins(any_db, unique_name):
-    for attempt in range(5):  # five rounds: each a fresh race on the same operator
-        ids = [f"{unique_name}-{attempt}-a", f"{unique_name}-{attempt}-b"]
-        owners = ["ballast_migrate/manual__1", "ballast_rebalance/scheduled__2"]
-        res = _together(*(lambda i=i, ids=ids, owners=owners: repo.save_plan(
-            any_db, _record(unique_name, ids[i], owners[i]), []) for i in range(2)))
-        lost = [r for r in res if isinstance(r, Exception)]
-        assert len(lost) == 1 and isinstance(lost[0], repo.PlanConflict), res
-        winner = ids[res.index(None)]
-        msg = str(lost[0])
-        assert winner in msg and owners[res.index(None)] in msg and "planned" in msg
-        assert "Wait for" in msg and "ballast.control fail" in msg and "take_over" in msg
-        assert [p.plan_id for p in repo.open_plans(any_db, unique_name, "keycount")] == [winner]
-        repo.set_plan_status(any_db, winner, "completed", finished=True)  # releases the operator
-
-
-def test_closed_plans_do_not_hold_the_operator_and_approval_does(any_db, unique_name):
-    repo.save_plan(any_db, _record(unique_name, "p1", "a/1", status="completed"), [])
-    repo.save_plan(any_db, _record(unique_name, "p2", "a/2", status="failed"), [])
-    repo.save_plan(any_db, _record(unique_name, "p3", "a/3", status="awaiting_approval"), [])
-    with pytest.raises(repo.PlanConflict, match="p3 \\(awaiting_approval, owner a/3"):
-        repo.save_plan(any_db, _record(unique_name, "p4", "b/4"), [])
-    with pytest.raises(repo.PlanConflict, match="p3"):  # re-opening a closed plan is refused too
-        repo.set_plan_status(any_db, "p1", "planned")
-    repo.set_plan_status(any_db, "p3", "planned")  # approved: same plan, still the one open
-    assert [p.status for p in repo.open_plans(any_db, unique_name, "keycount")] == ["planned"]
-
-
-def test_step_claim_is_exclusive_until_it_expires(any_db, unique_name):
-    now = datetime.now(UTC)
-    repo.save_plan(any_db, _record(unique_name, "c1", "a/1"),
-                   [repo.StepRecord("c1", 1, {"x": 1}, now, None, None, None, None)])
-    res = _together(*(lambda c=c: repo.claim_step_emission(any_db, "c1", 1, {"x": 2}, now, claimant=c)
-                      for c in ("e1", "e2", "e3")))
-    assert sorted(res) == [False, False, True]
-    step = repo.plan_steps(any_db, "c1")[0]
-    assert step.claimed_by == ("e1", "e2", "e3")[res.index(True)] and step.claimed_at is not None
-    assert not step.emitted
-    # a crashed claimant: once its claim is older than the timeout, another emitter may claim it
-    time.sleep(0.05)
-    assert repo.claim_step_emission(any_db, "c1", 1, {"x": 3}, now, claimant="e4", claim_timeout_s=0.01)
-    repo.mark_step_emitted(any_db, "c1", 1, now, 0, 7)
-    assert not repo.claim_step_emission(any_db, "c1", 1, {"x": 4}, now, claimant="e5", claim_timeout_s=0.0)
-    # a claim given back after an unacknowledged send is free at once
-    repo.save_plan(any_db, _record(unique_name + "x", "c2", "a/1"),
-                   [repo.StepRecord("c2", 1, {}, now, None, None, None, None)])
-    assert repo.claim_step_emission(any_db, "c2", 1, {}, now, claimant="e1")
-    repo.release_step_claim(any_db, "c2", 1, "e1")
-    assert repo.claim_step_emission(any_db, "c2", 1, {}, now, claimant="e2")
 
 
 def _topic_steps(bootstrap: str, job: str) -> list[tuple[str, int]]:
@@ -247,16 +175,6 @@ def test_a_gone_runs_plan_is_taken_over_only_explicitly(any_db, jobs_file, uniqu
     assert out["plan_id"] == "man-1" and out["taken_over"] and "taken over from ballast_migrate/manual__1" in out[
         "rendered"]
     assert repo.get_plan(any_db, "man-1").owner == repo.current_owner()  # type: ignore[union-attr]
-
-
-def test_control_plane_events_are_deduplicated(any_db, unique_name):
-    assert repo.add_event(any_db, unique_name, "keycount", "error", "plan_timeout", "plan p: no checkpoint")
-    assert not repo.add_event(any_db, unique_name, "keycount", "error", "plan_timeout", "plan p: no checkpoint")
-    assert repo.add_event(any_db, unique_name, "keycount", "info", "x", "at epoch", epoch=5)
-    assert not repo.add_event(any_db, unique_name, "keycount", "info", "x", "at epoch", epoch=5)
-    assert repo.add_event(any_db, unique_name, "keycount", "info", "x", "at epoch", epoch=6)
-    rows = repo.events(any_db, unique_name)
-    assert sorted((e.kind, e.epoch) for e in rows) == [("plan_timeout", None), ("x", 5), ("x", 6)]
 
 
 def test_an_emitter_started_on_a_shells_plan_takes_it_over_recorded(any_db, kafka_bootstrap, unique_name):

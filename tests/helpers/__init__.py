@@ -5,6 +5,7 @@ root on sys.path: pyproject's `pythonpath = ["."]`).
   procs    free_port, killpg: ports for a service of one's own, SIGKILL of a process group
   brokers  own_broker: a Kafka broker of the test's own (stopped by fault tests, SASL for security)
   control  send_control: raw control records onto a job's control topic, as the controller does
+  race     together: calls started at once in threads (a race made certain)
   jobs     jobs_yaml / write_jobs_file (the jobs file Airflow and the supervisor read) and
            seed_job (the metrics a job writes while it runs)
 
