@@ -1,8 +1,8 @@
-"""The hooks' defaults, the supervisor's health verdicts, and real launches: a job started through
-each launcher (`cli`, and `spark-submit` through the provider's SparkSubmitHook.submit) with a
-metrics-DB URL that carries a password keeps that password off every command line and out of the
-events, and `stack.py down` stops it (the console: test_console.py); a stale job is relaunched,
-its old driver stopped only when this supervisor launched it."""
+"""The supervisor's health verdicts, and real launches: a job started through each launcher (`cli`,
+and `spark-submit` through the provider's SparkSubmitHook.submit) with a metrics-DB URL that
+carries a password keeps that password off every command line and out of the events, and
+`stack.py down` stops it (the console: test_console.py; the hooks: test_hooks.py); a stale job is
+relaunched, its old driver stopped only when this supervisor launched it."""
 
 from __future__ import annotations
 
@@ -26,21 +26,6 @@ from tests.helpers.jobs import write_jobs_file
 pytestmark = pytest.mark.controlplane
 REPO = Path(__file__).resolve().parents[2]
 PASSWORD = "s3cret-" + uuid.uuid4().hex[:10]
-
-
-def test_hooks_fall_back_to_environment_without_connections(airflow_db, monkeypatch):
-    from ballast.hooks import BallastKafkaHook, BallastMetricsDbHook
-
-    monkeypatch.setenv("BALLAST_KAFKA_BOOTSTRAP", "kafka.example.internal:19092")
-    monkeypatch.setenv("BALLAST_DB_URL", "sqlite:////tmp/elsewhere.db")
-    assert BallastKafkaHook().bootstrap() == "kafka.example.internal:19092"
-    assert BallastMetricsDbHook().url() == "sqlite:////tmp/elsewhere.db"
-    monkeypatch.setenv("AIRFLOW_CONN_BALLAST_KAFKA", "kafka://broker-a:9094")
-    monkeypatch.setenv("AIRFLOW_CONN_BALLAST_METRICS_DB",
-                       '{"conn_type": "postgres", "host": "db", "port": 5432, "login": "u", "password": "p@ss", '
-                       '"schema": "m"}')
-    assert BallastKafkaHook().bootstrap() == "broker-a:9094"
-    assert BallastMetricsDbHook().url() == "postgresql+psycopg2://u:p%40ss@db:5432/m"
 
 
 def test_supervisor_health_verdicts(db_url, jobs_file, unique_name):
@@ -104,7 +89,6 @@ def test_redact_masks_url_passwords_and_secret_flags():
     shown = " ".join(redact(argv))
     assert not any(p in shown for p in ("pw1", "pw2", "pw3"))
     assert "postgresql://u:***@h:5432/d" in shown and "--bins 8" in shown
-
 
 
 def test_spark_submit_launcher_refuses_cluster_mode_and_a_missing_connection(airflow_db, monkeypatch):
