@@ -19,7 +19,7 @@ from ballast import controller
 from ballast import store as repo
 from ballast.config import get_job
 from ballast.emitter import ensure_control_topics
-from ballast.tasks import EmitPlanOperator, backoff_s
+from ballast.tasks import EmitPlanOperator
 from tests.helpers.procs import free_port
 from tests.helpers.stepapplier import StepApplier, seed_job
 
@@ -53,10 +53,6 @@ def planned(broker, db_url, jobs_file, unique_name, monkeypatch):  # type: ignor
         return out["plan_id"]
 
     return make
-
-
-def test_backoff_doubles_up_to_the_cap():
-    assert [backoff_s(i, 1.0, 8.0) for i in range(6)] == [1.0, 2.0, 4.0, 8.0, 8.0, 8.0]
 
 
 def test_emit_waits_out_a_broker_restart(broker, planned, db_url, unique_name):
