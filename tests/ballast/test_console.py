@@ -1,5 +1,6 @@
 """The console's JSON API and page, in process (the auth manager is stood in for here;
-tests/system/test_console_auth.py checks the real one in front of the real api-server)."""
+tests/system/test_console_auth.py checks the real one in front of the real api-server; the app's
+own routes, auth and links: test_plugin.py)."""
 
 from __future__ import annotations
 
@@ -147,25 +148,6 @@ def test_guard_labels_name_the_guard_that_decided():
     assert console.guard_of("rebalance", "whatever") == "skew"
 
 
-def test_every_console_route_refuses_anonymous_callers(airflow_db):
-    """Airflow's own dependency guards the whole app (the real api-server: tests/system/test_console_auth.py)."""
-    from fastapi.routing import APIRoute
-    from fastapi.testclient import TestClient
-
-    from ballast import plugin
-
-    client = TestClient(plugin.app)
-    assert all(isinstance(r, APIRoute) for r in plugin.app.routes), "a non-API route escapes the app's auth"
-    paths = {r.path for r in plugin.app.routes}
-    assert {"/", "/api/jobs", "/api/plans/{plan_id}", "/static/{name}"} <= paths
-    for path in paths:
-        concrete = path.replace("{job}", "j").replace("{plan_id}", "p").replace("{name}", "console.js")
-        res = client.get(concrete, headers={"accept": "application/json"})
-        assert res.status_code == 401, (path, res.status_code, res.text)
-    page = client.get("/", headers={"accept": "text/html"})
-    assert page.status_code == 401 and "Log in" in page.text
-
-
 def test_window_bound_is_the_first_epoch_that_ended_in_it(db_url):
     """The binary search over epochs (with gaps, as after a restart) agrees with a plain scan."""
     now = datetime.now(UTC)
@@ -181,33 +163,6 @@ def test_window_bound_is_the_first_epoch_that_ended_in_it(db_url):
         want = min((e for e in epochs if ended[e] >= since), default=None)
         assert repo.epoch_at_or_after(db_url, "j", "op", since) == want, back
     assert [p.last_epoch for p in repo.epoch_series(db_url, "j", "op", now - timedelta(seconds=59))] == [21, 40]
-
-
-def test_decisions_and_plans_link_to_the_dag_run_that_was_running(airflow_db):
-    from types import SimpleNamespace as Run
-
-    from ballast import plugin
-
-    t = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
-    runs = [
-        Run(dag_id="ballast_migrate", run_id="dry", start_date=t, end_date=t + timedelta(minutes=5),
-            conf={"job": "clicks", "dry_run": True}),
-        Run(dag_id="ballast_migrate", run_id="other-job", start_date=t, end_date=t + timedelta(minutes=5),
-            conf={"job": "orders", "dry_run": False}),
-        Run(dag_id="ballast_migrate", run_id="manual__1", start_date=t, end_date=None,
-            conf={"job": "clicks", "dry_run": False}),
-        Run(dag_id="ballast_rebalance", run_id="scheduled__a", start_date=t, end_date=t + timedelta(seconds=30),
-            conf={}),
-        Run(dag_id="ballast_rebalance_clicks", run_id="scheduled__b", start_date=t, end_date=t + timedelta(seconds=30),
-            conf={}),
-    ]
-    at = (t + timedelta(seconds=10)).isoformat()
-    link = plugin._run_link(runs, at, "ballast_migrate", "clicks")
-    assert link["run_id"] == "manual__1" and link["url"].endswith("/dags/ballast_migrate/runs/manual__1")
-    assert plugin._run_link(runs, at, "ballast_rebalance", "clicks")["run_id"] == "scheduled__b"  # per-job DAG wins
-    assert plugin._run_link(runs, at, "ballast_rebalance", "orders")["run_id"] == "scheduled__a"
-    assert plugin._run_link(runs, (t + timedelta(minutes=2)).isoformat(), "ballast_rebalance", "clicks") is None
-    assert plugin._run_link(runs, None, "ballast_migrate", "clicks") is None
 
 
 def test_dead_letters_are_counted_per_job_and_flagged(db_url, unique_name):
