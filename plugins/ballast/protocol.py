@@ -103,10 +103,13 @@ def _parse_ts(value: Any, name: str) -> datetime:
         raise ProtocolError(f"{name} is not ISO-8601: {brief(value)}")
     try:
         ts = datetime.fromisoformat(value.replace("Z", "+00:00"))
-        if ts.tzinfo is None:
-            raise ProtocolError(f"{name} must carry a UTC offset: {brief(value)}")
+    except ValueError as exc:
+        raise ProtocolError(f"{name} is not ISO-8601 UTC: {brief(value)}") from exc
+    if ts.tzinfo is None:  # a naive time means the sender's local zone: ambiguous across machines
+        raise ProtocolError(f"{name} must carry a UTC offset (Z or +00:00): {brief(value)}")
+    try:
         return ts.astimezone(UTC)
-    except (ValueError, OverflowError) as exc:  # OverflowError: year 1 / 9999 shifted out of range
+    except (ValueError, OverflowError) as exc:  # year 1 / 9999 shifted out of range
         raise ProtocolError(f"{name} is not ISO-8601 UTC: {brief(value)}") from exc
 
 

@@ -161,7 +161,7 @@ def test_bounds_are_the_db_columns():
     ({"plan_id": ""}, "plan_id must not be empty"),
     ({"job": "j" * 201}, "field 'job' is longer than 200 characters"),
     ({"reason": "r" * 2001}, "field 'reason' is longer than 2000 characters"),
-    ({"effective_at": "2026-11-21T12:00:00"}, "effective_at is not ISO-8601 UTC: '2026-11-21T12:00:00'"),
+    ({"effective_at": "2026-11-21T12:00:00"}, "effective_at must carry a UTC offset"),
     ({"effective_at": 1700000000}, "field 'effective_at' must be str, got int"),
     ({"issued_at": "yesterday"}, "issued_at is not ISO-8601 UTC: 'yesterday'"),
     ({"issued_at": "2026-11-21T12:00:00Z" + " " * 60}, "issued_at is not ISO-8601"),
