@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from spark_jobs.processor import ExpiredTimerInfo, KeyState, StatefulProcessorHandle, TimerValues
+from spark_jobs.key_state import KeyState
+from spark_jobs.processor import ExpiredTimerInfo, StatefulProcessorHandle, TimerValues
 
 
 class ProcessorKey:

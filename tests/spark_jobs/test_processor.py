@@ -1,6 +1,6 @@
-"""Stateful-processor API without Spark: state types, TTL, time modes, the guide's example, and one
-worker's epoch (run_processor) against a real LMDB cache. The timer index and the clock:
-test_timers.py."""
+"""Stateful-processor API without Spark: time modes, the guide's example, and one
+worker's epoch (run_processor) against a real LMDB cache. State variables and TTL: test_key_state.py;
+the timer index and the clock: test_timers.py."""
 
 from __future__ import annotations
 
@@ -33,52 +33,6 @@ def _handle(now: int, mode: str = "ProcessingTime") -> tuple[StatefulProcessorHa
     ks = KeyState()
     h._current = ks
     return h, ks
-
-
-def test_value_list_map_state_and_roundtrip():
-    h, ks = _handle(1000)
-    v, lst = h.get_value_state("v", "x long"), h.getListState("l", "x long")
-    mp = h.get_map_state("m", "k string", "x long")
-    assert not v.exists() and v.get() is None and not lst.exists() and list(mp.keys()) == []
-    v.update((1,))
-    lst.put([(1,), (2,)])
-    lst.appendValue((3,))
-    lst.append_list([(4,)])
-    mp.updateValue(("a",), (10,))
-    mp.update_value(("b",), (20,))
-    mp.remove_key(("a",))
-    h.register_timer(5000)
-    h.registerTimer(7000)
-    h.deleteTimer(7000)
-    assert v.get() == (1,) and list(lst.get()) == [(1,), (2,), (3,), (4,)]
-    assert mp.containsKey(("b",)) and not mp.contains_key(("a",)) and list(mp.iterator()) == [(("b",), (20,))]
-    assert list(h.listTimers()) == [5000]
-    again = KeyState(ks.to_bytes())  # what the bin stores and a move carries
-    assert again.values == ks.values and again.lists == ks.lists and again.maps == ks.maps and again.timers == {5000}
-    assert again.same(ks) and not again.same(KeyState())
-    v.clear(), lst.clear(), mp.clear(), h.delete_timer(5000)
-    assert ks.empty() and ks.to_bytes() is None  # nothing left: the key's entry is deleted
-    with pytest.raises(ValueError, match="already a value state"):
-        h.get_list_state("v", "x long")
-
-
-def test_ttl_expires_values_at_processing_time():
-    h, ks = _handle(1000)
-    v = h.get_value_state("v", "x long", ttl_duration_ms=500)
-    lst = h.get_list_state("l", "x long", ttl_duration_ms=500)
-    keep = h.get_value_state("keep", "x long")
-    v.update((1,))
-    lst.append_value((1,))
-    keep.update((9,))
-    assert ks.next_expiry() == 1500
-    h.timer_values = TimerValues(1200, 0)
-    lst.append_value((2,))  # expires at 1700; an update resets only what it writes
-    h.timer_values = TimerValues(1500, 0)
-    assert v.get() is None and not v.exists() and list(lst.get()) == [(2,)] and keep.get() == (9,)
-    ks.compact(1500)
-    assert "v" not in ks.values and ks.lists["l"] == [((2,), 1700)] and ks.next_expiry() == 1700
-    with pytest.raises(ValueError, match="positive int"):
-        h.get_value_state("bad", "x long", ttl_duration_ms=0)
 
 
 def test_timers_need_a_time_mode_and_state_needs_a_key():
