@@ -7,7 +7,7 @@
         cluster.kill_executor("0")                               # SIGKILL; the master relaunches it
         cluster.add_worker()                                     # grow by one worker
 
-`python scripts/spark_cluster.py up|down|status --dir D [--workers N]` does the same for people
+`python scripts/spark_cluster_cli.py up|down|status --dir D [--workers N]` does the same for people
 (`up` leaves the cluster running and records it in D/cluster.json; `down` stops it).
 Its processes are found through /proc in spark_cluster_procs; the spark-submit line is built in
 spark_cluster_submit; both modules' public names are re-exported here.
@@ -21,20 +21,12 @@ workers included) carries the environment variable BALLAST_SPARK_CLUSTER=<token>
 `stop()` finds stragglers: by pid, never by name. Linux only (reads /proc).
 
 Measured on a loaded 2-core machine (Spark 4.2): master + 2 workers ALIVE in 10-30 s; a SIGKILLed
-executor's replacement process is up within a second, its first task runs 5-20 s later (JVM start,
-registration). What standalone does with executors (client mode, dynamic allocation off):
-- `spark.executor.instances` is ignored: an app takes every free core (one executor per
-  `spark.executor.cores`); `spark.cores.max` caps it, and no request goes beyond that cap.
-- `sc._jsc.sc().killExecutor(id)` / `killExecutors(seq)` remove an executor and lower the app's
-  executor limit (the master does not replace it); `requestExecutors(n)` and
-  `requestTotalExecutors(n, 0, PythonUtils.toScalaMap(HashMap()))` raise the limit and the master
-  launches executors on free cores. Lowering the limit does not kill running executors.
-- With dynamic allocation on, `killExecutors` raises "unsupported with Dynamic Allocation".
+executor's replacement process is up within a second, its first task runs 5-20 s later. What
+standalone does with executor requests and kills: docs/operations.md, "Traps we verified".
 """
 
 from __future__ import annotations
 
-import argparse
 import atexit
 import json
 import os
@@ -72,7 +64,7 @@ from spark_cluster_submit import spark_home, spark_submit_cmd, submit_env  # noq
 from ballast.errors import BallastError  # noqa: E402
 from ballast.options import settings  # noqa: E402
 
-__all__ = ["HOST", "TAG_VAR", "ClusterError", "Executor", "SparkCluster", "Worker", "free_port", "main", "pid_alive",
+__all__ = ["HOST", "TAG_VAR", "ClusterError", "Executor", "SparkCluster", "Worker", "free_port", "pid_alive",
            "spark_home", "spark_submit_cmd", "start_cluster", "submit_env", "wait_until"]
 EXECUTOR_CLASS = "CoarseGrainedExecutorBackend"
 STATE_FILE = "cluster.json"
@@ -381,49 +373,3 @@ def start_cluster(
         ref = weakref.ref(cluster)
         atexit.register(lambda: ref() is not None and ref().stop())  # type: ignore[union-attr]
     return cluster.start(workers)
-
-
-# ----------------------------------------------------------------------------------------- CLI --
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="A Spark standalone cluster on 127.0.0.1")
-    parser.add_argument("action", choices=["up", "down", "status"])
-    parser.add_argument("--dir", type=Path, required=True, help="base dir (logs, worker dirs, cluster.json)")
-    parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--cores", type=int, default=1, help="cores per worker")
-    parser.add_argument("--memory", default="1g", help="memory per worker")
-    args = parser.parse_args(argv)
-    state = args.dir / STATE_FILE
-    if args.action == "up":
-        if state.exists() and SparkCluster.load(args.dir).processes():
-            print(f"already running (see {state}); `down` first", file=sys.stderr)
-            return 1
-        t0 = time.monotonic()
-        cluster = start_cluster(args.dir, args.workers, args.cores, args.memory, stop_at_exit=False)
-        cluster.save()
-        print(f"up in {time.monotonic() - t0:.1f}s: {cluster.master_url}  UI {cluster.ui_url}  ({state})")
-        return 0
-    if not state.exists():
-        print(f"no cluster recorded in {state}", file=sys.stderr)
-        return 1
-    cluster = SparkCluster.load(args.dir)
-    if args.action == "down":
-        cluster.stop()
-        state.unlink()
-        print("stopped")
-        return 0
-    st = cluster._try_status()
-    if st is None:
-        print(f"master {cluster.ui_url} not answering; live processes: {cluster.processes()}")
-        return 1
-    print(f"{cluster.master_url}  UI {cluster.ui_url}  status {st.get('status')}")
-    for w in st["workers"]:
-        print(f"  {w['id']}  {w['state']}  cores {w['coresused']}/{w['cores']}  mem {w['memoryused']}/{w['memory']}MB")
-    for app in st.get("activeapps", []):
-        print(f"  app {app['id']} {app['name']} cores {app['cores']} {app['state']}")
-    for ex in cluster.executors():
-        print(f"  executor {ex.app_id}/{ex.executor_id} pid {ex.pid} on worker-{ex.worker_index}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
