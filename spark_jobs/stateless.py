@@ -25,8 +25,8 @@ from typing import Any
 from ballast.errors import BallastError
 from spark_jobs.operators import Operator, Output
 from spark_jobs.output import ID_HEADER
-from spark_jobs.processing import INTERNAL, parsed_rows, timestamp_columns
 from spark_jobs.processor import QuerySpec
+from spark_jobs.query_input import INTERNAL, parsed_rows, timestamp_columns
 from spark_jobs.records import (
     DETAILS,
     MAX_RECORD_BYTES,
