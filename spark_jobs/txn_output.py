@@ -213,6 +213,8 @@ def commit_outputs(t: TxnTarget, epoch: int, worker: int, records: list[Record])
                 p.send(topic, key=key, value=value, headers=headers)
             mark = Marker(t.store_id, epoch, worker)
             p.send(t.commits_topic, key=mark.key(), value=mark.value(), partition=worker)
+            p.flush()
+            faults.hit("worker_before_output_commit")  # records in the log, the transaction open
             p.commit_transaction()
             s.last = mark
             stats["commits"] += 1
