@@ -33,8 +33,11 @@ from __future__ import annotations
 import json
 import logging
 import os
+import tempfile
 import time
+import uuid
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 log = logging.getLogger("ballast.txn_output")
@@ -108,6 +111,10 @@ class TxnTarget:
     max_request_size: int = 16 * 1024 * 1024 + 65536
 
 
+#: clients' back-off between retries: kafka-python's 100 ms default costs ~200 ms per init_transactions
+RETRY_BACKOFF_MS = 20
+
+
 class _Slot:
     """A process's producer for one transactional id and the last marker it knows for the slot."""
 
@@ -120,15 +127,25 @@ class _Slot:
             bootstrap_servers=t.bootstrap, transactional_id=self.tid, acks="all",
             transaction_timeout_ms=TRANSACTION_TIMEOUT_MS, linger_ms=5, batch_size=512 * 1024,
             max_request_size=t.max_request_size, max_block_ms=timeout_ms, request_timeout_ms=min(timeout_ms, 30000),
-            **t.client_kwargs)
+            retry_backoff_ms=RETRY_BACKOFF_MS, **t.client_kwargs)
         self.last: Marker | None = None
         self.pid = os.getpid()
+        self.token = f"{self.pid}:{uuid.uuid4().hex}"
         try:
             self.producer.init_transactions()  # fences every earlier producer of the id
+            _owner_file(self.tid).write_text(self.token)
             self.last = read_last_marker(t, worker)
         except BaseException:
             self.close()
             raise
+
+    def superseded(self) -> bool:
+        """Another process on this host initialised the id since (it fenced this producer): a hint
+        that saves a transaction the broker would refuse. Other hosts' producers are found by that refusal."""
+        try:
+            return _owner_file(self.tid).read_text() != self.token
+        except OSError:
+            return False
 
     def close(self) -> None:
         try:
@@ -137,19 +154,38 @@ class _Slot:
             pass
 
 
+def _owner_file(tid: str) -> Path:
+    d = Path(tempfile.gettempdir()) / "ballast-txn"
+    d.mkdir(exist_ok=True)
+    return d / tid
+
+
 _slots: dict[str, _Slot] = {}  # transactional id -> this process's producer (Python workers are reused)
+_consumers: dict[tuple[str, str], Any] = {}  # (pid, bootstrap) -> a read_committed consumer for marker reads
 stats: dict[str, int] = {"inits": 0, "commits": 0, "skips": 0, "retries": 0}
+
+
+def _marker_consumer(t: TxnTarget) -> Any:
+    """This process's read_committed consumer (its first request pays the connection, ~100 ms)."""
+    from kafka import KafkaConsumer
+
+    key = (str(os.getpid()), t.bootstrap)
+    c = _consumers.get(key)
+    if c is None:
+        c = _consumers[key] = KafkaConsumer(bootstrap_servers=t.bootstrap, enable_auto_commit=False, group_id=None,
+                                            isolation_level="read_committed", retry_backoff_ms=RETRY_BACKOFF_MS,
+                                            **t.client_kwargs)
+    return c
 
 
 def read_last_marker(t: TxnTarget, worker: int, timeout_s: float = 30.0) -> Marker | None:
     """The last committed marker on partition `worker` of the marker topic (read_committed), None
     if there is none. Reads a window before the end, widened while it holds no committed marker
     (aborted attempts leave records only a read_uncommitted reader sees)."""
-    from kafka import KafkaConsumer, TopicPartition
+    from kafka import TopicPartition
 
     tp = TopicPartition(t.commits_topic, worker)
-    c = KafkaConsumer(bootstrap_servers=t.bootstrap, enable_auto_commit=False, group_id=None,
-                      isolation_level="read_committed", **t.client_kwargs)
+    c = _marker_consumer(t)
     try:
         c.assign([tp])
         end = c.end_offsets([tp])[tp]
@@ -170,14 +206,22 @@ def read_last_marker(t: TxnTarget, worker: int, timeout_s: float = 30.0) -> Mark
             if last is not None or lo <= start_offset:
                 return last
             window *= 8
-    finally:
-        c.close()
+    except BaseException:
+        _consumers.pop((str(os.getpid()), t.bootstrap), None)
+        try:
+            c.close()
+        except Exception:
+            pass
+        raise
 
 
 def _slot(t: TxnTarget, worker: int) -> _Slot:
     tid = transactional_id(t.job, t.operator, worker)
     s = _slots.get(tid)
-    if s is None or s.pid != os.getpid():  # a forked process never reuses its parent's producer
+    if s is not None and (s.pid != os.getpid() or s.superseded()):  # forked, or fenced by a neighbour
+        _drop(tid)
+        s = None
+    if s is None:
         s = _slots[tid] = _Slot(t, worker)
         stats["inits"] += 1
     return s
@@ -225,14 +269,24 @@ def commit_outputs(t: TxnTarget, epoch: int, worker: int, records: list[Record])
         except Exception as exc:  # fenced, broker away, a commit of unknown outcome: new producer, read again
             _drop(tid)
             stats["retries"] += 1
+            fenced = is_fenced(exc)
             if time.time() + backoff > deadline:
                 raise
-            log.warning("transactional output of epoch %d worker %d: %s: %s; retrying with a new producer",
-                        epoch, worker, type(exc).__name__, exc)
-            time.sleep(backoff)
-            backoff = min(backoff * 2, 5.0)
+            (log.info if fenced else log.warning)(
+                "transactional output of epoch %d worker %d: %s: %s; retrying with a new producer",
+                epoch, worker, type(exc).__name__, exc)
+            if not fenced:  # fenced: another producer took the slot; a new one now reads its marker
+                time.sleep(backoff)
+                backoff = min(backoff * 2, 5.0)
     faults.hit("worker_after_output_commit")
     return True
+
+
+def is_fenced(exc: BaseException) -> bool:
+    """Whether a transactional call failed because a newer producer of the id exists (kafka-python
+    raises ProducerFencedError, or wraps it in a KafkaError's message)."""
+    text = f"{type(exc).__name__} {exc!r}"
+    return "ProducerFenced" in text or "InvalidProducerEpoch" in text
 
 
 def ensure_commit_partitions(bootstrap: str, topic: str, partitions: int, client_kwargs: dict[str, Any]) -> int:
@@ -241,7 +295,7 @@ def ensure_commit_partitions(bootstrap: str, topic: str, partitions: int, client
     from kafka.admin import NewPartitions
     from kafka.errors import InvalidPartitionsError
 
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap, **client_kwargs)
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, retry_backoff_ms=RETRY_BACKOFF_MS, **client_kwargs)
     try:
         have = len(admin.describe_topics([topic])[0]["partitions"])
         if have < partitions:
