@@ -1,11 +1,19 @@
-"""Outputs: the rows a task hands Spark's Kafka writer, and reading `<job>.output` exactly once
-(the consumer rule for outputs of a replayed epoch).
+"""Outputs: the records a task writes (`output_records`; as Spark Kafka-writer rows: `kafka_rows`),
+and reading `<job>.output` exactly once.
 
-Every output record carries the header `ballast-id = "<epoch>:<worker>:<seq>"`. A replayed epoch
-re-emits its outbox under the same ids (same values), so a consumer that drops a record whose id
-it has already seen observes each output exactly once. Replays only ever concern the last epoch
-or two (the outbox keeps 2 epochs), so a consumer may bound its seen-set to ids of epochs
->= (highest epoch seen - 2) in the record's partition (tests/helpers/dp_helpers.read_output_bounded).
+Every output record carries the header `ballast-id = "<epoch>:<worker>:<seq>"`. How a reader sees
+each output once depends on how it reads and how the job writes (docs/dataplane.md, "Outputs: the
+consumer rule"):
+
+- A keyed job writes with transactional output (the default, spark_jobs.txn_output): each task
+  commits its records in one Kafka transaction with its slot's commit marker, and a replayed
+  epoch whose marker is committed writes nothing. A `read_committed` consumer needs no rule.
+- A `read_uncommitted` consumer (it also sees the copies of aborted transactions), any reader of a
+  stateless query or of a job run with `--output-mode at-least-once` (Spark's Kafka sink: a
+  replayed epoch re-emits its outbox under the same ids, same values) drops a record whose id it
+  has already seen. Replays only ever concern the last epoch or two (the outbox keeps 2 epochs),
+  so such a consumer may bound its seen-set to ids of epochs >= (highest epoch seen - 2) in the
+  record's partition (tests/helpers/dp_helpers.read_output_bounded).
 """
 
 from __future__ import annotations
