@@ -166,3 +166,15 @@ def test_the_last_marker_is_found_behind_many_aborted_attempts(kafka_bootstrap, 
     p.close()
     assert tx.read_last_marker(t, 2) == Marker("store-A", 1, 2)
     assert tx.read_last_marker(t, 3) is None  # a slot that never committed
+
+
+def test_the_marker_topic_grows_a_partition_per_task_slot(kafka_bootstrap, unique_name):
+    """An epoch with more task slots than the marker topic has partitions (a pre-copy warming a new
+    worker, a W raised past 8) gets them before its tasks run, and the new slot commits there."""
+    out, marks = _topics(kafka_bootstrap, unique_name)  # 4 partitions
+    assert tx.ensure_commit_partitions(kafka_bootstrap, marks, 3, {}) == 4
+    assert tx.ensure_commit_partitions(kafka_bootstrap, marks, 10, {}) == 10
+    t = _target(kafka_bootstrap, unique_name, marks)
+    assert tx.commit_outputs(t, 1, 9, [(out, b"k", b"1", [])]) is True
+    tx._drop(transactional_id(unique_name, "keycount", 9))
+    assert tx.read_last_marker(t, 9) == Marker("store-A", 1, 9)
