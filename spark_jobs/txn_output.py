@@ -33,6 +33,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import random
 import tempfile
 import time
 import uuid
@@ -275,8 +276,10 @@ def commit_outputs(t: TxnTarget, epoch: int, worker: int, records: list[Record])
             (log.info if fenced else log.warning)(
                 "transactional output of epoch %d worker %d: %s: %s; retrying with a new producer",
                 epoch, worker, type(exc).__name__, exc)
-            if not fenced:  # fenced: another producer took the slot; a new one now reads its marker
-                time.sleep(backoff)
+            # fenced: another producer took the slot, a new one reads its marker now (after a random
+            # moment: two live attempts, e.g. a speculative copy, must not keep fencing each other)
+            time.sleep(random.uniform(0.0, 0.1) if fenced else backoff)
+            if not fenced:
                 backoff = min(backoff * 2, 5.0)
     faults.hit("worker_after_output_commit")
     return True
