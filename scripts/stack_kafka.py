@@ -189,7 +189,9 @@ class KafkaBroker:
     def grant_job(self, job: str, input_topic: str) -> None:
         """ACLs of one job (SCRAM mode): `controller` may write `<job>.control` and nothing else of the
         job; `job` may read its input and control topics and write its acks, outputs, DLQ and
-        ticks, never `<job>.control`. Idempotent."""
+        ticks, never `<job>.control`, and use the transactional ids `ballast.<job>.*` of its tasks'
+        transactional output (spark_jobs.txn_output), whose marker topics it may add partitions
+        to. Idempotent."""
         if self.auth != "scram":
             return
         from kafka import KafkaAdminClient
@@ -203,7 +205,7 @@ class KafkaBroker:
         )
 
         lit, pre = ACLResourcePatternType.LITERAL, ACLResourcePatternType.PREFIXED
-        topic, group = ResourceType.TOPIC, ResourceType.GROUP
+        topic, group, txn = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.TRANSACTIONAL_ID
         allow, deny = ACLPermissionType.ALLOW, ACLPermissionType.DENY
         ctl = f"{job}.control"
         rules = [
@@ -217,6 +219,11 @@ class KafkaBroker:
             ("job", ACLOperation.CREATE, ResourcePattern(topic, f"{job}.", pre), allow),
             ("job", ACLOperation.DESCRIBE_CONFIGS, ResourcePattern(topic, f"{job}.", pre), allow),
             ("job", ACLOperation.WRITE, ResourcePattern(topic, ctl, lit), deny),  # deny wins over the prefix
+            # transactional output: the tasks' transactional ids, partitions added to `<...>.commits`
+            ("job", ACLOperation.WRITE, ResourcePattern(txn, f"ballast.{job}.", pre), allow),
+            ("job", ACLOperation.DESCRIBE, ResourcePattern(txn, f"ballast.{job}.", pre), allow),
+            ("job", ACLOperation.ALTER, ResourcePattern(topic, f"{job}.", pre), allow),
+            ("job", ACLOperation.ALTER, ResourcePattern(topic, ctl, lit), deny),  # its one partition orders the steps
             ("job", ACLOperation.READ, ResourcePattern(group, "spark-kafka-source-", pre), allow),
         ]
         admin = KafkaAdminClient(bootstrap_servers=self.bootstrap, **self.client_kwargs("admin"))

@@ -24,6 +24,7 @@ from ballast.store.fencing import Fenced
 from spark_jobs.chain import ChainRunner, OperatorSpec, check_unique
 from spark_jobs.fencing import FENCED_EXIT
 from spark_jobs.runner import JobRunner, RunConfig
+from spark_jobs.txn_output import OUTPUT_MODES, TRANSACTIONAL
 
 
 def parser() -> argparse.ArgumentParser:
@@ -58,6 +59,10 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--trigger-ms", type=int, default=1000)
     r.add_argument("--max-offsets-per-trigger", type=int, default=None)
     r.add_argument("--output-partitions", type=int, default=2)
+    r.add_argument("--output-mode", choices=OUTPUT_MODES, default=TRANSACTIONAL,
+                   help="keyed operators: write each task's outputs in a Kafka transaction with a commit marker "
+                        "(exactly once for read_committed consumers), or through Spark's Kafka sink (at least "
+                        "once: consumers drop seen ballast-ids); stateless queries are always at least once")
     r.add_argument("--max-future-s", type=float, default=86400.0, help="reject steps effective later than this")
     r.add_argument("--max-control-bytes", type=int, default=MAX_MESSAGE_BYTES,
                    help="a control record larger than this is rejected before parsing (default 1 MiB)")
@@ -91,7 +96,8 @@ def config_from_args(a: argparse.Namespace) -> RunConfig:
         snapshot_every=a.snapshot_every, fail_on_data_loss=not a.allow_data_loss, max_workers=a.max_workers,
         master_ui=a.master_ui, bootstrap=a.bootstrap,
         db_url=a.db_url or default_url(), trigger_ms=a.trigger_ms, max_offsets_per_trigger=a.max_offsets_per_trigger,
-        output_partitions=a.output_partitions, max_future_s=a.max_future_s, max_control_bytes=a.max_control_bytes,
+        output_partitions=a.output_partitions, output_mode=a.output_mode, max_future_s=a.max_future_s,
+        max_control_bytes=a.max_control_bytes,
         control_keyring=load_keyring(a.control_keys, max_age_s=a.control_max_age_s),
         kafka_security=KafkaSecurity.from_file(a.kafka_config) if a.kafka_config else KafkaSecurity.from_env(),
         db_outage_s=a.db_outage_s, kafka_outage_s=a.kafka_outage_s,

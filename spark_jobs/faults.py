@@ -5,7 +5,9 @@ that point is reached, the line is removed from the file (so a restarted job run
 process SIGKILLs itself. Points (docs/dataplane.md "Crash injection"): in the driver
 after_decision, after_apply, before_manifest, in_step_commit (inside the epoch's DB transaction,
 before it commits, of an epoch that answers a control step), before_acks; in a Spark Python worker
-worker_mid_move, worker_prepared, worker_before_commit; relocate_copied (spark_jobs.relocate,
+worker_mid_move, worker_prepared, worker_before_commit, worker_before_output_commit (the task's Kafka
+transaction holds its records, not committed), worker_after_output_commit (committed, the task not
+yet returned: spark_jobs.txn_output); relocate_copied (spark_jobs.relocate,
 after each file copied). Unset: no-op.
 """
 

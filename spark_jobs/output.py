@@ -1,11 +1,19 @@
-"""Outputs: the rows a task hands Spark's Kafka writer, and reading `<job>.output` exactly once
-(the consumer rule for outputs of a replayed epoch).
+"""Outputs: the records a task writes (`output_records`; as Spark Kafka-writer rows: `kafka_rows`),
+and reading `<job>.output` exactly once.
 
-Every output record carries the header `ballast-id = "<epoch>:<worker>:<seq>"`. A replayed epoch
-re-emits its outbox under the same ids (same values), so a consumer that drops a record whose id
-it has already seen observes each output exactly once. Replays only ever concern the last epoch
-or two (the outbox keeps 2 epochs), so a consumer may bound its seen-set to ids of epochs
->= (highest epoch seen - 2) in the record's partition (tests/helpers/dp_helpers.read_output_bounded).
+Every output record carries the header `ballast-id = "<epoch>:<worker>:<seq>"`. How a reader sees
+each output once depends on how it reads and how the job writes (docs/dataplane.md, "Outputs: the
+consumer rule"):
+
+- A keyed job writes with transactional output (the default, spark_jobs.txn_output): each task
+  commits its records in one Kafka transaction with its slot's commit marker, and a replayed
+  epoch whose marker is committed writes nothing. A `read_committed` consumer needs no rule.
+- A `read_uncommitted` consumer (it also sees the copies of aborted transactions), any reader of a
+  stateless query or of a job run with `--output-mode at-least-once` (Spark's Kafka sink: a
+  replayed epoch re-emits its outbox under the same ids, same values) drops a record whose id it
+  has already seen. Replays only ever concern the last epoch or two (the outbox keeps 2 epochs),
+  so such a consumer may bound its seen-set to ids of epochs >= (highest epoch seen - 2) in the
+  record's partition (tests/helpers/dp_helpers.read_output_bounded).
 """
 
 from __future__ import annotations
@@ -32,39 +40,44 @@ def dlq_topic(job: str) -> str:
     return f"{job}.dlq"
 
 
-def kafka_rows(epoch: int, worker: int, outputs: list[tuple[int, bytes, bytes, str | None]], output_topic: str,
-               dlq_topic: str) -> Any:
-    """One task's outputs as Spark's Kafka-writer rows (OUTPUT_SCHEMA): outputs to `output_topic`,
+def output_records(epoch: int, worker: int, outputs: list[tuple[int, bytes, bytes, str | None]], output_topic: str,
+                   dlq_topic: str) -> list[tuple[str, bytes | None, bytes | None, list[tuple[str, bytes]]]]:
+    """One task's outputs as Kafka records (topic, key, value, headers): outputs to `output_topic`,
     dead letters to `dlq_topic` with their reason (spark_jobs.records), source
-    (topic:partition:offset) and error; every record under its id `epoch:worker:seq`."""
-    import pyarrow as pa
-
-    topics: list[str] = []
-    keys: list[bytes | None] = []
-    values: list[bytes | None] = []
-    headers: list[list[dict[str, Any]]] = []
+    (topic:partition:offset) and error; every record under its id `epoch:worker:seq`. The same
+    records whichever writer sends them (Spark's Kafka sink or a transactional producer)."""
+    out: list[tuple[str, bytes | None, bytes | None, list[tuple[str, bytes]]]] = []
     for seq, (kind, k_in, v_in, note) in enumerate(outputs):
         key: bytes | None = k_in
         value: bytes | None = v_in
-        hdr = [{"key": ID_HEADER, "value": b"%d:%d:%d" % (epoch, worker, seq)}]
+        hdr: list[tuple[str, bytes]] = [(ID_HEADER, b"%d:%d:%d" % (epoch, worker, seq))]
         info = json.loads(note or "{}") if kind == DEAD_LETTER else {}
         if kind == DEAD_LETTER:
-            hdr += dead_headers(epoch, info.get("reason", OPERATOR_ERROR), str(info.get("error", "")), info)
-        size = too_large(key, value, hdr)
+            hdr += [(h["key"], h["value"]) for h in
+                    dead_headers(epoch, info.get("reason", OPERATOR_ERROR), str(info.get("error", "")), info)]
+        size = too_large(key, value, [{"key": k, "value": v} for k, v in hdr])
         if size:  # the writer would fail the epoch (and every replay of it): a dead letter without payload
             what = "dead letter" if kind == DEAD_LETTER else f"output to {output_topic}"
             err = (f"{what} of {size} bytes is over the job's {MAX_RECORD_BYTES}-byte record limit; "
                    f"its key and value were dropped (the source record is still in its topic)")
-            hdr = hdr[:1] + dead_headers(epoch, TOO_LARGE, err, info)
+            hdr = hdr[:1] + [(h["key"], h["value"]) for h in dead_headers(epoch, TOO_LARGE, err, info)]
             kind, key, value = DEAD_LETTER, None, None
-        topics.append(dlq_topic if kind == DEAD_LETTER else output_topic)
-        keys.append(key)
-        values.append(value)
-        headers.append(hdr)
+        out.append((dlq_topic if kind == DEAD_LETTER else output_topic, key, value, hdr))
+    return out
+
+
+def kafka_rows(epoch: int, worker: int, outputs: list[tuple[int, bytes, bytes, str | None]], output_topic: str,
+               dlq_topic: str) -> Any:
+    """One task's outputs (`output_records`) as Spark's Kafka-writer rows (OUTPUT_SCHEMA)."""
+    import pyarrow as pa
+
+    recs = output_records(epoch, worker, outputs, output_topic, dlq_topic)
     hdr_t = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
     return pa.RecordBatch.from_arrays(
-        [pa.array(topics, pa.string()), pa.array(keys, pa.binary()), pa.array(values, pa.binary()),
-         pa.array(headers, hdr_t)], names=["topic", "key", "value", "headers"])
+        [pa.array([r[0] for r in recs], pa.string()), pa.array([r[1] for r in recs], pa.binary()),
+         pa.array([r[2] for r in recs], pa.binary()),
+         pa.array([[{"key": k, "value": v} for k, v in r[3]] for r in recs], hdr_t)],
+        names=["topic", "key", "value", "headers"])
 
 
 @dataclass(frozen=True, order=True)

@@ -16,6 +16,7 @@ from ballast.signing import Keyring
 from ballast.topics import create_missing_topics
 from spark_jobs.output import dlq_topic, output_topic
 from spark_jobs.records import MAX_RECORD_BYTES
+from spark_jobs.txn_output import COMMITS_PARTITIONS, TRANSACTIONAL, commits_topic
 
 
 @dataclass
@@ -52,6 +53,9 @@ class RunConfig:
     output: str | None = None  # output topic (default `<job>.output`); a chain's inner operators write a hand-off
     handoff_inputs: tuple[str, ...] = ()  # input topics an upstream operator writes: deduplicated by ballast-id
     siblings: tuple[str, ...] = ()  # the job's other operators: their control steps are not ours, nor rejected
+    # keyed operators: outputs in Kafka transactions, exactly once for read_committed readers
+    # (spark_jobs.txn_output), or "at-least-once" (Spark's Kafka sink; readers deduplicate by ballast-id)
+    output_mode: str = TRANSACTIONAL
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -99,12 +103,20 @@ def tick_topic(job: str) -> str:
 
 def ensure_job_topics(bootstrap: str, job: str, output_partitions: int, security: KafkaSecurity | None = None) -> None:
     """Create `<job>.control` (1 partition: steps stay ordered), acks (1), output (N), the
-    dead-letter topic (1) and the ticks topic (1) if missing; output and dead letters take
+    dead-letter topic (1), the ticks topic (1) and the output's commit-marker topic (compacted,
+    one partition per task slot: spark_jobs.txn_output) if missing; output and dead letters take
     records up to MAX_RECORD_BYTES (spark_jobs.records)."""
     big = {"max.message.bytes": str(MAX_RECORD_BYTES)}
-    create_missing_topics(bootstrap, {control_topic(job): 1, acks_topic(job): 1, output_topic(job): output_partitions,
-                                      dlq_topic(job): 1, tick_topic(job): 1}, security=security,
-                          configs={output_topic(job): big, dlq_topic(job): big})
+    out = output_topic(job)
+    create_missing_topics(bootstrap, {control_topic(job): 1, acks_topic(job): 1, out: output_partitions,
+                                      dlq_topic(job): 1, tick_topic(job): 1, commits_topic(out): COMMITS_PARTITIONS},
+                          security=security,
+                          configs={out: big, dlq_topic(job): big, commits_topic(out): COMMITS_TOPIC_CONFIG})
+
+
+#: the marker topic keeps the last marker per slot (compacted) and rolls segments hourly so the
+#: compaction can drop the older ones
+COMMITS_TOPIC_CONFIG = {"cleanup.policy": "compact", "segment.ms": "3600000"}
 
 
 

@@ -29,6 +29,7 @@ from ballast.errors import BallastError
 from ballast.protocol import acks_topic, control_topic, message_key, utcnow
 from ballast.store import writer as mx
 from ballast.store.fencing import Fenced
+from ballast.topics import create_missing_topics
 from spark_jobs import faults
 from spark_jobs.binding import bind_state, check_job_row, job_row_config
 from spark_jobs.bins import bits_for
@@ -51,10 +52,17 @@ from spark_jobs.journal import KEEP_EPOCHS, Journal
 from spark_jobs.operator_loader import get_operator
 from spark_jobs.output import dlq_topic
 from spark_jobs.processing import ProcessorOperator
-from spark_jobs.run_config import RunConfig, ensure_job_topics, tick_topic
+from spark_jobs.run_config import COMMITS_TOPIC_CONFIG, RunConfig, ensure_job_topics, tick_topic
 from spark_jobs.stateless import StatelessOperator
 from spark_jobs.stream_plan import StreamPlan
 from spark_jobs.timers import ClockLog, EpochClock, TimerSchedule
+from spark_jobs.txn_output import (
+    COMMITS_PARTITIONS,
+    TRANSACTIONAL,
+    TxnTarget,
+    commits_topic,
+    ensure_commit_partitions,
+)
 from spark_jobs.warmup import WarmUp
 from spark_jobs.worker import ApplyConfig, make_apply_fn, route
 
@@ -108,8 +116,29 @@ class JobRunner(JobClients, DriverFence, EpochCommit, WarmUp):
         self._lock = threading.Lock()
         self._stopper: threading.Thread | None = None
         self._times = EpochTimes()  # the running epoch's (spark_jobs.epoch_times)
+        self._commit_parts = 0  # partitions the output's marker topic is known to have
         self.epochs_done = 0
         self.last_epoch: int | None = None
+
+    @property
+    def transactional(self) -> bool:
+        """Whether tasks write the epoch's outputs in Kafka transactions (keyed operators only:
+        a stateless query's outputs are written by Spark's Kafka sink, at least once)."""
+        return self.cfg.output_mode == TRANSACTIONAL and not isinstance(self.op, StatelessOperator)
+
+    def _txn_target(self, tasks: int) -> TxnTarget | None:
+        """The tasks' transactional output, with a marker partition for each of the epoch's `tasks` slots."""
+        if not self.transactional:
+            return None
+        cfg = self.cfg
+        assert self.durable is not None
+        kw = cfg.security.python_kwargs()
+        topic = commits_topic(self.out_topic)
+        if tasks > self._commit_parts:
+            self._commit_parts = self._kafka("the marker topic's partitions", ensure_commit_partitions,
+                                             cfg.bootstrap, topic, tasks, kw)
+        return TxnTarget(bootstrap=cfg.bootstrap, job=cfg.job, operator=cfg.operator, store_id=self.durable.store_id,
+                         commits_topic=topic, client_kwargs=kw, outage_s=cfg.kafka_outage_s)
 
     @property
     def k(self) -> int:
@@ -128,6 +157,9 @@ class JobRunner(JobClients, DriverFence, EpochCommit, WarmUp):
                           utcnow())
         self._take_token()  # before the first epoch: every older driver of this operator is fenced
         ensure_job_topics(cfg.bootstrap, cfg.job, cfg.output_partitions, cfg.security)
+        if self.transactional:  # the marker topic of this operator's output (a chain's hand-off too)
+            create_missing_topics(cfg.bootstrap, {commits_topic(self.out_topic): COMMITS_PARTITIONS},
+                                  security=cfg.security, configs={commits_topic(self.out_topic): COMMITS_TOPIC_CONFIG})
         self._state = self.journal.latest_state()
         self.stop_file.delete()  # a stale request must not stop this run
         if self._state is not None and self._state.workers != cfg.workers:
@@ -147,6 +179,7 @@ class JobRunner(JobClients, DriverFence, EpochCommit, WarmUp):
                              "cache_dir": self._cache_dir or "<each executor's own directory>",
                              "control_topic": self.ctl_topic, "acks_topic": acks_topic(cfg.job),
                              "output_topic": self.out_topic,
+                             "output_commits_topic": commits_topic(self.out_topic) if self.transactional else None,
                              "spark_checkpoint": str(self.journal.spark_checkpoint)}, sort_keys=True))
         if cfg.control_keyring is None:
             log.warning("control messages are NOT authenticated (unsigned mode, for local use): anyone who can "
@@ -380,10 +413,14 @@ class JobRunner(JobClients, DriverFence, EpochCommit, WarmUp):
             assignment=tuple(st.assignment), state_uri=durable.uri, store_id=durable.store_id,
             history=durable.history(before=epoch), output_topic=self.out_topic, dlq_topic=dlq_topic(cfg.job),
             input_topic=cfg.input_topic, cache_dir=self._cache_dir, snapshot=snapshot, warm=warm, moving_in=moving_in,
-            clock=clock, op_conf=self.op.task_conf() if isinstance(self.op, ProcessorOperator) else {}, split=split)
+            clock=clock, op_conf=self.op.task_conf() if isinstance(self.op, ProcessorOperator) else {}, split=split,
+            txn=self._txn_target(tasks))
         out = route(keyed, k, st.assignment, tasks, make_apply_fn(acfg))
-        writer = out.write.format("kafka").option("kafka.bootstrap.servers", cfg.bootstrap).options(
-            **self._spark_kafka_options(source=False))
+        if acfg.txn is not None:  # each task commits its outputs itself (spark_jobs.txn_output): no sink
+            writer = out.write.format("noop").mode("overwrite")
+        else:
+            writer = out.write.format("kafka").option("kafka.bootstrap.servers", cfg.bootstrap).options(
+                **self._spark_kafka_options(source=False))
         self._times.lap("plan")
         writer.save()
         self._times.lap("spark")

@@ -22,7 +22,10 @@ It never trusts local files it did not check:
    The commit is conditional by construction: whatever the cache held, the result is the durable
    state of e-1 plus this epoch's rows, so two attempts of one epoch write identical objects and
    a late attempt of e-1 cannot move anything back (it finds e-1's object and only re-emits).
-Outputs are yielded after that, with the id `epoch:worker:seq` in a header.
+Outputs are written after that, with the id `epoch:worker:seq` in a header: by the task itself in
+one Kafka transaction with the slot's commit marker (transactional output, the default:
+spark_jobs.txn_output; a slot whose marker already covers the epoch writes nothing), or yielded as
+rows for Spark's Kafka sink (`--output-mode at-least-once`).
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from typing import Any
 
 from spark_jobs.durable import History
 from spark_jobs.objects import DEAD_LETTER, OUTPUT
-from spark_jobs.output import OUTPUT_SCHEMA, kafka_rows
+from spark_jobs.output import OUTPUT_SCHEMA, kafka_rows, output_records
 from spark_jobs.records import (
     OPERATOR_ERROR,
     REJECT_COLUMN,
@@ -73,6 +76,9 @@ class ApplyConfig:
     op_conf: dict[str, Any] = field(default_factory=dict)  # processors: ProcessorOperator.task_conf()
     base_bits: int | None = None  # k of the job's first map (`--bins`): the k of a cache that never recorded one
     split: bool = False  # this epoch applies a split (k rose): processors re-file their timer index
+    # transactional output (spark_jobs.txn_output): the task commits its outputs itself and yields
+    # nothing; None: it yields them as rows for Spark's Kafka sink (at least once, ids deduplicate)
+    txn: Any = None
 
 
 def make_apply_fn(cfg: ApplyConfig) -> Callable[[Iterator[Any]], Iterator[Any]]:
@@ -102,7 +108,12 @@ def make_apply_fn(cfg: ApplyConfig) -> Callable[[Iterator[Any]], Iterator[Any]]:
                 cfg.cache_dir or default_cache_root(cfg.job), cfg.store_id, cfg.job, worker, cfg.epoch,
                 lambda cache, txn, note: _run(cfg, cache, txn, worker, table, n, attempt, t_task, t_useful, note),
                 lambda: _done_outputs(cfg, worker))
-        if outputs:
+        if outputs and cfg.txn is not None:
+            from spark_jobs.txn_output import commit_outputs
+
+            commit_outputs(cfg.txn, cfg.epoch, worker,
+                           output_records(cfg.epoch, worker, outputs, cfg.output_topic, cfg.dlq_topic))
+        elif outputs:
             yield kafka_rows(cfg.epoch, worker, outputs, cfg.output_topic, cfg.dlq_topic)
 
     return apply_partition

@@ -5,9 +5,10 @@ its code shipped as an archive (--py-files) and a user operator module the same 
 `spark.locality.wait=0`, speculation on, `spark.task.maxFailures=4`. While a batched plan runs
 (some steps with pre-copy; W 2 -> 3 -> 2, which adds an executor and gives one back), executors are
 SIGKILLed at least 3 times (mid-epoch and right after a step, i.e. mid-move) and the driver 3 times.
-Oracle: every key's count, every output (deduplicated by id) and every checkpoint exactly as a
-pure-Python run without any of that; keys of 1 byte to 100 kB; a record whose fold raises lands
-in `<job>.dlq`; the driver never opened a state cache.
+Oracle: every key's count, every output (deduplicated by id; read_committed: without
+deduplication) and every checkpoint exactly as a pure-Python run without any of that; keys of 1
+byte to 100 kB; a record whose fold raises lands in `<job>.dlq`; the driver never opened a state
+cache.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import random
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -26,7 +28,7 @@ from migrations_db import models as m
 from migrations_db.db import session_scope
 from scripts.spark_cluster import spark_submit_cmd, start_cluster, submit_env
 from spark_jobs.offsets import committed_epochs, read_end_offsets
-from spark_jobs.output import read_output
+from spark_jobs.output import parse_id, read_output, record_id, scan_topic
 from spark_jobs.runner import ensure_job_topics
 from spark_jobs.ship import job_archive
 from tests.helpers.control import send_control
@@ -195,6 +197,13 @@ def test_keycount_on_a_cluster_survives_executor_and_driver_loss(kafka_bootstrap
         check_state(f"file://{ckpt}/durable", 2, plan_maps(BINS)[-1][1], BINS, ref_counts)
         dlq, _ = read_output(kafka_bootstrap, f"{job}.dlq")
         assert [(d.key, d.value) for d in dlq] == [(POISON_KEY, b"poison")]
+        # transactional output (the default): a plain read_committed consumer, no deduplication,
+        # sees each output and the dead letter once despite executor kills, retries and speculation
+        committed = Counter((parse_id(record_id(msg))[0], msg.key, int(msg.value)) for msg in scan_topic(
+            kafka_bootstrap, f"{job}.output", 120.0, isolation_level="read_committed", consumer_timeout_ms=1000))
+        assert max(committed.values()) == 1 and set(committed) == ref_outputs, "read_committed: not exactly once"
+        assert [(d.key, d.value) for d in scan_topic(kafka_bootstrap, f"{job}.dlq", 60.0,
+                                                     isolation_level="read_committed")] == [(POISON_KEY, b"poison")]
         # caches live on the executors (their own work dirs), never with the driver
         caches = {p.relative_to(cluster.base_dir).parts[0] for p in cluster.base_dir.rglob("ballast-cache")}
         assert len(caches) >= 2, caches

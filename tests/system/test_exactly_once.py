@@ -4,7 +4,9 @@ before the manifest, at a random time after start) while a plan applies; after r
 checkpoint, state and deduplicated outputs equal the reference (also read by a consumer that
 remembers only the last three epochs' ids) and every step has exactly one applied checkpoint. After
 every kill, each ack on the acks topic finds its epoch committed; every restart passes `--workers 5`,
-which the logged map overrides (with a warning)."""
+which the logged map overrides (with a warning). The job runs with `--output-mode at-least-once`:
+this is the test of the id rule (Spark's Kafka sink; replays re-emit, readers deduplicate);
+transactional output, the default, is tests/system/test_txn_exactly_once.py."""
 
 from __future__ import annotations
 
@@ -66,7 +68,7 @@ def test_sigkill_anywhere_then_restart_is_exactly_once(kafka_bootstrap, make_top
     first = [sys.executable, "-m", "spark_jobs.cli", "run", "--job", job, "--operator", "keycount",
              "--input-topic", topic, "--bins", str(BINS), "--workers", "2", "--checkpoint-dir", str(ckpt_dir),
              "--bootstrap", kafka_bootstrap, "--db-url", db_url, "--trigger-ms", "100",
-             "--max-offsets-per-trigger", "4000"]
+             "--max-offsets-per-trigger", "4000", "--output-mode", "at-least-once"]
     # every restart asks for W = 5: `--workers` counts at the first start only, the logged map wins
     cmd = [("5" if a == "2" and first[i - 1] == "--workers" else a) for i, a in enumerate(first)]
     assert cmd.count("5") == 1

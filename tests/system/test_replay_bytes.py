@@ -5,7 +5,9 @@ its commit (`before_manifest`); its changelog objects are removed so that the re
 the epoch from the durable state (what an attempt that finds no object does: a speculative or
 zombie attempt racing the first) instead of re-emitting the stored outputs; the restart runs under
 another TZ. Every output id then appears twice in `<job>.output`, with the same key, value and
-headers."""
+headers. The job runs with `--output-mode at-least-once` (Spark's Kafka sink), so that both copies
+are in the topic to compare: a transactional job's replay finds its epoch's commit marker and
+writes nothing (tests/system/test_txn_exactly_once.py)."""
 
 from __future__ import annotations
 
@@ -58,7 +60,8 @@ def test_a_replayed_epoch_emits_the_same_bytes_under_another_time_zone(name, kaf
     logs.mkdir()
     cmd = [sys.executable, "-m", "spark_jobs.cli", "run", "--job", job, "--operator", operator, "--input-topic", topic,
            "--bins", "16", "--workers", "2", "--checkpoint-dir", str(ckpt), "--bootstrap", kafka_bootstrap,
-           "--db-url", db_url, "--trigger-ms", "100", "--max-offsets-per-trigger", "400"]
+           "--db-url", db_url, "--trigger-ms", "100", "--max-offsets-per-trigger", "400",
+           "--output-mode", "at-least-once"]
     env = cli_env(faults_file, HERE)
 
     # the first attempt: killed after the 3rd epoch with tasks wrote its outputs, before its commit

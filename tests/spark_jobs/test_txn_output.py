@@ -1,0 +1,180 @@
+"""Transactional output (spark_jobs.txn_output): marker encoding and naming (pure), and against the
+real broker: a zombie attempt of a slot is fenced and its records never become visible to
+read_committed; a replay of a committed (epoch, worker) writes nothing; a producer a newer one
+fenced finds out at its commit and the retry reads the marker instead of writing twice."""
+
+from __future__ import annotations
+
+import pytest
+from kafka import KafkaProducer
+from kafka.errors import KafkaError
+
+from ballast.topics import create_missing_topics
+from spark_jobs import txn_output as tx
+from spark_jobs.output import ID_HEADER, output_records, scan_topic
+from spark_jobs.run_config import COMMITS_TOPIC_CONFIG
+from spark_jobs.txn_output import Marker, TxnTarget, commits_topic, transactional_id
+
+
+def test_transactional_id_and_marker_topic_names() -> None:
+    assert transactional_id("orders", "keycount", 3) == "ballast.orders.keycount.w3"
+    assert transactional_id("orders", "keycount", 3) != transactional_id("orders", "keycount", 4)
+    assert transactional_id("a", "op", 0) != transactional_id("b", "op", 0)
+    assert commits_topic("orders.output") == "orders.output.commits"
+    assert commits_topic("orders.enrich.out") == "orders.enrich.out.commits"  # a chain's hand-off
+
+
+def test_marker_round_trip_and_what_it_covers() -> None:
+    m = Marker("store-1", 7, 2)
+    assert Marker.decode(m.value()) == m
+    assert m.key() == b"w2"
+    assert m.value() == b'{"epoch":7,"store":"store-1","worker":2}'  # canonical: sorted keys, no spaces
+    for junk in (None, b"", b"not json", b"{}", b'{"store": "s", "epoch": "x", "worker": 0}', b"[1]"):
+        assert Marker.decode(junk) is None
+    # markers of one slot are written in epoch order: the last one covers itself and every epoch before
+    assert m.covers("store-1", 7) and m.covers("store-1", 3)
+    assert not m.covers("store-1", 8)
+    # another deployment (a new store under the same job name) never counts as committed
+    assert not m.covers("store-2", 3)
+
+
+def test_output_records_are_the_spark_rows() -> None:
+    """The transactional writer sends exactly the records Spark's sink would (same ids, headers)."""
+    from spark_jobs.objects import DEAD_LETTER, OUTPUT
+    from spark_jobs.output import kafka_rows
+
+    outs = [(OUTPUT, b"k", b"1", None), (DEAD_LETTER, b"k2", b"v", '{"reason": "operator-error", "error": "E"}')]
+    recs = output_records(4, 1, outs, "j.output", "j.dlq")
+    assert [r[0] for r in recs] == ["j.output", "j.dlq"]
+    assert recs[0][3] == [(ID_HEADER, b"4:1:0")] and recs[1][3][0] == (ID_HEADER, b"4:1:1")
+    rows = kafka_rows(4, 1, outs, "j.output", "j.dlq").to_pylist()
+    assert [(r["topic"], r["key"], r["value"], [(h["key"], h["value"]) for h in r["headers"]]) for r in rows] == recs
+
+
+def _topics(bootstrap: str, name: str) -> tuple[str, str]:
+    out, marks = f"{name}.output", commits_topic(f"{name}.output")
+    create_missing_topics(bootstrap, {out: 2, marks: 4}, configs={marks: COMMITS_TOPIC_CONFIG})
+    return out, marks
+
+
+def _read(bootstrap: str, topic: str, isolation: str) -> list[tuple[bytes | None, bytes | None]]:
+    return sorted((m.key, m.value) for m in scan_topic(bootstrap, topic, 30.0, isolation_level=isolation,
+                                                      consumer_timeout_ms=1000))
+
+
+def _target(bootstrap: str, name: str, marks: str, store: str = "store-A") -> TxnTarget:
+    return TxnTarget(bootstrap=bootstrap, job=name, operator="keycount", store_id=store, commits_topic=marks,
+                     outage_s=20.0)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_slots():
+    """Every test starts with no producer cached in this process, and closes the ones it made."""
+    for tid in list(tx._slots):
+        tx._drop(tid)
+    yield
+    for tid in list(tx._slots):
+        tx._drop(tid)
+
+
+def test_a_zombie_attempt_is_fenced_and_its_records_never_visible(kafka_bootstrap, unique_name):
+    """Attempt A of (epoch 5, worker 1) starts its transaction and pauses; attempt B of the same slot
+    initialises the same transactional id (fencing A), finds no marker, commits. A's commit fails
+    with a fencing error; read_committed shows B's records and marker once, A's never (a
+    read_uncommitted reader does see A's copy: the test is not vacuous)."""
+    out, marks = _topics(kafka_bootstrap, unique_name)
+    tid = transactional_id(unique_name, "keycount", 1)
+    a = KafkaProducer(bootstrap_servers=kafka_bootstrap, transactional_id=tid, acks="all")
+    a.init_transactions()
+    a.begin_transaction()
+    a.send(out, key=b"k", value=b"zombie", headers=[(ID_HEADER, b"5:1:0")])
+    a.send(marks, key=b"w1", value=Marker("store-A", 5, 1).value(), partition=1)
+    a.flush()  # A's records are in the log, its transaction open: a paused attempt
+    t = _target(kafka_bootstrap, unique_name, marks)
+    recs = [(out, b"k", b"live", [(ID_HEADER, b"5:1:0")])]
+    assert tx.commit_outputs(t, 5, 1, recs) is True  # B: init fenced A (and aborted its transaction)
+    with pytest.raises(KafkaError) as err:
+        a.commit_transaction()
+    assert tx.is_fenced(err.value), repr(err.value)
+    a.close(timeout=0)
+    assert _read(kafka_bootstrap, out, "read_committed") == [(b"k", b"live")]
+    assert (b"k", b"zombie") in _read(kafka_bootstrap, out, "read_uncommitted")
+    assert tx.read_last_marker(t, 1) == Marker("store-A", 5, 1)
+    # a replay of the epoch (a new process: nothing cached) finds the marker and writes nothing
+    tx._drop(tid)
+    assert tx.commit_outputs(t, 5, 1, recs) is False
+    assert _read(kafka_bootstrap, out, "read_committed") == [(b"k", b"live")]
+    # another deployment under the same job name (a new store) is not covered by the old marker
+    tx._drop(tid)
+    assert tx.commit_outputs(_target(kafka_bootstrap, unique_name, marks, "store-B"), 5, 1,
+                             [(out, b"k", b"new", [])]) is True
+    assert _read(kafka_bootstrap, out, "read_committed") == [(b"k", b"live"), (b"k", b"new")]
+
+
+def test_a_cached_producer_fenced_by_another_process_retries_and_writes_once(kafka_bootstrap, unique_name):
+    """Slot 0's producer is cached in this process after epoch 1. Another process (here: another
+    producer of the id) takes the slot and commits epoch 2. This process's producer, asked for
+    epoch 2 again, believes the slot at epoch 1: the broker refuses its transaction (fenced), it
+    starts over with a new producer, reads the marker (epoch 2) and writes nothing. Epoch 3 then
+    commits once. read_committed: each epoch's record once, the markers in epoch order."""
+    out, marks = _topics(kafka_bootstrap, unique_name)
+    t = _target(kafka_bootstrap, unique_name, marks)
+    rec = {e: [(out, b"k", b"%d" % e, [(ID_HEADER, b"%d:0:0" % e)])] for e in (1, 2, 3)}
+    assert tx.commit_outputs(t, 1, 0, rec[1]) is True
+    other = KafkaProducer(bootstrap_servers=kafka_bootstrap, transactional_id=transactional_id(unique_name,
+                                                                                                "keycount", 0))
+    other.init_transactions()
+    other.begin_transaction()
+    other.send(out, key=b"k", value=b"2", headers=[(ID_HEADER, b"2:0:0")])
+    m2 = Marker("store-A", 2, 0)
+    other.send(marks, key=m2.key(), value=m2.value(), partition=0)
+    other.commit_transaction()
+    other.close()
+    retries = tx.stats["retries"]
+    assert tx.commit_outputs(t, 2, 0, rec[2]) is False  # fenced, re-initialised, found epoch 2's marker
+    assert tx.stats["retries"] == retries + 1
+    assert tx.commit_outputs(t, 3, 0, rec[3]) is True
+    assert _read(kafka_bootstrap, out, "read_committed") == [(b"k", b"1"), (b"k", b"2"), (b"k", b"3")]
+    assert [Marker.decode(v).epoch for _, v in _read(kafka_bootstrap, marks, "read_committed")] == [1, 2, 3]
+    # a process on this host that takes the slot leaves its token in the owner file: the cached
+    # producer is replaced before it tries a transaction the broker would refuse
+    neighbour = tx._Slot(t, 0)  # what another Python worker process's first task of the slot does
+    assert neighbour.last == Marker("store-A", 3, 0)
+    assert tx._slots[transactional_id(unique_name, "keycount", 0)].superseded()
+    retries = tx.stats["retries"]
+    assert tx.commit_outputs(t, 3, 0, rec[3]) is False and tx.stats["retries"] == retries
+    neighbour.close()
+    tx._drop(transactional_id(unique_name, "keycount", 0))
+    assert tx.read_last_marker(t, 0) == Marker("store-A", 3, 0)
+    assert _read(kafka_bootstrap, out, "read_committed") == [(b"k", b"1"), (b"k", b"2"), (b"k", b"3")]
+
+
+def test_the_last_marker_is_found_behind_many_aborted_attempts(kafka_bootstrap, unique_name):
+    """Aborted transactions leave records only read_uncommitted sees: the marker read widens its
+    window past them to the last committed marker."""
+    out, marks = _topics(kafka_bootstrap, unique_name)
+    t = _target(kafka_bootstrap, unique_name, marks)
+    assert tx.commit_outputs(t, 1, 2, [(out, b"k", b"1", [])]) is True
+    tx._drop(transactional_id(unique_name, "keycount", 2))
+    p = KafkaProducer(bootstrap_servers=kafka_bootstrap, transactional_id=transactional_id(unique_name,
+                                                                                            "keycount", 2))
+    p.init_transactions()
+    for e in range(2, 32):  # 30 aborted attempts: 60 offsets after the committed marker
+        p.begin_transaction()
+        p.send(marks, key=b"w2", value=Marker("store-A", e, 2).value(), partition=2)
+        p.abort_transaction()
+    p.close()
+    assert tx.read_last_marker(t, 2) == Marker("store-A", 1, 2)
+    assert tx.read_last_marker(t, 3) is None  # a slot that never committed
+
+
+def test_the_marker_topic_grows_a_partition_per_task_slot(kafka_bootstrap, unique_name):
+    """An epoch with more task slots than the marker topic has partitions (a pre-copy warming a new
+    worker, a W raised past 8) gets them before its tasks run, and the new slot commits there."""
+    out, marks = _topics(kafka_bootstrap, unique_name)  # 4 partitions
+    assert tx.ensure_commit_partitions(kafka_bootstrap, marks, 3, {}) == 4
+    assert tx.ensure_commit_partitions(kafka_bootstrap, marks, 10, {}) == 10
+    t = _target(kafka_bootstrap, unique_name, marks)
+    assert tx.commit_outputs(t, 1, 9, [(out, b"k", b"1", [])]) is True
+    tx._drop(transactional_id(unique_name, "keycount", 9))
+    assert tx.read_last_marker(t, 9) == Marker("store-A", 1, 9)
