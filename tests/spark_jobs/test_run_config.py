@@ -13,7 +13,8 @@ import spark_jobs.run_config as R
 from ballast.kafka_security import KafkaSecurity
 from ballast.signing import Keyring
 from spark_jobs.records import MAX_RECORD_BYTES
-from spark_jobs.run_config import RunConfig, as_utc, ensure_job_topics, iso, parse_iso, tick_topic
+from spark_jobs.run_config import COMMITS_TOPIC_CONFIG, RunConfig, as_utc, ensure_job_topics, iso, parse_iso, tick_topic
+from spark_jobs.txn_output import COMMITS_PARTITIONS
 
 pytestmark = pytest.mark.dataplane
 
@@ -71,9 +72,11 @@ def test_the_jobs_own_topics_are_created_with_their_sizes_and_limits(monkeypatch
     [((bootstrap, topics), kw)] = calls
     assert bootstrap == "b:9092" and kw["security"] is sec
     assert topics == {"clicks.control": 1, "clicks.control.acks": 1, "clicks.output": 6, "clicks.dlq": 1,
-                      "clicks.control.ticks": 1}, "control steps stay ordered on one partition"
+                      "clicks.control.ticks": 1, "clicks.output.commits": COMMITS_PARTITIONS}, \
+        "control steps stay ordered on one partition"
     big = {"max.message.bytes": str(MAX_RECORD_BYTES)}
-    assert kw["configs"] == {"clicks.output": big, "clicks.dlq": big}
+    assert kw["configs"] == {"clicks.output": big, "clicks.dlq": big, "clicks.output.commits": COMMITS_TOPIC_CONFIG}
+    assert COMMITS_TOPIC_CONFIG["cleanup.policy"] == "compact", "a slot's last marker is all that must stay"
     assert tick_topic("clicks") == "clicks.control.ticks"
 
 
