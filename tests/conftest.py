@@ -88,6 +88,38 @@ def kafka_bootstrap(request: pytest.FixtureRequest) -> Iterator[str]:
     next(svc, None)
 
 
+_EARLY_STOPS = pytest.StashKey[dict[str, Callable[[], None]]]()
+
+
+def stop_after_last_use(config: pytest.Config, fixture: str, stop: Callable[[], None]) -> Callable[[], None]:
+    """Registers `stop` of a session fixture's service to run after the last test that uses the
+    fixture instead of at the session's end (one process only: an xdist worker does not know which
+    tests it gets next). Why: a service kept until the end runs under every later test — Airflow's
+    scheduler, triggerer and DAG processor take a share of a 2-core machine for the rest of the
+    suite. Returns the idempotent stop for the fixture's own teardown."""
+    done: list[bool] = []
+
+    def once() -> None:
+        if not done:
+            done.append(True)
+            stop()
+
+    if not _is_worker(config):
+        config.stash.setdefault(_EARLY_STOPS, {})[fixture] = once
+    return once
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """Runs the early stops (above) of fixtures no later test of the session uses."""
+    stops = item.config.stash.get(_EARLY_STOPS, {})
+    for fixture in [f for f in stops if f in getattr(item, "fixturenames", ())]:
+        items = item.session.items
+        later = items[items.index(item) + 1:] if item in items else []
+        if not any(fixture in getattr(i, "fixturenames", ()) for i in later):
+            stops.pop(fixture)()
+
+
 def _start(svc: Iterator[None], failure: str) -> Iterator[None]:
     """Runs a `_shared_service` up to its yield; a service that cannot start fails the test."""
     try:

@@ -16,6 +16,7 @@ import uuid
 
 import pytest
 
+from tests.conftest import stop_after_last_use
 from tests.helpers import console_stack as cs
 from tests.helpers.airflow_home import airflow_db as airflow_db  # noqa: F401 - the fixtures, re-exported
 from tests.helpers.airflow_home import jobs_file as jobs_file  # noqa: F401
@@ -36,16 +37,18 @@ def produce_with_spark(spark, kafka_bootstrap):  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture(scope="session")
-def console_stack(tmp_path_factory, kafka_bootstrap):  # type: ignore[no-untyped-def]
-    """Airflow standalone started by scripts/stack.py for these tests; stopped after the session."""
+def console_stack(request, tmp_path_factory, kafka_bootstrap):  # type: ignore[no-untyped-def]
+    """Airflow standalone started by scripts/stack.py for these tests; stopped after the last test
+    that uses it (tests/conftest.py `stop_after_last_use`), else at the session's end."""
     try:
         st = cs.start(tmp_path_factory.mktemp("console"), f"ui{uuid.uuid4().hex[:6]}", 16, kafka_bootstrap)
     except Exception as exc:  # noqa: BLE001 - the message says what failed
         pytest.fail(f"the stack's Airflow did not come up: {exc}")
+    stop = stop_after_last_use(request.config, "console_stack", lambda: cs.stop(st))
     try:
         yield st
     finally:
-        cs.stop(st)
+        stop()
 
 
 @pytest.fixture
