@@ -244,7 +244,7 @@ def commit_outputs(t: TxnTarget, epoch: int, worker: int, records: list[Record])
     if not records:  # nothing to show: no transaction, no marker (a replay has none either)
         return False
     tid = transactional_id(t.job, t.operator, worker)
-    deadline = time.time() + t.outage_s
+    deadline: float | None = None  # `outage_s` from the first error on (the budget of a broker outage)
     backoff = 0.2
     while True:
         try:
@@ -271,7 +271,9 @@ def commit_outputs(t: TxnTarget, epoch: int, worker: int, records: list[Record])
             _drop(tid)
             stats["retries"] += 1
             fenced = is_fenced(exc)
-            if time.time() + backoff > deadline:
+            if deadline is None:
+                deadline = time.time() + t.outage_s
+            elif time.time() + backoff > deadline:
                 raise
             (log.info if fenced else log.warning)(
                 "transactional output of epoch %d worker %d: %s: %s; retrying with a new producer",
