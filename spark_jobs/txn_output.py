@@ -41,6 +41,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kafka.serializer import Serializer
+
 log = logging.getLogger("ballast.txn_output")
 
 #: `--output-mode`: keyed operators' outputs in Kafka transactions (the default), or written by
@@ -116,6 +118,20 @@ class TxnTarget:
 RETRY_BACKOFF_MS = 20
 
 
+#: stands for a null key in a record that has no value either (see _NullableKey)
+NULL_KEY = object()
+
+
+class _NullableKey(Serializer):
+    """kafka-python's `send` refuses a record whose key and value are both None, which Kafka itself
+    takes (Spark's sink writes them): the dead letter of such a record, or of one too large to
+    carry its payload. `send` checks the key before serializing it, so NULL_KEY passes the check
+    and is serialized to a null key here; bytes keys pass through unchanged."""
+
+    def serialize(self, topic: str, headers: Any, data: Any) -> bytes | None:
+        return None if data is NULL_KEY else data
+
+
 class _Slot:
     """A process's producer for one transactional id and the last marker it knows for the slot."""
 
@@ -128,7 +144,7 @@ class _Slot:
             bootstrap_servers=t.bootstrap, transactional_id=self.tid, acks="all",
             transaction_timeout_ms=TRANSACTION_TIMEOUT_MS, linger_ms=5, batch_size=512 * 1024,
             max_request_size=t.max_request_size, max_block_ms=timeout_ms, request_timeout_ms=min(timeout_ms, 30000),
-            retry_backoff_ms=RETRY_BACKOFF_MS, **t.client_kwargs)
+            retry_backoff_ms=RETRY_BACKOFF_MS, key_serializer=_NullableKey(), **t.client_kwargs)
         self.last: Marker | None = None
         self.pid = os.getpid()
         self.token = f"{self.pid}:{uuid.uuid4().hex}"
@@ -255,7 +271,7 @@ def commit_outputs(t: TxnTarget, epoch: int, worker: int, records: list[Record])
             p = s.producer
             p.begin_transaction()
             for topic, key, value, headers in records:
-                p.send(topic, key=key, value=value, headers=headers)
+                p.send(topic, key=NULL_KEY if key is None and value is None else key, value=value, headers=headers)
             mark = Marker(t.store_id, epoch, worker)
             p.send(t.commits_topic, key=mark.key(), value=mark.value(), partition=worker)
             p.flush()

@@ -178,3 +178,17 @@ def test_the_marker_topic_grows_a_partition_per_task_slot(kafka_bootstrap, uniqu
     assert tx.commit_outputs(t, 1, 9, [(out, b"k", b"1", [])]) is True
     tx._drop(transactional_id(unique_name, "keycount", 9))
     assert tx.read_last_marker(t, 9) == Marker("store-A", 1, 9)
+
+
+def test_a_record_with_neither_key_nor_value_is_written_as_such(kafka_bootstrap, unique_name):
+    """The dead letter of a (null, null) record, or of one too large to carry its payload, has no
+    key and no value; kafka-python's send refuses that, Kafka does not: it lands null and null,
+    with its headers, beside an ordinary record."""
+    out, marks = _topics(kafka_bootstrap, unique_name)
+    t = _target(kafka_bootstrap, unique_name, marks)
+    recs = [(out, None, None, [("ballast-reason", b"null-key")]), (out, b"k", None, []), (out, None, b"v", [])]
+    assert tx.commit_outputs(t, 1, 0, recs) is True
+    got = list(scan_topic(kafka_bootstrap, out, 30.0, isolation_level="read_committed", consumer_timeout_ms=1000))
+    assert sorted(((m.key, m.value) for m in got), key=repr) == sorted([(None, None), (b"k", None), (None, b"v")],
+                                                                       key=repr)
+    assert [dict(m.headers) for m in got if m.key is None and m.value is None] == [{"ballast-reason": b"null-key"}]

@@ -79,7 +79,9 @@ def handoff_batches(bootstrap: str, topic: str, spark_ckpt: Path) -> list[list[d
         batch = []
         for p, (start, end) in sorted(ranges.get(topic, {}).items()):
             for off in range(start, end):
-                m = at[(p, off)]
+                m = at.get((p, off))
+                if m is None:  # a transaction's commit or abort marker takes an offset (transactional output)
+                    continue
                 if record_id(m) not in taken:
                     taken.add(record_id(m))
                     batch.append(json.loads(m.value))
