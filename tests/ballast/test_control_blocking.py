@@ -14,23 +14,15 @@ from sqlalchemy.exc import DBAPIError, OperationalError, ProgrammingError
 
 from ballast import emitter
 from ballast import store as repo
-from ballast.config import get_job
 from ballast.control import manual
 from ballast.control.blocking import db_unreachable, run_plan_blocking
 from ballast.control.handoffs import Verified
 from ballast.control.plan import PlanFailed
 from ballast.emitter import EmitError, EmitOutcome
 from ballast.protocol import step_from_document
-from tests.helpers.stepapplier import apply_step, seed_job
+from tests.helpers.stepapplier import apply_step
 
 pytestmark = pytest.mark.controlplane
-
-
-@pytest.fixture
-def job(db_url, jobs_file, unique_name):  # type: ignore[no-untyped-def]
-    jobs_file(bins=16)
-    seed_job(db_url, unique_name, bins=16)  # 15k rows/s into one worker that does 10k: DS2 asks for 2
-    return get_job(unique_name)
 
 
 def test_run_plan_blocking_emits_awaits_and_verifies(db_url, job, kafka_bootstrap):

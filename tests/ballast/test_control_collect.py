@@ -10,20 +10,12 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from ballast import store as repo
-from ballast.config import get_job
 from ballast.control import collect
 from ballast.control.handoffs import OperatorSample, Resume, Snapshot
 from ballast.store import writer
 from tests.helpers.stepapplier import seed_job
 
 pytestmark = pytest.mark.controlplane
-
-
-@pytest.fixture
-def job(db_url, jobs_file, unique_name):  # type: ignore[no-untyped-def]
-    jobs_file(bins=16)
-    seed_job(db_url, unique_name, bins=16)  # 15k rows/s into one worker that does 10k: DS2 asks for 2
-    return get_job(unique_name)
 
 
 def _open_plan(url: str, job: str, plan_id: str, owner: str, status: str = "planned", seen_s_ago: float = 0.0) -> None:

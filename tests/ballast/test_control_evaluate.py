@@ -25,13 +25,6 @@ from tests.helpers.stepapplier import apply_step, seed_job
 pytestmark = pytest.mark.controlplane
 
 
-@pytest.fixture
-def job(db_url, jobs_file, unique_name):  # type: ignore[no-untyped-def]
-    jobs_file(bins=16)
-    seed_job(db_url, unique_name, bins=16)  # 15k rows/s into one worker that does 10k: DS2 asks for 2
-    return get_job(unique_name)
-
-
 def _decisions(url: str) -> int:
     with session_scope(url) as s:
         return int(s.scalar(select(func.count()).select_from(m.Decision)) or 0)

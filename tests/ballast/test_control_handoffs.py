@@ -9,7 +9,6 @@ import math
 
 import pytest
 
-from ballast.config import get_job
 from ballast.control import collect
 from ballast.control.handoffs import (
     BinLoad,
@@ -25,16 +24,8 @@ from ballast.control.handoffs import (
     WorkerSample,
     json_safe,
 )
-from tests.helpers.stepapplier import seed_job
 
 pytestmark = pytest.mark.controlplane
-
-
-@pytest.fixture
-def job(db_url, jobs_file, unique_name):  # type: ignore[no-untyped-def]
-    jobs_file(bins=16)
-    seed_job(db_url, unique_name, bins=16)  # 15k rows/s into one worker that does 10k: DS2 asks for 2
-    return get_job(unique_name)
 
 
 def test_handoffs_round_trip_as_strict_json(db_url, job):

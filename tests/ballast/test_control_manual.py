@@ -8,19 +8,11 @@ from __future__ import annotations
 import pytest
 
 from ballast import store as repo
-from ballast.config import get_job
 from ballast.control import collect, manual
 from ballast.control.handoffs import Snapshot
 from tests.helpers.stepapplier import seed_job
 
 pytestmark = pytest.mark.controlplane
-
-
-@pytest.fixture
-def job(db_url, jobs_file, unique_name):  # type: ignore[no-untyped-def]
-    jobs_file(bins=16)
-    seed_job(db_url, unique_name, bins=16)  # 15k rows/s into one worker that does 10k: DS2 asks for 2
-    return get_job(unique_name)
 
 
 def test_manual_target_validates_moves(db_url, job):

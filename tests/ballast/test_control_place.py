@@ -5,19 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from ballast.config import get_job
 from ballast.control import collect, place
 from ballast.control.handoffs import BinLoad, Snapshot
-from tests.helpers.stepapplier import seed_job
 
 pytestmark = pytest.mark.controlplane
-
-
-@pytest.fixture
-def job(db_url, jobs_file, unique_name):  # type: ignore[no-untyped-def]
-    jobs_file(bins=16)
-    seed_job(db_url, unique_name, bins=16)  # 15k rows/s into one worker that does 10k: DS2 asks for 2
-    return get_job(unique_name)
 
 
 def test_place_balances_load_and_moves_only_what_it_must(db_url, job):

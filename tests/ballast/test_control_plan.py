@@ -12,20 +12,11 @@ import pytest
 
 from ballast import policy
 from ballast import store as repo
-from ballast.config import get_job
 from ballast.control import collect, place, plan
 from ballast.control.handoffs import Snapshot
 from ballast.protocol import MAX_PLAN_ID_CHARS, split_assignment, step_from_document
-from tests.helpers.stepapplier import seed_job
 
 pytestmark = pytest.mark.controlplane
-
-
-@pytest.fixture
-def job(db_url, jobs_file, unique_name):  # type: ignore[no-untyped-def]
-    jobs_file(bins=16)
-    seed_job(db_url, unique_name, bins=16)  # 15k rows/s into one worker that does 10k: DS2 asks for 2
-    return get_job(unique_name)
 
 
 def _snap(url: str, cfg) -> Snapshot:  # type: ignore[no-untyped-def]

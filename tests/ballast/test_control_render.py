@@ -9,20 +9,12 @@ from datetime import UTC, datetime
 import pytest
 
 from ballast import store as repo
-from ballast.config import get_job
 from ballast.control import manual
 from ballast.control.render import summary_table
 from ballast.protocol import step_from_document
-from tests.helpers.stepapplier import apply_step, seed_job
+from tests.helpers.stepapplier import apply_step
 
 pytestmark = pytest.mark.controlplane
-
-
-@pytest.fixture
-def job(db_url, jobs_file, unique_name):  # type: ignore[no-untyped-def]
-    jobs_file(bins=16)
-    seed_job(db_url, unique_name, bins=16)  # 15k rows/s into one worker that does 10k: DS2 asks for 2
-    return get_job(unique_name)
 
 
 def _rows(table: str) -> list[list[str]]:

@@ -11,21 +11,13 @@ import pytest
 from sqlalchemy import update
 
 from ballast import store as repo
-from ballast.config import get_job
 from ballast.control import manual, plan, render, verify
 from ballast.protocol import step_from_document
 from migrations_db import models as m
 from migrations_db.db import session_scope
-from tests.helpers.stepapplier import apply_step, seed_job
+from tests.helpers.stepapplier import apply_step
 
 pytestmark = pytest.mark.controlplane
-
-
-@pytest.fixture
-def job(db_url, jobs_file, unique_name):  # type: ignore[no-untyped-def]
-    jobs_file(bins=16)
-    seed_job(db_url, unique_name, bins=16)  # 15k rows/s into one worker that does 10k: DS2 asks for 2
-    return get_job(unique_name)
 
 
 def _plan(url: str, cfg, strategy: str = "fluid") -> tuple[str, int]:  # type: ignore[no-untyped-def]

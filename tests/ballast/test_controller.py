@@ -10,19 +10,12 @@ import pytest
 
 from ballast import controller
 from ballast import store as repo
-from ballast.config import get_job, load_jobs
+from ballast.config import load_jobs
 from migrations_db import models as m
 from migrations_db.db import session_scope
 from tests.helpers.stepapplier import seed_job
 
 pytestmark = pytest.mark.controlplane
-
-
-@pytest.fixture
-def job(db_url, jobs_file, unique_name):  # type: ignore[no-untyped-def]
-    jobs_file(bins=16)
-    seed_job(db_url, unique_name, bins=16)  # 15k rows/s into one worker that does 10k: DS2 asks for 2
-    return get_job(unique_name)
 
 
 def test_orchestrator_chains_the_stages_through_xcom_dicts(db_url, job):

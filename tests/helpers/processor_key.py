@@ -35,3 +35,11 @@ class ProcessorKey:
             out += self.proc.handle_expired_timer(self.key, TimerValues(0, watermark), ExpiredTimerInfo(ts))
         self._saved()
         return out
+
+
+def handle_on_key(now_ms: int, mode: str = "ProcessingTime") -> tuple[StatefulProcessorHandle, KeyState]:
+    """A handle pointed at a fresh key's state, at processing time `now_ms` (no runtime around it)."""
+    h = StatefulProcessorHandle(mode, TimerValues(now_ms, 0))
+    ks = KeyState()
+    h._current = ks
+    return h, ks

@@ -7,20 +7,14 @@ from __future__ import annotations
 import pytest
 
 from spark_jobs.key_state import KeyState
-from spark_jobs.processor import StatefulProcessorHandle, TimerValues
+from spark_jobs.processor import TimerValues
+from tests.helpers.processor_key import handle_on_key
 
 pytestmark = pytest.mark.dataplane
 
 
-def _handle(now: int, mode: str = "ProcessingTime") -> tuple[StatefulProcessorHandle, KeyState]:
-    h = StatefulProcessorHandle(mode, TimerValues(now, 0))
-    ks = KeyState()
-    h._current = ks
-    return h, ks
-
-
 def test_value_list_map_state_and_roundtrip():
-    h, ks = _handle(1000)
+    h, ks = handle_on_key(1000)
     v, lst = h.get_value_state("v", "x long"), h.getListState("l", "x long")
     mp = h.get_map_state("m", "k string", "x long")
     assert not v.exists() and v.get() is None and not lst.exists() and list(mp.keys()) == []
@@ -47,7 +41,7 @@ def test_value_list_map_state_and_roundtrip():
 
 
 def test_ttl_expires_values_at_processing_time():
-    h, ks = _handle(1000)
+    h, ks = handle_on_key(1000)
     v = h.get_value_state("v", "x long", ttl_duration_ms=500)
     lst = h.get_list_state("l", "x long", ttl_duration_ms=500)
     keep = h.get_value_state("keep", "x long")
@@ -66,8 +60,8 @@ def test_ttl_expires_values_at_processing_time():
 
 
 def test_equal_state_written_in_another_order_gives_the_same_bytes():
-    a, ka = _handle(0)
-    b, kb = _handle(0)
+    a, ka = handle_on_key(0)
+    b, kb = handle_on_key(0)
     for name, x in (("v1", 1), ("v2", 2)):
         a.get_value_state(name, "x long").update((x,))
     for name, x in (("v2", 2), ("v1", 1)):

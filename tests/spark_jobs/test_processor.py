@@ -16,27 +16,18 @@ from spark_jobs.bins import bin_of_hash
 from spark_jobs.cache import WorkerCache
 from spark_jobs.objects import DEAD_LETTER, OUTPUT, ObjectWriter
 from spark_jobs.processor import (
-    KeyState,
     QuerySpec,
     StatefulProcessor,
-    StatefulProcessorHandle,
-    TimerValues,
 )
+from tests.helpers.processor_key import handle_on_key
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples" / "operators"))
 
 K = 4  # 16 bins
 
 
-def _handle(now: int, mode: str = "ProcessingTime") -> tuple[StatefulProcessorHandle, KeyState]:
-    h = StatefulProcessorHandle(mode, TimerValues(now, 0))
-    ks = KeyState()
-    h._current = ks
-    return h, ks
-
-
 def test_timers_need_a_time_mode_and_state_needs_a_key():
-    h, _ = _handle(0, mode="None")
+    h, _ = handle_on_key(0, mode="None")
     with pytest.raises(RuntimeError, match="time_mode"):
         h.register_timer(10)
     h._current = None
