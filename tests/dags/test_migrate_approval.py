@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -29,7 +28,7 @@ from ballast import store as repo
 from ballast.config import load_jobs
 from test_dags_run import _load
 from test_dags_run import env as seeded_job  # noqa: F401  (registers fixture `env`: the seeded job)
-from tests.helpers.procs import free_port
+from tests.helpers.procs import free_port, stop_group
 from tests.helpers.stepapplier import StepApplier
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.slow]
@@ -87,32 +86,8 @@ def api(airflow_db: Path) -> Iterator[Api]:
             pytest.fail(f"api-server not up within 240 s:\n{log.read_text()[-3000:]}")
         client.login()
         yield client
-    finally:  # the whole process group: the api-server's worker processes outlive a SIGTERM of their parent
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
-        _wait_group_gone(proc.pid)
-
-
-def _wait_group_gone(pgid: int, timeout_s: float = 30.0) -> None:
-    """Until no process of the group is left, SIGKILLing what is still there after `timeout_s`, so
-    none runs on under later tests (a reaped-late zombie may outlast the SIGKILL: then give up)."""
-    end = time.monotonic() + timeout_s
-    for sig in (0, signal.SIGKILL):
-        while time.monotonic() < end:
-            try:
-                os.killpg(pgid, 0)
-            except ProcessLookupError:
-                return
-            time.sleep(0.2)
-        try:
-            os.killpg(pgid, sig) if sig else None
-        except ProcessLookupError:
-            return
-        end = time.monotonic() + 10
+    finally:
+        stop_group(proc)
 
 
 def _migrate_dag():  # type: ignore[no-untyped-def]

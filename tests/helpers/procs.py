@@ -6,6 +6,7 @@ import os
 import signal
 import socket
 import subprocess
+import time
 
 
 def free_port() -> int:
@@ -23,3 +24,22 @@ def killpg(proc: subprocess.Popen[bytes] | subprocess.Popen[str], timeout: float
     except ProcessLookupError:
         pass
     proc.wait(timeout=timeout)
+
+
+def stop_group(proc: subprocess.Popen[bytes] | subprocess.Popen[str], grace_s: float = 30) -> None:
+    """SIGTERM a process started with start_new_session=True and its whole group, give them
+    `grace_s` to exit (children such as an api-server's workers outlive their parent's SIGTERM),
+    then `killpg` whatever is left, so nothing runs on under later tests."""
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+    end = time.monotonic() + grace_s
+    while time.monotonic() < end:
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            break
+        proc.poll()  # reaps the leader, so a lone zombie does not keep the group alive
+        time.sleep(0.2)
+    killpg(proc)
