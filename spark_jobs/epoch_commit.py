@@ -2,8 +2,8 @@
 metrics-DB transaction that first checks the driver's fencing token (ballast.store.fencing),
 then the acks on `<job>.control.acks`, and the epoch's log line.
 
-A mixin of `spark_jobs.runner.JobRunner` (it reads the runner's `cfg`, producer, scaler and
-`_last_state`); every write is idempotent, so a replayed epoch rewrites the same rows.
+A component of `spark_jobs.runner.JobRunner`: the loop hands it an `EpochReport` (what the epoch
+decided and did); every write is idempotent, so a replayed epoch rewrites the same rows.
 """
 
 from __future__ import annotations
@@ -11,35 +11,58 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from ballast.protocol import CheckpointMessage, acks_topic, message_key, utcnow
 from ballast.store import writer as mx
 from ballast.store.event_log import CACHE_DEGRADED
-from ballast.store.fencing import Fence
 from migrations_db import models as m
 from spark_jobs import faults
 from spark_jobs.control import AppliedStep, EpochControl
 from spark_jobs.executors import ExecutorScaler
+from spark_jobs.fencing import DriverFence
+from spark_jobs.job_clients import JobClients
 from spark_jobs.run_config import RunConfig, as_utc, iso, parse_iso
 
 log = logging.getLogger("ballast.runner")
 
 
+@dataclass(frozen=True)
+class EpochReport:
+    """What an epoch decided and did: the hand-off from the epoch loop to its commit and log line."""
+
+    epoch: int
+    decision: EpochControl
+    moves: dict[str, Any] | None  # `summarize_moves` of the applied step, None without moves
+    workers: list[dict[str, Any]]  # the tasks' metrics, one per worker of the map (`worker_metrics`)
+    started_at: datetime
+    ended_at: datetime
+    batch_ms: float
+    input_rows: int
+    control_rows: int
+    backlog: int | None
+    rate: float | None
+    end_offsets: dict[str, int]
+    replay: bool = False  # the decision was the logged one (Spark replays the epoch)
+
+
 class EpochCommit:
     """DB commit, acks and the per-epoch log line of one epoch."""
 
-    cfg: RunConfig
-    scaler: ExecutorScaler | None
-    started_at: datetime
-    _producer: Any
-    _stopping: threading.Event
-    _last_state: dict[int, tuple[int, int]]
-    _capacity: tuple[float, int | None]
-    fence: Fence | None
+    def __init__(self, cfg: RunConfig, clients: JobClients, fencing: DriverFence, stopping: threading.Event,
+                 started_at: datetime) -> None:
+        self.cfg = cfg
+        self._clients = clients  # its producer sends the acks
+        self._fencing = fencing  # the commit's transaction checks its token
+        self._stopping = stopping
+        self.started_at = started_at
+        self.scaler: ExecutorScaler | None = None  # set at start: the heartbeat's executors and capacity
+        self._last_state: dict[int, tuple[int, int]] = {}  # worker -> (keys, bytes), for epochs without tasks
+        self._capacity: tuple[float, int | None] = (0.0, None)
 
-    def _worker_metrics(self, workers: int, docs: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    def worker_metrics(self, workers: int, docs: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
         """The tasks' metrics; for an epoch without tasks, zero records and the last known state size."""
         if docs is not None:
             docs = [d for d in docs if int(d.get("worker", 0)) < workers]
@@ -54,16 +77,15 @@ class EpochCommit:
         return out
 
 
-    def _commit_db(self, epoch: int, d: EpochControl, moves_doc: dict[str, Any] | None,
-                   worker_docs: list[dict[str, Any]],
-                   started_at: datetime, ended_at: datetime, batch_ms: float, input_rows: int, control_rows: int,
-                   backlog: int | None, rate: float | None, end_now: dict[str, int]) -> list[bytes]:
+    def commit(self, r: EpochReport) -> list[bytes]:
+        """The epoch's rows in one token-checked transaction; returns the acks it owes."""
         cfg = self.cfg
+        epoch, d, moves_doc, worker_docs, ended_at = r.epoch, r.decision, r.moves, r.workers, r.ended_at
         st = d.state_after
         decided_at = parse_iso(d.decided_at)
         acks: list[bytes] = []
         migration_ms = float(moves_doc["ms"]) if moves_doc else 0.0
-        with mx.epoch_transaction(cfg.db_url, self.fence, f"the commit of epoch {epoch}") as s:
+        with mx.epoch_transaction(cfg.db_url, self._fencing.fence, f"the commit of epoch {epoch}") as s:
             # routing map in force from this epoch (version 0 at the first epoch)
             applied = d.applied
             mx.ensure_routing_map(s, cfg.job, cfg.operator, st.map_version, epoch, st.workers, st.assignment,
@@ -127,20 +149,20 @@ class EpochCommit:
                                   "state_bytes": int(nbytes)})
             erow = m.EpochMetrics(
                 job=cfg.job, operator=cfg.operator, epoch=epoch, map_version=st.map_version, workers=st.workers,
-                input_rows=input_rows, control_rows=control_rows, batch_ms=batch_ms, migration_ms=migration_ms,
-                input_rate=rate, backlog=backlog, end_offsets=end_now or None, started_at=started_at, ended_at=ended_at,
+                input_rows=r.input_rows, control_rows=r.control_rows, batch_ms=r.batch_ms, migration_ms=migration_ms,
+                input_rate=r.rate, backlog=r.backlog, end_offsets=r.end_offsets or None, started_at=r.started_at,
+                ended_at=ended_at,
                 dead_letters=sum(int(d.get("dead_letters", 0)) for d in worker_docs))
             mx.replace_epoch_metrics(s, cfg.job, cfg.operator, epoch, erow, wrows, brows)
             mx.heartbeat(s, cfg.job, cfg.operator, epoch=epoch, map_version=st.map_version, workers=st.workers,
                          now=ended_at, started_at=self.started_at,
                          status="stopping" if self._stopping.is_set() else "running",
-                         executors=self.scaler.held() if self.scaler else None, capacity=self._cluster_capacity())
+                         executors=self.scaler.held() if self.scaler else None, capacity=self.cluster_capacity())
             if acks:  # the crash tests' kill inside the commit of an epoch that answers a step (nothing acked yet)
                 faults.hit("in_step_commit")
         return acks
 
-
-    def _cluster_capacity(self) -> int | None:
+    def cluster_capacity(self) -> int | None:
         """The cluster's capacity in workers, asked at most every 30 s."""
         at, cap = self._capacity
         if self.scaler is not None and time.time() - at > 30:
@@ -157,17 +179,20 @@ class EpochCommit:
             message_offset=offset, extra={"duplicate": True} if duplicate else {},
         ).to_json()
 
-    def _send_acks(self, acks: list[bytes]) -> None:
+    def send_acks(self, acks: list[bytes]) -> None:
+        """Echo the checkpoints on `<job>.control.acks` (after the commit: a re-sent ack is harmless)."""
         if not acks:
             return
+        producer = self._clients.producer
         key = message_key(self.cfg.job, self.cfg.operator)
-        futures = [self._producer.send(acks_topic(self.cfg.job), key=key, value=a) for a in acks]
-        self._producer.flush(timeout=30)
+        futures = [producer.send(acks_topic(self.cfg.job), key=key, value=a) for a in acks]
+        producer.flush(timeout=30)
         for f in futures:
             f.get(timeout=30)
 
-    def _log_epoch(self, epoch: int, d: EpochControl, moves_doc: dict[str, Any] | None, rows: int, batch_ms: float,
-                   backlog: int | None, replay: bool, worker_docs: list[dict[str, Any]]) -> None:
+    def log_epoch(self, r: EpochReport) -> None:
+        """The epoch's one INFO line: rows, W, bins, map version, steps, moves, times, backlog."""
+        epoch, d, moves_doc, worker_docs = r.epoch, r.decision, r.moves, r.workers
         st = d.state_after
         acts: dict[str, list[str]] = {}
         for e in d.entries:
@@ -181,10 +206,8 @@ class EpochCommit:
         if a is not None and a.is_split:
             moved = f" split {a.bins_before} -> {a.bins} bins (no key moved; each bin's parts stay on its worker)"
         log.info("%sepoch %d%s: rows=%d W=%d B=%d map=v%d steps: %s%s; batch %.0f ms (max worker useful %.0f ms) "
-                 "backlog=%s queued=%d", who, epoch, " (replay)" if replay else "", rows, st.workers,
-                 len(st.assignment), st.map_version, steps, moved, batch_ms, useful, backlog, len(st.queue))
-
-
+                 "backlog=%s queued=%d", who, epoch, " (replay)" if r.replay else "", r.input_rows, st.workers,
+                 len(st.assignment), st.map_version, steps, moved, r.batch_ms, useful, r.backlog, len(st.queue))
 
 
 def summarize_moves(applied: AppliedStep, docs: list[dict[str, Any]]) -> dict[str, Any]:

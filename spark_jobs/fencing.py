@@ -1,6 +1,6 @@
 """The driver's side of "one driver at a time": its fencing token and the checks around it.
 
-A mixin of `spark_jobs.runner.JobRunner`. The start takes a new token (ballast.store.fencing)
+A component of `spark_jobs.runner.JobRunner`. The start takes a new token (ballast.store.fencing)
 before the first epoch; the epoch commit and the decision log check it in their own transaction
 (ballast.store.writer); here are the checks before the driver's destructive actions on the
 durable state (the manifest, retention), and the diagnosis of a failure: a driver that lost its
@@ -17,6 +17,7 @@ from typing import Any
 from ballast.protocol import utcnow
 from ballast.store import fencing
 from spark_jobs.durable import DurableState, StateGap
+from spark_jobs.job_clients import JobClients
 from spark_jobs.run_config import RunConfig
 
 log = logging.getLogger("ballast.runner")
@@ -28,15 +29,14 @@ FENCED_EXIT = 3
 class DriverFence:
     """The runner's token: taken at start, checked before durable-state actions, asked on failure."""
 
-    cfg: RunConfig
-    _stopping: threading.Event
-    fence: fencing.Fence | None = None
-    _fenced: fencing.Fenced | None = None
+    def __init__(self, cfg: RunConfig, clients: JobClients, stopping: threading.Event) -> None:
+        self.cfg = cfg
+        self._clients = clients  # its DB calls retry while the DB is away
+        self._stopping = stopping  # set when this driver is fenced: the runner stops
+        self.fence: fencing.Fence | None = None  # the token, once taken
+        self.fenced: fencing.Fenced | None = None  # why this driver was refused, once it was
 
-    def _db(self, what: str, fn: Any, *args: Any) -> Any:  # JobClients': retries while the DB is away
-        raise NotImplementedError
-
-    def _take_token(self) -> None:
+    def take(self) -> None:
         """A new token for this start; from now on every older driver of the operator is fenced."""
         cfg = self.cfg
         self.fence = fencing.take_token(cfg.db_url, cfg.job, cfg.operator, utcnow(),
@@ -44,25 +44,25 @@ class DriverFence:
         log.info("driver token %d taken for job %s operator %s: older drivers of it are fenced from now on",
                  self.fence.token, cfg.job, cfg.operator)
 
-    def _guard(self, what: str) -> None:
+    def guard(self, what: str) -> None:
         """Check the token right before a write outside the metrics DB (manifest, retention)."""
         if self.fence is not None:
-            self._db(what, fencing.guard, self.cfg.db_url, self.fence, utcnow(), what)
+            self._clients.db(what, fencing.guard, self.cfg.db_url, self.fence, utcnow(), what)
 
-    def _commit_manifest(self, durable: DurableState, epoch: int, map_version: int, workers: int,
+    def commit_manifest(self, durable: DurableState, epoch: int, map_version: int, workers: int,
                          snapshot: bool) -> list[dict[str, Any]]:
         """`DurableState.commit_epoch` behind a token check; a missing object after it (a newer
         driver's retention removed this epoch's objects) is the fencing when the token is gone."""
-        self._guard(f"the manifest of epoch {epoch}")
+        self.guard(f"the manifest of epoch {epoch}")
         try:
             return durable.commit_epoch(epoch, map_version, workers, snapshot)
         except StateGap as gap:
-            fenced = self._lost_token(f"the manifest of epoch {epoch}")
+            fenced = self.lost(f"the manifest of epoch {epoch}")
             if fenced is None:
                 raise
             raise fenced from gap
 
-    def _lost_token(self, what: str) -> fencing.Fenced | None:
+    def lost(self, what: str) -> fencing.Fenced | None:
         """`Fenced` when a newer driver holds the token now (None: still ours, or not known)."""
         if self.fence is None:
             return None
@@ -74,22 +74,22 @@ class DriverFence:
             log.exception("could not check the driver token after a failure")
         return None
 
-    def _failure(self, exc: Any) -> Exception | None:
+    def failure(self, exc: Any) -> Exception | None:
         """What an ended query raises: `Fenced` when this driver lost its token — whatever failed
         first (Spark's commit log, an object a newer driver's retention removed) — else the
         failure; None for none, or for the batch a requested stop refused (StopRequested)."""
-        if self._fenced is None and (exc is None or (self._stopping.is_set() and "StopRequested" in str(exc))):
+        if self.fenced is None and (exc is None or (self._stopping.is_set() and "StopRequested" in str(exc))):
             return None
         failed = RuntimeError(f"streaming query failed: {exc}")
-        fenced = self._fenced or self._lost_token("its next commit")
+        fenced = self.fenced or self.lost("its next commit")
         if fenced is not None:
             fenced.__cause__ = failed
             return fenced
         return failed
 
-    def _note_fenced(self, exc: fencing.Fenced) -> None:
+    def note(self, exc: fencing.Fenced) -> None:
         """Remember it (the query fails with it; `await_termination` raises it) and stop."""
-        if self._fenced is None:
-            self._fenced = exc
+        if self.fenced is None:
+            self.fenced = exc
             log.error("%s", exc)
         self._stopping.set()

@@ -1,8 +1,9 @@
 """The runner's service calls inside an epoch: metrics DB and Kafka with outage budgets, Spark's
 Kafka options, offset ranges from Spark's offset log, end offsets and the input's backlog.
 
-A mixin of `spark_jobs.runner.JobRunner`: it reads the runner's `cfg`, `journal`, clients and
-`_stopping`; kept apart so the epoch loop reads as the steps of an epoch.
+A component of `spark_jobs.runner.JobRunner`: it owns the job's own Kafka producer and consumer
+(opened at start, closed at stop) and reads the runner's stop flag, so a retry loop ends when the
+job stops; the other components reach Kafka and the metrics DB only through it.
 """
 
 from __future__ import annotations
@@ -21,16 +22,36 @@ log = logging.getLogger("ballast.runner")
 
 
 class JobClients:
-    """Retrying DB/Kafka calls and the Kafka-side measurements of an epoch."""
+    """Retrying DB/Kafka calls, the job's own Kafka clients, and the Kafka-side measurements of an epoch."""
 
-    cfg: RunConfig
-    journal: Journal
-    read_topics: list[str]  # the input topics the operator reads (its `sources`)
-    _consumer: Any
-    _stopping: threading.Event
-    _prev_end: tuple[float, int] | None
+    def __init__(self, cfg: RunConfig, journal: Journal, read_topics: list[str], stopping: threading.Event) -> None:
+        self.cfg = cfg
+        self.journal = journal
+        self.read_topics = read_topics  # the input topics the operator reads (its `sources`)
+        self._stopping = stopping
+        self.producer: Any = None
+        self.consumer: Any = None
+        self._prev_end: tuple[float, int] | None = None  # (time, sum of input end offsets)
 
-    def _offset_ranges(self, epoch: int) -> dict[str, dict[int, tuple[int, int]]] | None:
+    def open(self) -> None:
+        """The job's producer (acks, ticks) and consumer (control records, offsets), with its security."""
+        from kafka import KafkaConsumer, KafkaProducer
+
+        kw = self.cfg.security.python_kwargs()
+        self.producer = KafkaProducer(bootstrap_servers=self.cfg.bootstrap, acks="all", linger_ms=5, **kw)
+        self.consumer = KafkaConsumer(bootstrap_servers=self.cfg.bootstrap, enable_auto_commit=False, group_id=None,
+                                      **kw)
+
+    def close(self) -> None:
+        """Close both clients; a failure to close is not the stop's failure."""
+        for c in (self.producer, self.consumer):
+            try:
+                if c is not None:
+                    c.close()
+            except Exception:
+                pass
+
+    def offset_ranges(self, epoch: int) -> dict[str, dict[int, tuple[int, int]]] | None:
         """{topic: {partition: (start, end)}} of this epoch, from Spark's offset log (no Spark job)."""
         return epoch_ranges(self.journal.spark_checkpoint, epoch, self._earliest)
 
@@ -38,10 +59,9 @@ class JobClients:
         from kafka import TopicPartition
 
         tp = TopicPartition(topic, p)
-        return int(self._kafka("offset lookups", self._consumer.beginning_offsets, [tp])[tp])
+        return int(self.kafka("offset lookups", self.consumer.beginning_offsets, [tp])[tp])
 
-
-    def _db(self, what: str, fn: Any, *args: Any) -> Any:
+    def db(self, what: str, fn: Any, *args: Any) -> Any:
         """A metrics-DB write of the epoch (idempotent: insert-once rows, replaced metrics, one
         transaction). While the DB is unreachable the epoch waits and retries — it pauses, it
         never skips or doubles a step — for up to `db_outage_s`, then fails (a restart replays it)."""
@@ -49,7 +69,7 @@ class JobClients:
 
         return self._retry("metrics DB", what, self.cfg.db_outage_s, is_unreachable, fn, *args)
 
-    def _kafka(self, what: str, fn: Any, *args: Any) -> Any:
+    def kafka(self, what: str, fn: Any, *args: Any) -> Any:
         """A call of the job's own Kafka clients in the epoch (acks: re-sent acks are harmless;
         offsets: a read). While the broker is away the epoch waits up to `kafka_outage_s`."""
         from kafka.errors import KafkaError
@@ -73,7 +93,7 @@ class JobClients:
                 time.sleep(delay)
                 delay = min(delay * 2, 10.0)
 
-    def _spark_kafka_options(self, source: bool) -> dict[str, str]:
+    def spark_kafka_options(self, source: bool) -> dict[str, str]:
         """Spark's Kafka clients: the job's SASL/TLS settings, and timeouts that ride out a broker
         outage of up to `kafka_outage_s` (defaults: 60 s for an offset lookup, then the query fails)."""
         budget = int(self.cfg.kafka_outage_s * 1000)
@@ -88,16 +108,15 @@ class JobClients:
                          "kafka.max.request.size": str(MAX_RECORD_BYTES)})
         return opts
 
-
-    def _backlog(self, end_offsets: dict[tuple[str, int], int]) -> tuple[int | None, float | None, dict[str, int]]:
+    def backlog(self, end_offsets: dict[tuple[str, int], int]) -> tuple[int | None, float | None, dict[str, int]]:
         """Rows of the input topics not read yet, their arrival rate, and their latest end offsets
         ({partition: end} for one input topic, {"topic:partition": end} for several)."""
         from kafka import TopicPartition
 
         topics = self.read_topics
         try:
-            tps = [TopicPartition(t, p) for t in topics for p in sorted(self._consumer.partitions_for_topic(t) or ())]
-            latest = self._consumer.end_offsets(tps)
+            tps = [TopicPartition(t, p) for t in topics for p in sorted(self.consumer.partitions_for_topic(t) or ())]
+            latest = self.consumer.end_offsets(tps)
         except Exception:
             log.exception("could not read end offsets of %s", ",".join(topics))
             return None, None, {}

@@ -13,8 +13,12 @@ Per epoch (foreachBatch), in this order — each step is safe to redo when Spark
  5. commit metrics, routing map, checkpoints, events and the heartbeat in one DB transaction,
     then echo the checkpoints on `<job>.control.acks`.
 
-The loop is here; its configuration is spark_jobs.run_config, its DB/Kafka calls
-spark_jobs.job_clients, the commit of step 5 spark_jobs.epoch_commit, the warm-up spark_jobs.warmup.
+The loop and the lifecycle are here; each step is a component with an explicit hand-off:
+`JobClients` (spark_jobs.job_clients: the job's Kafka clients, DB/Kafka calls with outage budgets,
+offsets), `DriverFence` (spark_jobs.fencing: the driver's token), `EpochApply`
+(spark_jobs.epoch_apply: steps 3–4, given an `EpochWork`), `EpochCommit` (spark_jobs.epoch_commit:
+step 5, given an `EpochReport`) and `WarmUp` (spark_jobs.warmup). The configuration is
+spark_jobs.run_config.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from typing import Any
 from ballast.errors import BallastError
 from ballast.protocol import acks_topic, control_topic, message_key, utcnow
 from ballast.store import writer as mx
-from ballast.store.fencing import Fenced
+from ballast.store.fencing import Fence, Fenced
 from ballast.topics import create_missing_topics
 from spark_jobs import faults
 from spark_jobs.binding import bind_state, check_job_row, job_row_config
@@ -42,7 +46,8 @@ from spark_jobs.control import (
 )
 from spark_jobs.control_reader import read_control
 from spark_jobs.durable import DurableState
-from spark_jobs.epoch_commit import EpochCommit, summarize_moves
+from spark_jobs.epoch_apply import EpochApply, EpochWork
+from spark_jobs.epoch_commit import EpochCommit, EpochReport, summarize_moves
 from spark_jobs.epoch_times import EpochTimes, spark_outside
 from spark_jobs.executors import ExecutorScaler
 from spark_jobs.fencing import DriverFence
@@ -53,18 +58,10 @@ from spark_jobs.operator_loader import get_operator
 from spark_jobs.output import dlq_topic
 from spark_jobs.processing import ProcessorOperator
 from spark_jobs.run_config import COMMITS_TOPIC_CONFIG, RunConfig, ensure_job_topics, tick_topic
-from spark_jobs.stateless import StatelessOperator
 from spark_jobs.stream_plan import StreamPlan
-from spark_jobs.timers import ClockLog, EpochClock, TimerSchedule
-from spark_jobs.txn_output import (
-    COMMITS_PARTITIONS,
-    TRANSACTIONAL,
-    TxnTarget,
-    commits_topic,
-    ensure_commit_partitions,
-)
-from spark_jobs.warmup import WarmUp
-from spark_jobs.worker import ApplyConfig, make_apply_fn, route
+from spark_jobs.timers import ClockLog, TimerSchedule
+from spark_jobs.txn_output import COMMITS_PARTITIONS, commits_topic
+from spark_jobs.warmup import WarmUp, default_cache_dir
 
 __all__ = ["JobRunner", "RunConfig", "StopRequested", "ensure_job_topics", "start_job", "tick_topic"]
 
@@ -81,7 +78,7 @@ class EpochUnreadable(BallastError, RuntimeError):
     """Spark's offset log cannot say which records an epoch covers."""
 
 
-class JobRunner(JobClients, DriverFence, EpochCommit, WarmUp):
+class JobRunner:
     """Owns one streaming query. `start()` returns at once; `stop()` ends it after the current epoch."""
 
     def __init__(self, spark: Any, cfg: RunConfig) -> None:
@@ -97,48 +94,31 @@ class JobRunner(JobClients, DriverFence, EpochCommit, WarmUp):
         self.clocks = ClockLog(self.journal.dir) if spec else None
         self.timers = TimerSchedule(spec.time_mode, spec.lateness_ms) if spec else None
         self.ctl_topic = control_topic(cfg.job)
-        self.out_topic = cfg.output_topic
-        self.durable: DurableState | None = None
-        self._last_state: dict[int, tuple[int, int]] = {}  # worker -> (keys, bytes), for epochs without tasks
-        self.scaler: ExecutorScaler | None = None
-        self._cache_dir: str | None = cfg.cache_dir
-        self._capacity: tuple[float, int | None] = (0.0, None)
         self.started_at = utcnow()
-        self.query: Any = None
-        self._in_batch = threading.Event()
         self._stopping = threading.Event()
+        self._in_batch = threading.Event()
+        # the components (one concern each) and what they hand each other
+        self.clients = JobClients(cfg, self.journal, self.read_topics, self._stopping)
+        self.fencing = DriverFence(cfg, self.clients, self._stopping)
+        self.applier = EpochApply(cfg, self.op, self.stream_plan, self.clients, self.fencing, self.timers)
+        self.committer = EpochCommit(cfg, self.clients, self.fencing, self._stopping, self.started_at)
+        self.warmup = WarmUp(spark, cfg, self.op, self.stream_plan, self.inputs, self.clients)
+        self.durable: DurableState | None = None
+        self.scaler: ExecutorScaler | None = None
+        self.query: Any = None
         self._last_batch_end = time.time()
         self._last_tick = 0.0
         self._state: ControlState | None = None
-        self._prev_end: tuple[float, int] | None = None  # (time, sum of input end offsets)
-        self._producer: Any = None
-        self._consumer: Any = None
         self._lock = threading.Lock()
         self._stopper: threading.Thread | None = None
         self._times = EpochTimes()  # the running epoch's (spark_jobs.epoch_times)
-        self._commit_parts = 0  # partitions the output's marker topic is known to have
         self.epochs_done = 0
         self.last_epoch: int | None = None
 
     @property
-    def transactional(self) -> bool:
-        """Whether tasks write the epoch's outputs in Kafka transactions (keyed operators only:
-        a stateless query's outputs are written by Spark's Kafka sink, at least once)."""
-        return self.cfg.output_mode == TRANSACTIONAL and not isinstance(self.op, StatelessOperator)
-
-    def _txn_target(self, tasks: int) -> TxnTarget | None:
-        """The tasks' transactional output, with a marker partition for each of the epoch's `tasks` slots."""
-        if not self.transactional:
-            return None
-        cfg = self.cfg
-        assert self.durable is not None
-        kw = cfg.security.python_kwargs()
-        topic = commits_topic(self.out_topic)
-        if tasks > self._commit_parts:
-            self._commit_parts = self._kafka("the marker topic's partitions", ensure_commit_partitions,
-                                             cfg.bootstrap, topic, tasks, kw)
-        return TxnTarget(bootstrap=cfg.bootstrap, job=cfg.job, operator=cfg.operator, store_id=self.durable.store_id,
-                         commits_topic=topic, client_kwargs=kw, outage_s=cfg.kafka_outage_s)
+    def fence(self) -> Fence | None:
+        """This driver's token (None before the start took it)."""
+        return self.fencing.fence
 
     @property
     def k(self) -> int:
@@ -152,34 +132,33 @@ class JobRunner(JobClients, DriverFence, EpochCommit, WarmUp):
         self.journal.ensure_job(fixed)
         # the checkpoint, the store and the job row must belong together: refused before any epoch
         check_job_row(cfg, self.op, self.journal)
-        self.durable = bind_state(cfg, self.op, self.journal)
+        self.durable = self.applier.durable = bind_state(cfg, self.op, self.journal)
         mx.ensure_job_row(cfg.db_url, cfg.job, cfg.operator, cfg.bins, job_row_config(cfg, self.durable, self.journal),
                           utcnow())
-        self._take_token()  # before the first epoch: every older driver of this operator is fenced
+        self.fencing.take()  # before the first epoch: every older driver of this operator is fenced
         ensure_job_topics(cfg.bootstrap, cfg.job, cfg.output_partitions, cfg.security)
-        if self.transactional:  # the marker topic of this operator's output (a chain's hand-off too)
-            create_missing_topics(cfg.bootstrap, {commits_topic(self.out_topic): COMMITS_PARTITIONS},
-                                  security=cfg.security, configs={commits_topic(self.out_topic): COMMITS_TOPIC_CONFIG})
+        out_commits = commits_topic(cfg.output_topic)
+        if self.applier.transactional:  # the marker topic of this operator's output (a chain's hand-off too)
+            create_missing_topics(cfg.bootstrap, {out_commits: COMMITS_PARTITIONS},
+                                  security=cfg.security, configs={out_commits: COMMITS_TOPIC_CONFIG})
         self._state = self.journal.latest_state()
         self.stop_file.delete()  # a stale request must not stop this run
         if self._state is not None and self._state.workers != cfg.workers:
             log.warning("job %s restarts with the logged map (W=%d, map v%d); --workers %d is ignored",
                         cfg.job, self._state.workers, self._state.map_version, cfg.workers)
-        self._cache_dir = self._default_cache_dir()
-        self.scaler = ExecutorScaler(self.spark, cfg.max_workers, cfg.master_ui)
-        self.scaler.scale_to(self._state.workers if self._state else cfg.workers)
-        from kafka import KafkaConsumer, KafkaProducer
-
-        kw = cfg.security.python_kwargs()
-        self._producer = KafkaProducer(bootstrap_servers=cfg.bootstrap, acks="all", linger_ms=5, **kw)
-        self._consumer = KafkaConsumer(bootstrap_servers=cfg.bootstrap, enable_auto_commit=False, group_id=None, **kw)
+        cache_dir = self.applier.cache_dir = default_cache_dir(cfg, self.spark, self.journal)
+        self.scaler = self.applier.scaler = self.committer.scaler = ExecutorScaler(self.spark, cfg.max_workers,
+                                                                                 cfg.master_ui)
+        workers = self._state.workers if self._state else cfg.workers
+        self.scaler.scale_to(workers)
+        self.clients.open()
         log.info("ballast job starting with effective configuration: %s",
                  json.dumps({**cfg.to_dict(), "state_uri": self.durable.uri, "bins_bits": self.k,
                              "store_id": self.durable.store_id, "dlq_topic": dlq_topic(cfg.job),
-                             "cache_dir": self._cache_dir or "<each executor's own directory>",
+                             "cache_dir": cache_dir or "<each executor's own directory>",
                              "control_topic": self.ctl_topic, "acks_topic": acks_topic(cfg.job),
-                             "output_topic": self.out_topic,
-                             "output_commits_topic": commits_topic(self.out_topic) if self.transactional else None,
+                             "output_topic": cfg.output_topic,
+                             "output_commits_topic": out_commits if self.applier.transactional else None,
                              "spark_checkpoint": str(self.journal.spark_checkpoint)}, sort_keys=True))
         if cfg.control_keyring is None:
             log.warning("control messages are NOT authenticated (unsigned mode, for local use): anyone who can "
@@ -193,15 +172,15 @@ class JobRunner(JobClients, DriverFence, EpochCommit, WarmUp):
             .option("kafka.bootstrap.servers", cfg.bootstrap)
             .option("subscribe", ",".join([*self.read_topics, self.ctl_topic, tick_topic(cfg.job)]))
             .option("includeHeaders", "true" if cfg.handoff_inputs else "false")
-            .options(**self._spark_kafka_options(source=True))
+            .options(**self.clients.spark_kafka_options(source=True))
             .option("startingOffsets", cfg.starting_offsets)
             .option("failOnDataLoss", "true" if cfg.fail_on_data_loss else "false")
         )
         if cfg.max_offsets_per_trigger:
             reader = reader.option("maxOffsetsPerTrigger", str(cfg.max_offsets_per_trigger))
         src = reader.load()
-        self._warm_up(self._state.workers if self._state else cfg.workers)
-        self._warm_plan(src.schema, self._state.workers if self._state else cfg.workers)
+        self.warmup.workers(workers, cache_dir, self.durable.store_id)
+        self.warmup.plan(src.schema, self.k, workers)
         name = f"ballast-{cfg.job}" + (f"-{cfg.operator}" if cfg.siblings else "")
         self.query = (
             self.stream_plan.stream(src).writeStream.queryName(name)
@@ -236,12 +215,7 @@ class JobRunner(JobClients, DriverFence, EpochCommit, WarmUp):
             log.info("not recording the stopped status: a newer driver owns job %s", self.cfg.job)
         except Exception:  # the DB being away must not turn a clean stop into a crash
             log.exception("could not record the stopped status")
-        for c in (self._producer, self._consumer):
-            try:
-                if c is not None:
-                    c.close()
-            except Exception:
-                pass
+        self.clients.close()
         log.info("job %s stopped after epoch %s", self.cfg.job, self.last_epoch)
 
     def request_stop(self) -> None:
@@ -265,7 +239,7 @@ class JobRunner(JobClients, DriverFence, EpochCommit, WarmUp):
             failed = e
         if self._stopper is not None:
             self._stopper.join(timeout=60)
-        error = self._failure(failed or (self.query.exception() if self.query is not None else None))
+        error = self.fencing.failure(failed or (self.query.exception() if self.query is not None else None))
         if error is not None:
             raise error
 
@@ -289,8 +263,9 @@ class JobRunner(JobClients, DriverFence, EpochCommit, WarmUp):
                 continue
             if timers_due or has_due_step(st, utcnow()):
                 try:
-                    self._producer.send(tick_topic(self.cfg.job), key=message_key(self.cfg.job, self.cfg.operator),
-                                        value=tick_message(self.cfg.job, self.cfg.operator, utcnow())).get(timeout=10)
+                    job, op = self.cfg.job, self.cfg.operator
+                    self.clients.producer.send(tick_topic(job), key=message_key(job, op),
+                                               value=tick_message(job, op, utcnow())).get(timeout=10)
                     self._last_tick = now
                 except Exception:
                     log.exception("tick failed")
@@ -306,7 +281,7 @@ class JobRunner(JobClients, DriverFence, EpochCommit, WarmUp):
             with self._lock:
                 self._run_epoch(df, epoch)
         except Fenced as exc:  # refused: nothing of the epoch committed; raising keeps Spark from committing it
-            self._note_fenced(exc)
+            self.fencing.note(exc)
             raise
         finally:
             self._last_batch_end = time.time()
@@ -317,7 +292,7 @@ class JobRunner(JobClients, DriverFence, EpochCommit, WarmUp):
         t0 = time.perf_counter()
         times = self._times = EpochTimes()
         started_at = utcnow()
-        ranges = self._offset_ranges(epoch)
+        ranges = self.clients.offset_ranges(epoch)
         if ranges is None:
             raise EpochUnreadable(
                 f"Spark's offset log under {self.journal.spark_checkpoint} has no readable entry for epoch {epoch} or "
@@ -328,7 +303,8 @@ class JobRunner(JobClients, DriverFence, EpochCommit, WarmUp):
         control_rows = sum(e - s for s, e in control.values())
         end_offsets = {(t, p): e for t in cfg.input_topics for p, (_, e) in ranges.get(t, {}).items()}
         # the control records: read by the driver from the epoch's logged range (spark_jobs.control_reader)
-        records = (self._kafka("the control records", read_control, self._consumer, self.ctl_topic, control)
+        records = (self.clients.kafka("the control records", read_control, self.clients.consumer, self.ctl_topic,
+                                       control)
                    if control_rows else [])
         times.lap("control")
 
@@ -341,11 +317,11 @@ class JobRunner(JobClients, DriverFence, EpochCommit, WarmUp):
                               max_future_s=cfg.max_future_s, max_message_bytes=cfg.max_control_bytes,
                               keyring=cfg.control_keyring, siblings=frozenset(cfg.siblings))
             if records or decision.entries or before.queue or self.journal.latest_state() is None:
-                self._guard(f"the decision of epoch {epoch}")  # a stale one would rewrite the newer's
+                self.fencing.guard(f"the decision of epoch {epoch}")  # a stale one would rewrite the newer's
                 self.journal.write_decision(decision)
         if decision.entries:  # also on replay: a crash may have come between the file and the rows
-            self._db("the decision log", mx.write_step_decisions, cfg.db_url, cfg.job, cfg.operator, epoch,
-                     decision.entries, self.fence)
+            self.clients.db("the decision log", mx.write_step_decisions, cfg.db_url, cfg.job, cfg.operator, epoch,
+                            decision.entries, self.fence)
         faults.hit("after_decision")
         st = decision.state_after
         self._state = st
@@ -356,30 +332,32 @@ class JobRunner(JobClients, DriverFence, EpochCommit, WarmUp):
         moving_in: dict[int, tuple[int, ...]] = {}
         for m in (applied.moves if applied else ()):
             moving_in[m.dst] = moving_in.get(m.dst, ()) + (m.bin,)
-        warm = {int(w): tuple(bs) for w, bs in decision.warm.items()}
-        worker_docs: list[dict[str, Any]] | None = None
-        moves_doc: dict[str, Any] | None = None
         clock = None
         if self.clocks is not None and self.durable is not None and self.timers is not None:
             clock = self.clocks.for_epoch(epoch, self.durable.event_max_before(epoch), self.timers.lateness_ms)
-        split = applied is not None and applied.is_split
-        if (input_rows or moving_in or warm or split
+        work = EpochWork(epoch=epoch, state=st, moving_in=moving_in,
+                         warm={int(w): tuple(bs) for w, bs in decision.warm.items()}, clock=clock,
+                         split=applied is not None and applied.is_split, input_rows=input_rows)
+        worker_docs: list[dict[str, Any]] | None = None
+        moves_doc: dict[str, Any] | None = None
+        if (input_rows or work.moving_in or work.warm or work.split
                 or (clock and self.timers and self.timers.epoch_needs_tasks(clock))):
-            worker_docs = self._apply(df, epoch, st, moving_in, warm, clock, split, input_rows)
+            worker_docs = self.applier.run(df, work, times)
             moves_doc = summarize_moves(applied, worker_docs) if applied and applied.moves else None
         faults.hit("after_apply")
 
-        # 5) metrics, routing map, checkpoints, events, heartbeat: one DB transaction
-        worker_docs = self._worker_metrics(st.workers, worker_docs)
-        backlog, rate, end_now = self._backlog(end_offsets)
+        # 5) metrics, routing map, checkpoints, events, heartbeat: one DB transaction, then the acks
+        backlog, rate, end_now = self.clients.backlog(end_offsets)
         times.lap("backlog")
-        ended_at = utcnow()
-        batch_ms = (time.perf_counter() - t0) * 1000
-        acks = self._db("the epoch's commit", self._commit_db, epoch, decision, moves_doc, worker_docs, started_at,
-                        ended_at, batch_ms, input_rows, control_rows, backlog, rate, end_now)
+        report = EpochReport(epoch=epoch, decision=decision, moves=moves_doc,
+                             workers=self.committer.worker_metrics(st.workers, worker_docs), started_at=started_at,
+                             ended_at=utcnow(), batch_ms=(time.perf_counter() - t0) * 1000, input_rows=input_rows,
+                             control_rows=control_rows, backlog=backlog, rate=rate, end_offsets=end_now,
+                             replay=replay)
+        acks = self.clients.db("the epoch's commit", self.committer.commit, report)
         times.lap("db")
         faults.hit("before_acks")
-        self._kafka("the acks", self._send_acks, acks)
+        self.clients.kafka("the acks", self.committer.send_acks, acks)
         times.lap("acks")
         self.journal.gc(epoch)
         if self.clocks is not None:
@@ -387,80 +365,8 @@ class JobRunner(JobClients, DriverFence, EpochCommit, WarmUp):
         self.inputs.gc(epoch - KEEP_EPOCHS)
         self.epochs_done += 1
         self.last_epoch = epoch
-        self._log_epoch(epoch, decision, moves_doc, input_rows, batch_ms, backlog, replay, worker_docs)
+        self.committer.log_epoch(report)
         log.info("epoch %d time ms: %s", epoch, times.text(spark_outside(self.query)))
-
-    def _apply(self, df: Any, epoch: int, st: ControlState, moving_in: dict[int, tuple[int, ...]],
-               warm: dict[int, tuple[int, ...]], clock: EpochClock | None = None,
-               split: bool = False, input_rows: int = 0) -> list[dict[str, Any]]:
-        """One Spark job: W tasks (more while a pre-copy warms a worker that does not exist yet),
-        then the durable commit of the epoch (manifest). Returns the tasks' metrics."""
-
-        cfg, durable = self.cfg, self.durable
-        assert durable is not None
-        durable.record_map(st.map_version, st.assignment)
-        tasks = max([st.workers] + [w + 1 for w in warm])
-        if self.scaler is not None:
-            self.scaler.scale_to(tasks)
-        if isinstance(self.op, StatelessOperator):
-            return self._apply_stateless(df, epoch, st.workers, input_rows)
-        snapshot = durable.snapshot_due(epoch)
-        self._times.lap("decide")
-        keyed = self.stream_plan.epoch(df, epoch, clock)
-        k = self.k  # st is self._state: the map this epoch routes by
-        acfg = ApplyConfig(
-            epoch=epoch, job=cfg.job, operator=cfg.path, bins_bits=k, base_bits=bits_for(cfg.bins), workers=tasks,
-            assignment=tuple(st.assignment), state_uri=durable.uri, store_id=durable.store_id,
-            history=durable.history(before=epoch), output_topic=self.out_topic, dlq_topic=dlq_topic(cfg.job),
-            input_topic=cfg.input_topic, cache_dir=self._cache_dir, snapshot=snapshot, warm=warm, moving_in=moving_in,
-            clock=clock, op_conf=self.op.task_conf() if isinstance(self.op, ProcessorOperator) else {}, split=split,
-            txn=self._txn_target(tasks))
-        out = route(keyed, k, st.assignment, tasks, make_apply_fn(acfg))
-        if acfg.txn is not None:  # each task commits its outputs itself (spark_jobs.txn_output): no sink
-            writer = out.write.format("noop").mode("overwrite")
-        else:
-            writer = out.write.format("kafka").option("kafka.bootstrap.servers", cfg.bootstrap).options(
-                **self._spark_kafka_options(source=False))
-        self._times.lap("plan")
-        writer.save()
-        self._times.lap("spark")
-        faults.hit("before_manifest")
-        docs = self._commit_manifest(durable, epoch, st.map_version, tasks, snapshot)
-        if self.timers is not None:
-            self.timers.update([d for d in docs if int(d.get("worker", 0)) < st.workers])
-        dropped = durable.retain(lambda: self._guard(f"retention after epoch {epoch}"))
-        if dropped:
-            log.info("retention: dropped %d old epochs of durable state", dropped)
-        self._times.lap("manifest")
-        return docs
-
-    def _apply_stateless(self, df: Any, epoch: int, workers: int, input_rows: int) -> list[dict[str, Any]]:
-        """A stateless query's epoch (spark_jobs.stateless): one Spark job, every stage in the JVM,
-        written by Spark's Kafka sink; no state, so no manifest and nothing to move.
-
-        Spark's tasks follow the input partitions, not the worker map: the epoch's input rows and its
-        wall time are reported spread evenly over the W workers (DS2's inputs and the console stay
-        whole). Outputs and dead letters are not counted: Spark's `Observation` never reports for a
-        Kafka write, and a count would be a second pass over the input; the dead-letter topic holds
-        every one, with its reason (docs/operators.md)."""
-        assert isinstance(self.op, StatelessOperator)
-        cfg = self.cfg
-        t0 = time.perf_counter()
-        self._times.lap("decide")
-        writer = self.stream_plan.epoch(df, epoch).write.format("kafka").option(
-            "kafka.bootstrap.servers", cfg.bootstrap).options(**self._spark_kafka_options(source=False))
-        self._times.lap("plan")
-        writer.save()
-        self._times.lap("spark")
-        wall_ms = (time.perf_counter() - t0) * 1000
-
-        def share(w: int) -> int:
-            return input_rows // workers + (1 if w < input_rows % workers else 0)
-
-        return [{"worker": w, "records_in": share(w), "records_out": 0, "dead_letters": 0,
-                 "useful_ms": wall_ms / workers, "wall_ms": wall_ms, "state_keys": 0, "state_bytes": 0, "bins": {}}
-                for w in range(workers)]
-
 
 def read_topics(topics: list[str], sources: tuple[int, ...] | None, operator: str) -> list[str]:
     """The input topics an operator reads: its declared `sources` (positions in `topics`), else all."""

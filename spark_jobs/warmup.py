@@ -2,7 +2,7 @@
 the caches, and run the epoch's Spark plan once on a synthetic row, so the first epoch after a
 (re)start does not pay ~10 s for it; and where the caches live.
 
-A mixin of `spark_jobs.runner.JobRunner`.
+A component of `spark_jobs.runner.JobRunner`, run once by its start.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 
 from ballast.protocol import message_key, utcnow
 from spark_jobs.control import tick_message
-from spark_jobs.durable import DurableState
+from spark_jobs.job_clients import JobClients
 from spark_jobs.journal import Journal
 from spark_jobs.run_config import RunConfig, tick_topic
 from spark_jobs.stateless import QueryRefused, StatelessOperator
@@ -24,38 +24,30 @@ log = logging.getLogger("ballast.runner")
 class WarmUp:
     """Python workers and caches ready before the first epoch."""
 
-    cfg: RunConfig
-    spark: Any
-    journal: Journal
-    durable: DurableState | None
-    _cache_dir: str | None
-    inputs: Any
-    stream_plan: Any  # spark_jobs.stream_plan.StreamPlan
-    op: Any
-    read_topics: list[str]
+    def __init__(self, spark: Any, cfg: RunConfig, op: Any, stream_plan: Any, inputs: Any,
+                 clients: JobClients) -> None:
+        self.spark = spark
+        self.cfg = cfg
+        self.op = op
+        self.stream_plan = stream_plan  # spark_jobs.stream_plan.StreamPlan: the epoch's own plan
+        self.inputs = inputs  # spark_jobs.inputs.InputRows
+        self._clients = clients  # Spark's Kafka options and the topics the operator reads
 
-    @property
-    def k(self) -> int:  # the runner's: bits of the map in force
-        raise NotImplementedError
-
-    def _spark_kafka_options(self, source: bool) -> dict[str, str]:  # spark_jobs.job_clients.JobClients
-        raise NotImplementedError
-
-    def _warm_up(self, workers: int) -> None:
+    def workers(self, workers: int, cache_dir: str | None, store_id: str) -> None:
         """Before the first batch: start the Python workers (imports of pyarrow, lmdb, the job's
         modules, the operator) and open the caches, so the first epoch after a (re)start does not
         pay ~10 s for it. A failure here is only logged: the first epoch then pays the cost."""
         if isinstance(self.op, StatelessOperator):
             return  # every stage runs in the JVM: no Python worker, no cache
         t0 = time.perf_counter()
-        fn = _warm_fn(self.cfg.path, self.cfg.job, self._cache_dir, self.durable.store_id if self.durable else "")
+        fn = _warm_fn(self.cfg.path, self.cfg.job, cache_dir, store_id)
         try:
             self.spark.sparkContext.parallelize(range(workers), workers).mapPartitionsWithIndex(fn).collect()
             log.info("warmed %d Python workers and their caches in %.0f ms", workers, (time.perf_counter() - t0) * 1000)
         except Exception:
             log.warning("warm-up failed; the first epoch starts the Python workers itself", exc_info=True)
 
-    def _warm_plan(self, source_schema: Any, workers: int) -> None:
+    def plan(self, source_schema: Any, k: int, workers: int) -> None:
         """Spark's own first job on a fresh JVM pays class loading and code generation (most of the
         cold first epoch's ~10 s is outside our Python task). Run the epoch's plan once before the
         query starts: the input filter, the operator's keying, the routing columns, the shuffle by
@@ -63,7 +55,8 @@ class WarmUp:
         applies nothing and emits one tick per worker, written by Spark's Kafka sink with the job's
         own producer options: the producer Spark caches per executor is then open when the first
         epoch writes its outputs. Ticks go to `<job>.control.ticks`, which every reader skips.
-        Hand-off inputs are skipped (their deduplication reads the journal). A failure is only logged."""
+        Hand-off inputs are skipped (their deduplication reads the journal). `k`: bits of the map in
+        force. A failure is only logged."""
         if getattr(self.inputs, "handoff", None):
             return
         from pyspark.sql import functions as F
@@ -74,7 +67,7 @@ class WarmUp:
         try:
             one = self.spark.range(0, 1, 1, 1)
             # not a literal: the optimizer would fold the input filter and drop the plan before codegen
-            topic = F.when(F.col("id") < 0, F.lit("")).otherwise(F.lit(self.read_topics[0]))
+            topic = F.when(F.col("id") < 0, F.lit("")).otherwise(F.lit(self._clients.read_topics[0]))
             fill = {"topic": topic, "value": F.lit(b"{}"), "offset": F.col("id"), "partition": F.lit(0),
                     "timestamp": F.current_timestamp(), "timestampType": F.lit(0)}
             df = one.select(*[(fill[f.name] if f.name in fill else F.lit(None)).cast(f.dataType).alias(f.name)
@@ -84,14 +77,15 @@ class WarmUp:
             if isinstance(self.op, StatelessOperator):  # writing none of its one row
                 none = rows.where(F.col("__dead") < 0).drop("__dead")
                 none.write.format("kafka").option("kafka.bootstrap.servers", self.cfg.bootstrap).options(
-                    **self._spark_kafka_options(source=False)).save()
+                    **self._clients.spark_kafka_options(source=False)).save()
                 log.info("warmed Spark's epoch plan (code generation, Kafka sink) in %.0f ms",
                          (time.perf_counter() - t0) * 1000)
                 return
             tick = (tick_topic(self.cfg.job), message_key(self.cfg.job, self.cfg.operator),
                     tick_message(self.cfg.job, self.cfg.operator, utcnow()))
-            route(rows, self.k, [0] * (1 << self.k), workers, _emit_tick(*tick)).write.format("kafka").option(
-                "kafka.bootstrap.servers", self.cfg.bootstrap).options(**self._spark_kafka_options(source=False)).save()
+            route(rows, k, [0] * (1 << k), workers, _emit_tick(*tick)).write.format("kafka").option(
+                "kafka.bootstrap.servers", self.cfg.bootstrap).options(
+                **self._clients.spark_kafka_options(source=False)).save()
             log.info("warmed Spark's epoch plan (code generation, shuffle, Arrow) in %.0f ms",
                      (time.perf_counter() - t0) * 1000)
         except QueryRefused:
@@ -99,17 +93,17 @@ class WarmUp:
         except Exception:
             log.warning("Spark plan warm-up failed; the first epoch pays for code generation itself", exc_info=True)
 
-    def _default_cache_dir(self) -> str | None:
-        """`--cache-dir`, else: in local mode with a local checkpoint dir, `<checkpoint>/cache`, so a
-        restart finds its caches warm (they are checked against the durable state before use); on
-        a cluster None = each executor's own directory."""
-        if self.cfg.cache_dir:
-            return self.cfg.cache_dir
-        master = str(self.spark.sparkContext.master)
-        if master.startswith("local") and self.journal.root.is_local:
-            return f"{self.journal.root.path}/cache"
-        return None
 
+def default_cache_dir(cfg: RunConfig, spark: Any, journal: Journal) -> str | None:
+    """`--cache-dir`, else: in local mode with a local checkpoint dir, `<checkpoint>/cache`, so a
+    restart finds its caches warm (they are checked against the durable state before use); on
+    a cluster None = each executor's own directory."""
+    if cfg.cache_dir:
+        return cfg.cache_dir
+    master = str(spark.sparkContext.master)
+    if master.startswith("local") and journal.root.is_local:
+        return f"{journal.root.path}/cache"
+    return None
 
 
 def _warm_fn(operator: str, job: str, cache_dir: str | None, store_id: str) -> Any:

@@ -20,7 +20,7 @@ from ballast.store.event_log import CACHE_DEGRADED
 from migrations_db import models as m
 from migrations_db.db import session_scope
 from spark_jobs.control import AppliedStep, ControlRecord, decide, initial_state
-from spark_jobs.epoch_commit import EpochCommit, summarize_moves
+from spark_jobs.epoch_commit import EpochCommit, EpochReport, summarize_moves
 from spark_jobs.run_config import RunConfig
 
 pytestmark = pytest.mark.dataplane
@@ -28,19 +28,16 @@ NOW = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 
 
 class Commit(EpochCommit):
-    """The runner's attributes the mixin reads, and a producer that records what it sends."""
+    """The component with no driver token and a producer that records what it sends."""
 
     def __init__(self, db_url: str, scaler: Any = None) -> None:
-        self.cfg = RunConfig(job="j", input_topic="in", checkpoint_dir="/c", bootstrap="-", db_url=db_url, bins=8)
+        cfg = RunConfig(job="j", input_topic="in", checkpoint_dir="/c", bootstrap="-", db_url=db_url, bins=8)
+        clients = SimpleNamespace(producer=SimpleNamespace(send=self._send, flush=self._flush))
+        super().__init__(cfg, clients, SimpleNamespace(fence=None), threading.Event(),  # type: ignore[arg-type]
+                         NOW - timedelta(minutes=5))
         self.scaler = scaler
-        self.started_at = NOW - timedelta(minutes=5)
         self.sent: list[tuple[str, bytes, bytes]] = []
         self.flushed = 0
-        self._producer = SimpleNamespace(send=self._send, flush=self._flush)
-        self._stopping = threading.Event()
-        self._last_state = {}
-        self._capacity = (0.0, None)
-        self.fence = None
 
     def _send(self, topic: str, key: bytes, value: bytes) -> Any:
         self.sent.append((topic, key, value))
@@ -71,8 +68,13 @@ MOVES = {"bins": 1, "keys": 7, "bytes": 70, "ms": 12.5, "completed_at": (NOW + t
 
 
 def _commit(c: Commit, d: Any, docs: list[dict[str, Any]], epoch: int = 4) -> list[bytes]:
-    return c._commit_db(epoch, d, MOVES if d.applied else None, docs, NOW, NOW + timedelta(seconds=2), 2000.0,
-                        20, 2, 100, 10.0, {"in:0": 20})
+    return c.commit(_report(epoch, d, docs))
+
+
+def _report(epoch: int, d: Any, docs: list[dict[str, Any]], replay: bool = False) -> EpochReport:
+    return EpochReport(epoch=epoch, decision=d, moves=MOVES if d.applied else None, workers=docs, started_at=NOW,
+                       ended_at=NOW + timedelta(seconds=2), batch_ms=2000.0, input_rows=20, control_rows=2,
+                       backlog=100, rate=10.0, end_offsets={"in:0": 20}, replay=replay)
 
 
 def _rows(url: str, model: Any) -> list[Any]:
@@ -130,21 +132,21 @@ def test_a_bin_applied_off_its_worker_is_logged_as_a_violation(db_url, caplog):
 
 def test_acks_go_to_the_acks_topic_under_the_operators_key(db_url):
     c = Commit(db_url)
-    c._send_acks([])
+    c.send_acks([])
     assert c.sent == [] and c.flushed == 0
-    c._send_acks([b"a1", b"a2"])
+    c.send_acks([b"a1", b"a2"])
     assert c.sent == [(acks_topic("j"), message_key("j", "keycount"), b"a1"),
                       (acks_topic("j"), message_key("j", "keycount"), b"a2")] and c.flushed == 1
 
 
 def test_an_epoch_without_tasks_reports_the_last_known_state_size(db_url):
     c = Commit(db_url)
-    assert c._worker_metrics(2, None) == [
+    assert c.worker_metrics(2, None) == [
         {"worker": w, "records_in": 0, "records_out": 0, "dead_letters": 0, "useful_ms": 0.0, "wall_ms": 0.0,
          "state_keys": 0, "state_bytes": 0, "bins": {}} for w in (0, 1)]
-    docs = c._worker_metrics(2, [_doc(0, {}), _doc(1, {}), _doc(2, {})])  # worker 2: only a warm-up task
+    docs = c.worker_metrics(2, [_doc(0, {}), _doc(1, {}), _doc(2, {})])  # worker 2: only a warm-up task
     assert [d["worker"] for d in docs] == [0, 1] and c._last_state == {0: (3, 30), 1: (3, 30)}
-    assert [(d["state_keys"], d["state_bytes"]) for d in c._worker_metrics(3, None)] == [(3, 30), (3, 30), (0, 0)]
+    assert [(d["state_keys"], d["state_bytes"]) for d in c.worker_metrics(3, None)] == [(3, 30), (3, 30), (0, 0)]
 
 
 def test_the_capacity_is_asked_at_most_every_30_seconds(db_url, monkeypatch):
@@ -154,8 +156,8 @@ def test_the_capacity_is_asked_at_most_every_30_seconds(db_url, monkeypatch):
     c = Commit(db_url, scaler=SimpleNamespace(capacity=lambda: asked.append(1) or 6, held=lambda: 3))
     clock = iter([100.0, 100.0, 110.0, 131.0, 131.0])
     monkeypatch.setattr(E.time, "time", lambda: next(clock))
-    assert [c._cluster_capacity() for _ in range(3)] == [6, 6, 6] and len(asked) == 2
-    assert Commit(db_url)._cluster_capacity() is None
+    assert [c.cluster_capacity() for _ in range(3)] == [6, 6, 6] and len(asked) == 2
+    assert Commit(db_url).cluster_capacity() is None
 
 
 def test_the_moves_summary_is_the_receivers_work_and_the_slowest_receivers_time():
@@ -177,7 +179,7 @@ def test_the_epochs_log_line_says_what_happened(db_url, caplog):
     c = Commit(db_url)
     d = _decide([_step().to_json()])
     with caplog.at_level(logging.INFO, "ballast.runner"):
-        c._log_epoch(4, d, MOVES, 20, 2000.0, 100, True, [_doc(0, {}), {**_doc(1, {}), "useful_ms": 9.0}])
+        c.log_epoch(_report(4, d, [_doc(0, {}), {**_doc(1, {}), "useful_ms": 9.0}], replay=True))
     line = caplog.records[-1].getMessage()
     assert line.startswith("epoch 4 (replay): rows=20 W=2 B=8 map=v1 steps: apply=p#1 moved 1 bins/7 keys/70 B")
     assert "max worker useful 9 ms" in line and "backlog=100 queued=0" in line

@@ -51,7 +51,7 @@ def test_an_epoch_after_a_newer_start_is_refused_whole(spark, kafka_bootstrap, m
         wait_until(lambda: not runner.query.isActive, 180, "the fenced query to end", poll=0.2)
         with pytest.raises(fencing.Fenced, match="holds driver token 1, but the metrics DB has token 2") as exc:
             runner.await_termination()
-        assert runner._fenced is exc.value and f"the manifest of epoch {last + 1} was refused" in str(exc.value)
+        assert runner.fencing.fenced is exc.value and f"the manifest of epoch {last + 1} was refused" in str(exc.value)
     finally:
         runner.stop()
     assert committed_epochs(spark_ckpt) == done, "Spark committed an epoch the DB refused"

@@ -3,9 +3,12 @@ Kafka's clients accept (a budget under 30 s used to fail every epoch with a Conf
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from spark_jobs.job_clients import JobClients
+from spark_jobs.journal import Journal
 from spark_jobs.run_config import RunConfig
 
 LINGER_MS = 5  # Kafka 4's producer default; Spark's sink does not set it
@@ -13,12 +16,12 @@ LINGER_MS = 5  # Kafka 4's producer default; Spark's sink does not set it
 
 @pytest.mark.parametrize("budget_s", [1.0, 15.0, 45.0, 300.0, 3600.0])
 def test_every_outage_budget_gives_timeouts_kafkas_clients_accept(budget_s: float) -> None:
-    clients = JobClients()
-    clients.cfg = RunConfig(job="j", input_topic="t", checkpoint_dir="/c", bootstrap="b", db_url="sqlite://",
-                            kafka_outage_s=budget_s)
+    cfg = RunConfig(job="j", input_topic="t", checkpoint_dir="/c", bootstrap="b", db_url="sqlite://",
+                    kafka_outage_s=budget_s)
+    clients = JobClients(cfg, Journal("/c"), ["t"], threading.Event())
     budget_ms = int(budget_s * 1000)
     for source in (True, False):
-        opts = {k: int(v) for k, v in clients._spark_kafka_options(source).items() if k.endswith(".ms")}
+        opts = {k: int(v) for k, v in clients.spark_kafka_options(source).items() if k.endswith(".ms")}
         request = opts["kafka.request.timeout.ms"]
         assert opts["kafka.default.api.timeout.ms"] >= max(request, budget_ms)  # rides out the whole budget
         assert request <= 30_000

@@ -19,21 +19,21 @@ import pytest
 from spark_jobs.cache import WorkerCache, cache_path
 from spark_jobs.nexmark.stateless import Q1
 from spark_jobs.stateless import StatelessOperator
-from spark_jobs.warmup import WarmUp, _emit_tick, _warm_fn
+from spark_jobs.warmup import WarmUp, _emit_tick, _warm_fn, default_cache_dir
 
 pytestmark = pytest.mark.dataplane
 
 
-class Runner(WarmUp):
-    def __init__(self, master: str = "local[2]", cache_dir: str | None = None, ckpt_local: bool = True,
-                 spark: Any = None, op: Any = None) -> None:
-        self.cfg = SimpleNamespace(cache_dir=cache_dir, path="keycount", job="j")  # type: ignore[assignment]
-        self.spark = spark or SimpleNamespace(sparkContext=SimpleNamespace(master=master))
-        self.journal = SimpleNamespace(root=SimpleNamespace(is_local=ckpt_local, path="/ck"))  # type: ignore[assignment]
-        self.durable = None
-        self._cache_dir = cache_dir
-        self.inputs = SimpleNamespace(handoff=())
-        self.op = op
+def warm_up(spark: Any, op: Any, handoff: tuple[str, ...] = ()) -> WarmUp:
+    cfg = SimpleNamespace(cache_dir=None, path="keycount", job="j")
+    return WarmUp(spark, cfg, op, None, SimpleNamespace(handoff=handoff), None)  # type: ignore[arg-type]
+
+
+def cache_dir_of(master: str = "local[2]", cache_dir: str | None = None, ckpt_local: bool = True) -> str | None:
+    cfg = SimpleNamespace(cache_dir=cache_dir)
+    spark = SimpleNamespace(sparkContext=SimpleNamespace(master=master))
+    journal = SimpleNamespace(root=SimpleNamespace(is_local=ckpt_local, path="/ck"))
+    return default_cache_dir(cfg, spark, journal)  # type: ignore[arg-type]
 
 
 @pytest.fixture
@@ -46,10 +46,10 @@ def scratch(tmp_path, monkeypatch):  # type: ignore[no-untyped-def]
 
 
 def test_caches_go_where_the_flag_says_else_under_a_local_checkpoint():
-    assert Runner(cache_dir="/fast/disk")._default_cache_dir() == "/fast/disk"
-    assert Runner()._default_cache_dir() == "/ck/cache", "a restart finds its caches warm"
-    assert Runner(ckpt_local=False)._default_cache_dir() is None
-    assert Runner(master="spark://m:7077")._default_cache_dir() is None, "each executor's own directory"
+    assert cache_dir_of(cache_dir="/fast/disk") == "/fast/disk"
+    assert cache_dir_of() == "/ck/cache", "a restart finds its caches warm"
+    assert cache_dir_of(ckpt_local=False) is None
+    assert cache_dir_of(master="spark://m:7077") is None, "each executor's own directory"
 
 
 def test_a_python_worker_warms_its_cache_and_one_epoch_on_scratch_state(tmp_path, scratch):
@@ -84,7 +84,7 @@ def test_a_failed_warm_up_is_only_logged(caplog):
 
     spark = SimpleNamespace(sparkContext=SimpleNamespace(master="local[2]", parallelize=boom))
     with caplog.at_level(logging.WARNING, "ballast.runner"):
-        Runner(spark=spark, op=object())._warm_up(2)
+        warm_up(spark, object()).workers(2, None, "")
     assert "warm-up failed; the first epoch starts the Python workers itself" in caplog.text
 
 
@@ -92,10 +92,8 @@ def test_a_stateless_query_and_a_hand_off_input_skip_their_warm_ups():
     called: list[str] = []
     spark = SimpleNamespace(sparkContext=SimpleNamespace(master="local[2]", parallelize=lambda *a: called.append("p")),
                             range=lambda *a: called.append("range"))
-    Runner(spark=spark, op=StatelessOperator(Q1))._warm_up(2)  # every stage in the JVM: no Python worker
-    r = Runner(spark=spark, op=object())
-    r.inputs = SimpleNamespace(handoff=("j.a.out",))  # its deduplication reads the journal
-    r._warm_plan(None, 2)
+    warm_up(spark, StatelessOperator(Q1)).workers(2, None, "")  # every stage in the JVM: no Python worker
+    warm_up(spark, object(), handoff=("j.a.out",)).plan(None, 3, 2)  # its deduplication reads the journal
     assert called == []
 
 
