@@ -113,8 +113,7 @@ def make_dag(jobs: dict[str, JobConfig], approval_timeout: timedelta = APPROVAL_
 
         @task(task_id="validate_and_plan")
         def plan(params: dict | None = None, ti=None) -> str:  # type: ignore[no-untyped-def]
-            from ballast import controller
-            from ballast import store as repo
+            from ballast import controller, store
             from ballast.config import ConfigError, get_job
             from ballast.deadlines import DeadlineTooLong, check_fits, for_plan
             from ballast.hooks import BallastMetricsDbHook
@@ -145,7 +144,7 @@ def make_dag(jobs: dict[str, JobConfig], approval_timeout: timedelta = APPROVAL_
             except (ConfigError, controller.InvalidRequest, DeadlineTooLong) as exc:
                 raise AirflowFailException(f"invalid migration request, nothing was stored or sent: {exc}") from exc
             plan_id = out["plan_id"]
-            repo.set_plan_status(url, plan_id, "awaiting_approval")
+            store.set_plan_status(url, plan_id, "awaiting_approval")
             d = for_plan(out["predicted_ms"], out["steps"], dict(params), cfg.rebalance)
             ti.xcom_push(key="approval_body", value=_approval_body(plan_id, cfg.job, out["rendered"], d.describe(),
                                                                    approval_timeout))
@@ -161,13 +160,13 @@ def make_dag(jobs: dict[str, JobConfig], approval_timeout: timedelta = APPROVAL_
 
         @task(task_id="mark_approved")
         def approved(plan_id: str, params: dict | None = None, ti=None) -> str:  # type: ignore[no-untyped-def]
-            from ballast import store as repo
+            from ballast import store
             from ballast.hooks import BallastMetricsDbHook
 
             url = BallastMetricsDbHook().url()
-            rec = repo.get_plan(url, plan_id)
+            rec = store.get_plan(url, plan_id)
             if rec is not None and rec.status in ("planned", "emitting") and (params or {}).get("take_over"):
-                repo.add_event(url, rec.job, rec.operator, "info", "plan_approved",
+                store.add_event(url, rec.job, rec.operator, "info", "plan_approved",
                                f"taken-over plan {plan_id} approved to continue", details={"plan_id": plan_id})
                 return plan_id
             if rec is None or rec.status != "awaiting_approval":
@@ -175,8 +174,8 @@ def make_dag(jobs: dict[str, JobConfig], approval_timeout: timedelta = APPROVAL_
                                            "nothing was sent; trigger ballast_migrate again")
             answer = ti.xcom_pull(task_ids="approve", key="answer") or {}
             who = answer.get("by") or "unknown"
-            repo.set_plan_status(url, plan_id, "planned")
-            repo.add_event(url, rec.job, rec.operator, "info", "plan_approved",
+            store.set_plan_status(url, plan_id, "planned")
+            store.add_event(url, rec.job, rec.operator, "info", "plan_approved",
                            f"plan {plan_id} approved by {who}", details={"plan_id": plan_id, "by": who})
             return plan_id
 
@@ -184,11 +183,11 @@ def make_dag(jobs: dict[str, JobConfig], approval_timeout: timedelta = APPROVAL_
         def cancel(plan_id: str | None, ti=None) -> str:  # type: ignore[no-untyped-def]
             """Teardown: a plan still awaiting approval when the run ends (rejected, timed out, or the
             approval task failed) is cancelled, so it never counts as open and is never emitted."""
-            from ballast import store as repo
+            from ballast import store
             from ballast.hooks import BallastMetricsDbHook
 
             url = BallastMetricsDbHook().url()
-            rec = repo.get_plan(url, plan_id) if plan_id else None
+            rec = store.get_plan(url, plan_id) if plan_id else None
             if rec is None or rec.status != "awaiting_approval":
                 return f"nothing to cancel (plan {plan_id}: {rec.status if rec else 'none'})"
             answer = ti.xcom_pull(task_ids="approve", key="answer") or {}
@@ -199,8 +198,8 @@ def make_dag(jobs: dict[str, JobConfig], approval_timeout: timedelta = APPROVAL_
             else:
                 why = "the approval task did not complete"
             reason = f"not approved ({why}); nothing was sent"
-            repo.set_plan_status(url, plan_id, "cancelled", reason=reason, finished=True)
-            repo.add_event(url, rec.job, rec.operator, "info", "plan_cancelled", f"plan {plan_id}: {reason}",
+            store.set_plan_status(url, plan_id, "cancelled", reason=reason, finished=True)
+            store.add_event(url, rec.job, rec.operator, "info", "plan_cancelled", f"plan {plan_id}: {reason}",
                            details={"plan_id": plan_id})
             print(f"plan {plan_id} cancelled: {reason}")
             return reason

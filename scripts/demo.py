@@ -225,12 +225,12 @@ def show_decision(d: Any) -> None:
 def ask_ds2(af: Airflow, dag_id: str, why: str) -> Any:
     """Trigger the rebalance DAG and return the decision its run stored (a scale-up or -down runs
     its plan inside the same run; that plan is printed too)."""
-    from ballast import store as repo
+    from ballast.store import decisions_since
 
     say(f"asking DS2 ({dag_id}) {why}")
     since = datetime.now(UTC)
     state = af.wait_run(dag_id, af.trigger(dag_id, {}), 900)
-    found = repo.decisions_since(default_url(), JOB, OPERATOR, since)
+    found = decisions_since(default_url(), JOB, OPERATOR, since)
     if not found:
         raise SystemExit(f"{dag_id} ran ({state}) but stored no decision for {JOB}: see its task log in the UI")
     d = found[-1]

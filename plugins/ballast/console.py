@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from ballast import store as repo
+from ballast import store
 from ballast.store.event_log import CACHE_DEGRADED
 
 WINDOWS = {"15m": 900, "1h": 3600, "24h": 86400}
@@ -45,7 +45,7 @@ def _configured() -> dict[tuple[str, str], Any]:
 # ----------------------------------------------------------------------------------- jobs
 
 
-def job_status(hb: repo.HeartbeatRow | None, timeout_s: float, now: datetime | None = None) -> str:
+def job_status(hb: store.HeartbeatRow | None, timeout_s: float, now: datetime | None = None) -> str:
     """running (fresh heartbeat), stale (says running but silent for longer than the timeout),
     stopped (the job said so), not started (no heartbeat at all)."""
     if hb is None:
@@ -56,7 +56,7 @@ def job_status(hb: repo.HeartbeatRow | None, timeout_s: float, now: datetime | N
     return "running" if age <= timeout_s else "stale"
 
 
-def attention(url: str, job: str, operator: str, status: str, hb: repo.HeartbeatRow | None, timeout_s: float,
+def attention(url: str, job: str, operator: str, status: str, hb: store.HeartbeatRow | None, timeout_s: float,
               now: datetime) -> list[dict[str, str]]:
     """What a person on call should look at first, most serious first (level: error | warning | info)."""
     out: list[dict[str, str]] = []
@@ -66,18 +66,18 @@ def attention(url: str, job: str, operator: str, status: str, hb: repo.Heartbeat
                     "(its task log names the driver log)"})
     elif status == "stopped":
         out.append({"level": "warning", "text": "the job reported that it stopped"})
-    recent = repo.epoch_window(url, job, operator, 10)
+    recent = store.epoch_window(url, job, operator, 10)
     backlogs = [e.backlog for e in recent if e.backlog is not None]
     if len(backlogs) >= 5 and backlogs[-1] > backlogs[0] and all(b <= a for a, b in zip(backlogs[1:], backlogs[:-1])):
         per = (backlogs[-1] - backlogs[0]) / (len(backlogs) - 1)
         out.append({"level": "warning", "text": f"backlog growing: +{per:,.0f} rows per epoch over the last "
                     f"{len(backlogs)} epochs (now {backlogs[-1]:,})"})
     since = now - timedelta(minutes=15)
-    for p in repo.recent_plans(url, 5, job):
+    for p in store.recent_plans(url, 5, job):
         recent_failure = p.status == "failed" and p.finished_at and p.finished_at >= now - timedelta(hours=1)
         if p.operator == operator and recent_failure:
             out.append({"level": "error", "text": f"plan {p.plan_id} failed: {p.reason[:300]}"})
-    _, dead = repo.dead_letter_counts(url, job, operator, since)
+    _, dead = store.dead_letter_counts(url, job, operator, since)
     if dead:
         out.append({"level": "warning", "text": f"{dead:,} record(s) went to the dead-letter topic {job}.dlq in the "
                     "last 15 min: its headers ballast-reason and ballast-source say why and where from"})
@@ -85,7 +85,7 @@ def attention(url: str, job: str, operator: str, status: str, hb: repo.Heartbeat
     if degraded:
         out.append({"level": "warning", "text": f"degraded: {len(degraded)} worker cache(s) rebuilt from the durable "
                     f"state in the last 15 min; the job runs on, slower (latest: {degraded[0].message[:300]})"})
-    rejected = repo.events_since(url, job, since, kinds=["control_rejected"], limit=1000)
+    rejected = store.events_since(url, job, since, kinds=["control_rejected"], limit=1000)
     if rejected:
         out.append({"level": "warning", "text": f"{len(rejected)} control message(s) rejected in the last 15 min "
                     f"(latest: {rejected[0].message[:200]})"})
@@ -96,32 +96,32 @@ def cache_degraded(url: str, job: str, operator: str, now: datetime) -> list[Any
     """The operator's `cache_degraded` events of the last 15 min, newest first: a worker's local
     cache failed and was rebuilt (spark_jobs.cache_fallback). Degraded, not down: it runs on."""
     since = now - timedelta(minutes=15)
-    return [e for e in repo.events_since(url, job, since, kinds=[CACHE_DEGRADED], limit=200) if e.operator == operator]
+    return [e for e in store.events_since(url, job, since, kinds=[CACHE_DEGRADED], limit=200) if e.operator == operator]
 
 
 def jobs(url: str, now: datetime | None = None) -> list[dict[str, Any]]:
     """One row per (job, operator): heartbeat, latest epoch's metrics, the open plan if any."""
     now = now or _now()
     cfgs = _configured()
-    keys = {(j.job, j.operator): j.bins for j in repo.list_jobs(url)}
+    keys = {(j.job, j.operator): j.bins for j in store.list_jobs(url)}
     for key, cfg in cfgs.items():
         keys.setdefault(key, cfg.bins)
     out = []
     for (job, op), bins in sorted(keys.items()):
         cfg = cfgs.get((job, op))
-        hb = repo.heartbeat(url, job, op)
+        hb = store.heartbeat(url, job, op)
         timeout = float(cfg.heartbeat_timeout_s) if cfg else DEFAULT_HEARTBEAT_TIMEOUT_S
-        last = repo.epoch_window(url, job, op, 1)
+        last = store.epoch_window(url, job, op, 1)
         e = last[-1] if last else None
-        open_plans = repo.open_plans(url, job, op)
+        open_plans = store.open_plans(url, job, op)
         plan = None
         if open_plans:
             p = open_plans[-1]
-            applied = sum(1 for c in repo.checkpoints(url, p.plan_id).values() if c.status == "applied")
+            applied = sum(1 for c in store.checkpoints(url, p.plan_id).values() if c.status == "applied")
             plan = {"plan_id": p.plan_id, "status": p.status, "steps": p.steps, "applied": applied,
                     "workers": f"{p.source_workers}->{p.target_workers}"}
         status = job_status(hb, timeout, now)
-        cur = repo.latest_map(url, job, op)
+        cur = store.latest_map(url, job, op)
         bins = cur.bins if cur is not None else bins  # a split raised it since the job's first start
         out.append({
             "job": job, "operator": op, "bins": bins, "configured": cfg is not None,
@@ -136,7 +136,7 @@ def jobs(url: str, now: datetime | None = None) -> list[dict[str, Any]]:
             "started_at": _iso(hb.started_at) if hb else None,
             "input_rate": e.input_rate if e else None, "backlog": e.backlog if e else None,
             "batch_ms": e.batch_ms if e else None, "last_epoch_at": _iso(e.ended_at) if e else None,
-            "dead_letters": repo.dead_letter_counts(url, job, op, now)[0],
+            "dead_letters": store.dead_letter_counts(url, job, op, now)[0],
             "min_workers": cfg.min_workers if cfg else None, "max_workers": cfg.max_workers if cfg else None,
             "open_plan": plan,
         })
@@ -150,9 +150,9 @@ def series(url: str, job: str, operator: str, window: str, now: datetime | None 
     """Input rate, processed rate, backlog, batch time and W over the window, plus the plans in it."""
     now = now or _now()
     since = window_start(window, now)
-    pts = repo.epoch_series(url, job, operator, since)
+    pts = store.epoch_series(url, job, operator, since)
     plans = []
-    for p in repo.recent_plans(url, 200, job):
+    for p in store.recent_plans(url, 200, job):
         if p.operator != operator or (p.finished_at and p.finished_at < since):
             continue
         plans.append({"plan_id": p.plan_id, "status": p.status, "start": _iso(p.created_at),
@@ -174,9 +174,9 @@ def series(url: str, job: str, operator: str, window: str, now: datetime | None 
 def _pending_moves(url: str, job: str, operator: str) -> dict[int, dict[str, Any]]:
     """Bins an open plan will still move: bin -> {to, step, plan_id}."""
     out: dict[int, dict[str, Any]] = {}
-    for p in repo.open_plans(url, job, operator):
-        done = {s for s, c in repo.checkpoints(url, p.plan_id).items() if c.status == "applied"}
-        for st in repo.plan_steps(url, p.plan_id):
+    for p in store.open_plans(url, job, operator):
+        done = {s for s, c in store.checkpoints(url, p.plan_id).items() if c.status == "applied"}
+        for st in store.plan_steps(url, p.plan_id):
             if st.step in done:
                 continue
             for mv in st.payload.get("moves", []):
@@ -188,20 +188,20 @@ def _pending_moves(url: str, job: str, operator: str) -> dict[int, dict[str, Any
 def binmap(url: str, job: str, operator: str, version: int | None = None) -> dict[str, Any]:
     """The bin -> worker map of `version` (default: the current one) with each bin's load and size
     over the last BIN_EPOCHS epochs of that version's life, per-worker totals and the hot bins."""
-    versions = repo.map_versions(url, job, operator)
+    versions = store.map_versions(url, job, operator)
     if not versions:
         return {"job": job, "operator": operator, "versions": [], "map": None}
     by_v = {v.map_version: v for v in versions}
     cur = versions[0]
     snap = by_v.get(version, cur) if version is not None else cur
     newer = [v for v in versions if v.map_version > snap.map_version]
-    end = (min(v.epoch for v in newer) - 1) if newer else (repo.latest_epoch(url, job, operator) or snap.epoch)
+    end = (min(v.epoch for v in newer) - 1) if newer else (store.latest_epoch(url, job, operator) or snap.epoch)
     end = max(end, snap.epoch)
     # a bin's load belongs to the bin, not to its worker: the last BIN_EPOCHS epochs up to the end of
     # this version's life, even when the version itself is younger (mid-migration, one per step)
     lo = max(0, end - BIN_EPOCHS + 1)
     bins = snap.bins
-    br = repo.bin_range(url, job, operator, bins, lo, end)
+    br = store.bin_range(url, job, operator, bins, lo, end)
     workers = max(snap.workers, max(snap.assignment, default=-1) + 1)
     total = sum(br.load)
     mean = total / bins if bins else 0.0
@@ -213,7 +213,7 @@ def binmap(url: str, job: str, operator: str, version: int | None = None) -> dic
         pw["load"] += br.load[b]
         pw["bytes"] += br.bytes[b]
         pw["keys"] += br.keys[b]
-    measured = {wl.worker: wl for wl in repo.worker_load(url, job, operator, lo, end)}
+    measured = {wl.worker: wl for wl in store.worker_load(url, job, operator, lo, end)}
     for pw in per_worker:
         wl = measured.get(pw["worker"])
         pw["busy"] = wl.busy if wl else None
@@ -246,7 +246,7 @@ def binmap(url: str, job: str, operator: str, version: int | None = None) -> dic
 # ---------------------------------------------------------------------------------- plans
 
 
-def plan_summary(p: repo.PlanRecord) -> dict[str, Any]:
+def plan_summary(p: store.PlanRecord) -> dict[str, Any]:
     return {"plan_id": p.plan_id, "job": p.job, "operator": p.operator, "status": p.status,
             "strategy": p.strategy, "created_at": _iso(p.created_at), "finished_at": _iso(p.finished_at),
             "source_workers": p.source_workers, "target_workers": p.target_workers,
@@ -260,10 +260,10 @@ def plan_summary(p: repo.PlanRecord) -> dict[str, Any]:
 def plans(url: str, job: str, operator: str | None = None, limit: int = 20) -> list[dict[str, Any]]:
     """Recent plans of a job, newest first, with how many steps applied."""
     out = []
-    for p in repo.recent_plans(url, limit, job):
+    for p in store.recent_plans(url, limit, job):
         if operator and p.operator != operator:
             continue
-        cps = repo.checkpoints(url, p.plan_id)
+        cps = store.checkpoints(url, p.plan_id)
         out.append({**plan_summary(p), "applied": sum(1 for c in cps.values() if c.status == "applied"),
                     "rejected": sum(1 for c in cps.values() if c.status != "applied"),
                     "measured_ms": sum(c.migration_ms for c in cps.values() if c.status == "applied"),
@@ -271,7 +271,7 @@ def plans(url: str, job: str, operator: str | None = None, limit: int = 20) -> l
     return out
 
 
-def step_status(step: repo.StepRecord, cp: repo.CheckpointRow | None) -> str:
+def step_status(step: store.StepRecord, cp: store.CheckpointRow | None) -> str:
     if cp is not None:
         return cp.status  # applied | rejected | superseded
     return "in flight" if step.emitted else "pending"
@@ -280,11 +280,11 @@ def step_status(step: repo.StepRecord, cp: repo.CheckpointRow | None) -> str:
 def plan(url: str, plan_id: str) -> dict[str, Any] | None:
     """One plan with its per-step timeline: emitted, applied, checkpoint; pause and bytes; predicted
     vs measured pause per step, and the plan's predicted pause total vs measured and its wall time."""
-    p = repo.get_plan(url, plan_id)
+    p = store.get_plan(url, plan_id)
     if p is None:
         return None
-    cps = repo.checkpoints(url, plan_id)
-    steps = repo.plan_steps(url, plan_id)
+    cps = store.checkpoints(url, plan_id)
+    steps = store.plan_steps(url, plan_id)
     rows = []
     for s in steps:
         c = cps.get(s.step)
@@ -341,7 +341,7 @@ def guard_of(action: str, reason: str) -> str:
 
 def decisions(url: str, job: str, operator: str, window: str, now: datetime | None = None) -> list[dict[str, Any]]:
     out = []
-    for d in repo.decisions_since(url, job, operator, window_start(window, now)):
+    for d in store.decisions_since(url, job, operator, window_start(window, now)):
         util = d.inputs.get("utilization")
         out.append({
             "id": d.id, "at": _iso(d.decided_at), "action": d.action, "current_workers": d.current_workers,
@@ -363,13 +363,13 @@ def events(url: str, job: str, window: str, *, level: str = "", kind: str = "", 
     since = window_start(window, now)
     rows: list[dict[str, Any]] = []
     if kind != "step_rejected":
-        for e in repo.events_since(url, job, since, levels=[level] if level else [], kinds=[kind] if kind else [],
+        for e in store.events_since(url, job, since, levels=[level] if level else [], kinds=[kind] if kind else [],
                                    text=text, limit=limit):
             rows.append({"at": _iso(e.at), "level": e.level, "kind": e.kind, "message": e.message,
                          "epoch": e.epoch, "operator": e.operator, "plan_id": e.details.get("plan_id"),
                          "step": e.details.get("step"), "details": e.details})
     if kind in ("", "step_rejected") and level in ("", "warning"):
-        for c in repo.rejected_checkpoints(url, job, since):
+        for c in store.rejected_checkpoints(url, job, since):
             msg = f"step {c.step} of plan {c.plan_id} {c.status}: {c.reason}"
             if text and text.lower() not in msg.lower():
                 continue
@@ -377,5 +377,5 @@ def events(url: str, job: str, window: str, *, level: str = "", kind: str = "", 
                          "epoch": c.applied_epoch, "operator": "", "plan_id": c.plan_id, "step": c.step,
                          "details": {}})
     rows.sort(key=lambda r: r["at"] or "", reverse=True)
-    kinds = sorted(set(repo.event_kinds(url, job)) | {"control_rejected", "step_rejected", CACHE_DEGRADED})
+    kinds = sorted(set(store.event_kinds(url, job)) | {"control_rejected", "step_rejected", CACHE_DEGRADED})
     return {"events": rows[:limit], "kinds": kinds}

@@ -64,7 +64,7 @@ def plan_deadline(predicted_ms: float | None, steps: int, gap_ms: float, margin_
 
 
 def for_plan(predicted_ms: float | None, steps: int, params: dict[str, Any], rebalance: Any) -> Deadline:
-    """Deadline of a stored plan (`repo.get_plan`: predicted_ms, steps, params with gap_seconds)
+    """Deadline of a stored plan (`store.get_plan`: predicted_ms, steps, params with gap_seconds)
     under its job's rebalance settings (`await_timeout_s` margin, `batch_budget_s`, `poll_interval_s`)."""
     gap_ms = 1000.0 * float(params.get("gap_seconds") or 0.0)
     per_step_ms = 1000.0 * (2.0 * float(rebalance.batch_budget_s) + float(rebalance.poll_interval_s))

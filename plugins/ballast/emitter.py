@@ -32,7 +32,7 @@ import logging
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from ballast import store as repo
+from ballast import store
 from ballast.errors import BallastError
 from ballast.kafka_security import KafkaSecurity, client_kwargs
 from ballast.options import EMIT_MODES, EmitMode
@@ -99,8 +99,8 @@ class ControlEmitter:
                  owner: str | None = None) -> None:
         from kafka import KafkaProducer
 
-        self.owner = owner or repo.current_owner()  # the run this emitter drives plans for
-        self.claimant = repo.new_claimant(self.owner)  # this emitter, in plan_steps.claimed_by
+        self.owner = owner or store.current_owner()  # the run this emitter drives plans for
+        self.claimant = store.new_claimant(self.owner)  # this emitter, in plan_steps.claimed_by
         self.bootstrap = bootstrap
         self.db_url = db_url
         self.send_timeout_s = send_timeout_s
@@ -172,13 +172,13 @@ class ControlEmitter:
             ) from exc
         return md.partition, md.offset
 
-    def _emit_one(self, rec: repo.StepRecord, effective_at: datetime, now: datetime) -> EmittedStep | None:
+    def _emit_one(self, rec: store.StepRecord, effective_at: datetime, now: datetime) -> EmittedStep | None:
         try:
             msg = parse_control(_json(rec.payload))
         except ValueError as exc:
             raise EmitError(f"stored step {rec.step} of plan {rec.plan_id} is malformed: {exc}") from exc
         msg = dataclasses.replace(msg, issued_at=now, effective_at=effective_at)
-        if not repo.claim_step_emission(self.db_url, rec.plan_id, rec.step, msg.to_dict(), effective_at,
+        if not store.claim_step_emission(self.db_url, rec.plan_id, rec.step, msg.to_dict(), effective_at,
                                         claimant=self.claimant):
             log.info("step %s of plan %s is claimed or emitted by another emitter; not sending", rec.step,
                      rec.plan_id)
@@ -186,9 +186,9 @@ class ControlEmitter:
         try:
             partition, offset = self.send(msg)
         except EmitError:
-            repo.release_step_claim(self.db_url, rec.plan_id, rec.step, self.claimant)
+            store.release_step_claim(self.db_url, rec.plan_id, rec.step, self.claimant)
             raise
-        repo.mark_step_emitted(self.db_url, rec.plan_id, rec.step, datetime.now(UTC), partition, offset)
+        store.mark_step_emitted(self.db_url, rec.plan_id, rec.step, datetime.now(UTC), partition, offset)
         log.info("emitted step %d/%d of plan %s: %d move(s), workers after %d, expects map v%d, "
                  "effective at %s -> %s[%d]@%d", msg.step, msg.steps, msg.plan_id, len(msg.moves), msg.workers,
                  msg.map_version, effective_at.isoformat(), control_topic(msg.job), partition, offset)
@@ -201,7 +201,7 @@ class ControlEmitter:
         """Send what may be sent now (see module doc); safe to call any number of times."""
         if mode not in EMIT_MODES:
             raise EmitError(f"unknown emit mode {mode!r}; use one of {EMIT_MODES}")
-        plan = repo.get_plan(self.db_url, plan_id)
+        plan = store.get_plan(self.db_url, plan_id)
         if plan is None:
             raise EmitError(f"plan {plan_id} is not in the metrics DB at {self.db_url}")
         if not plan.is_open:
@@ -211,22 +211,22 @@ class ControlEmitter:
         if plan.owner and plan.owner != self.owner:
             if not plan.owner.startswith("cli:") and plan.owner_alive():
                 raise EmitError(f"plan {plan_id} is driven by {plan.owner}, not by this run ({self.owner}); "
-                                + repo.what_to_do(plan))
+                                + store.what_to_do(plan))
             # a shell's plan, or a gone run's: an emitter started on this very plan id is the
             # explicit takeover (recorded); the step claims still keep every step sent once
-            taken = repo.take_over_plan(self.db_url, plan_id, self.owner, force=True)
-            repo.add_event(self.db_url, plan.job, plan.operator, "warning", "plan_taken_over",
+            taken = store.take_over_plan(self.db_url, plan_id, self.owner, force=True)
+            store.add_event(self.db_url, plan.job, plan.operator, "warning", "plan_taken_over",
                            f"plan {plan_id} taken over from {plan.owner} by {self.owner}, whose emitter was "
                            "started on it", details={"plan_id": plan_id})
             log.warning("plan %s: taken over from %s by %s", plan_id, plan.owner, taken.owner)
-        repo.touch_owner(self.db_url, plan_id)
+        store.touch_owner(self.db_url, plan_id)
         gap = float(plan.params.get("gap_seconds", 0.0) if gap_s is None else gap_s)
-        steps = repo.plan_steps(self.db_url, plan_id)
-        cps = repo.checkpoints(self.db_url, plan_id)
+        steps = store.plan_steps(self.db_url, plan_id)
+        cps = store.checkpoints(self.db_url, plan_id)
         now = now or datetime.now(UTC)
         out = EmitOutcome(plan_id)
         if plan.status == "planned":
-            repo.set_plan_status(self.db_url, plan_id, "emitting")
+            store.set_plan_status(self.db_url, plan_id, "emitting")
 
         # a rejected or superseded step stops the plan, whatever the mode
         for k in sorted(cps):

@@ -31,8 +31,7 @@ from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.exceptions import HTTPException as FastAPIHTTPException
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
 
-from ballast import console
-from ballast import store as repo
+from ballast import console, store
 
 log = logging.getLogger(__name__)
 
@@ -211,7 +210,7 @@ def api_events(job: str, window: str = "1h", level: str = "", kind: str = "", q:
 @app.get("/api/plans")
 def list_plans(job: str | None = None, limit: int = Query(50, ge=1, le=500)) -> list[dict[str, Any]]:
     url = _url()
-    return [console.plan_summary(p) for p in repo.recent_plans(url, limit, job)]
+    return [console.plan_summary(p) for p in store.recent_plans(url, limit, job)]
 
 
 @app.get("/api/plans/{plan_id}")

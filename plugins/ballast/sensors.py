@@ -15,7 +15,7 @@ from typing import Any
 from airflow.sdk import BaseSensorOperator
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
-from ballast import store as repo
+from ballast import store
 from ballast.deadlines import Deadline, for_plan
 from ballast.hooks import BallastMetricsDbHook
 from ballast.triggers import CheckpointTrigger
@@ -26,7 +26,7 @@ def run_deadline(url: str, plan_id: str) -> Deadline:
     that will be emitted, not the one the DAG file was parsed with)."""
     from ballast.config import ConfigError, get_job
 
-    plan = repo.get_plan(url, plan_id)
+    plan = store.get_plan(url, plan_id)
     if plan is None:
         raise AirflowFailException(f"plan {plan_id} is not in the metrics DB at {url}")
     try:
@@ -81,7 +81,7 @@ class CheckpointSensor(BaseSensorOperator):
     def _steps(self, url: str) -> list[int]:
         if self.steps:
             return list(self.steps)
-        plan = repo.get_plan(url, self.plan_id)
+        plan = store.get_plan(url, self.plan_id)
         if plan is None:
             raise AirflowFailException(f"plan {self.plan_id} is not in the metrics DB at {url}")
         return list(range(1, plan.steps + 1))

@@ -27,7 +27,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from ballast import store as repo
+from ballast import store
 from ballast.config import REPO, JobConfig
 from ballast.errors import BallastError
 from ballast.kafka_security import KafkaSecurity
@@ -198,7 +198,7 @@ def launch(cfg: JobConfig, bootstrap: str, db_url: str, reason: str, security: K
     details: dict[str, Any] = {"pid": proc.pid, "cmd": shown, "log": str(logfile), "launcher": cfg.launcher}
     if cfg.launcher == "spark-submit":
         details["application_args"] = redact(["run", *data_plane_args(cfg, bootstrap)])
-    repo.add_event(db_url, cfg.job, cfg.operator, "info", "launch",
+    store.add_event(db_url, cfg.job, cfg.operator, "info", "launch",
                    f"launched {cfg.job} (pid {proc.pid}, {cfg.launcher}): {reason}", details=details)
     log.info("launched %s as pid %d (%s); driver log: %s\n  %s", cfg.job, proc.pid, reason, logfile, " ".join(shown))
     return proc.pid
@@ -316,7 +316,7 @@ def _outage_allowance(cfg: JobConfig, db_url: str, operator: str, pid: int | Non
     such a wait is not dead. 0 when the driver this supervisor launched has exited: nothing waits."""
     if pid is None and _pid_file(cfg).exists():
         return 0.0
-    token = repo.token_row(db_url, cfg.job, operator)
+    token = store.token_row(db_url, cfg.job, operator)
     return token.outage_s if token is not None else 0.0
 
 
@@ -326,11 +326,11 @@ def check(cfg: JobConfig, db_url: str, now: datetime | None = None) -> Health:
     Fresh = younger than `heartbeat_timeout_s` plus the outage its driver may be waiting out
     (docs/operations.md, "Heartbeat timeout and outages")."""
     now = now or datetime.now(UTC)
-    beats = {name: repo.heartbeat(db_url, cfg.job, name) for name in cfg.operator_names()}
+    beats = {name: store.heartbeat(db_url, cfg.job, name) for name in cfg.operator_names()}
     pid = _our_process(cfg)
     allow = {name: _outage_allowance(cfg, db_url, name, pid) for name in beats}
 
-    def fresh(name: str, hb: repo.HeartbeatRow | None) -> bool:
+    def fresh(name: str, hb: store.HeartbeatRow | None) -> bool:
         return bool(hb and hb.status == "running"
                     and (now - hb.updated_at).total_seconds() <= cfg.heartbeat_timeout_s + allow[name])
 
@@ -341,7 +341,7 @@ def check(cfg: JobConfig, db_url: str, now: datetime | None = None) -> Health:
         also = f" (and {len(beats) - 1} more operator(s) fresh)" if len(beats) > 1 else ""
         return Health("healthy", f"heartbeat {(now - hb.updated_at).total_seconds():.0f}s ago at epoch "
                                  f"{hb.last_epoch}, map v{hb.map_version}, {hb.workers} worker(s){also}", pid)
-    launches = repo.events(db_url, cfg.job, cfg.operator, kind="launch", limit=1)
+    launches = store.events(db_url, cfg.job, cfg.operator, kind="launch", limit=1)
     if launches and pid is not None and (now - launches[0].at).total_seconds() < cfg.startup_grace_s:
         if any(hb is None or hb.updated_at < launches[0].at for hb in behind.values()):
             return Health("starting", f"launched {(now - launches[0].at).total_seconds():.0f}s ago (pid {pid}); "
@@ -365,7 +365,7 @@ def supervise(cfg: JobConfig, bootstrap: str, db_url: str, security: KafkaSecuri
     if h.pid is not None:
         log.warning("%s: %s; stopping our stuck driver pid %d before relaunch", cfg.job, h.message, h.pid)
         stop(cfg)
-    repo.add_event(db_url, cfg.job, cfg.operator, "warning" if h.status == "stale" else "info",
+    store.add_event(db_url, cfg.job, cfg.operator, "warning" if h.status == "stale" else "info",
                    "restart" if h.status == "stale" else "start", h.message)
     pid = launch(cfg, bootstrap, db_url, h.message, security)
     return Health("starting", f"{h.message}; relaunched as pid {pid}", pid)

@@ -92,12 +92,12 @@ class EmitPlanOperator(BaseOperator):
 
     def _wait_inline(self, url: str, steps: Sequence[int], deadline: str) -> bool:
         """True when every step in `steps` has a checkpoint within `inline_wait_s` (and the deadline)."""
-        from ballast import store as repo
+        from ballast import store
 
         left = (datetime.fromisoformat(deadline) - datetime.now(UTC)).total_seconds()
         end = time.monotonic() + max(0.0, min(self.inline_wait_s, left))
         while time.monotonic() < end:
-            done = repo.checkpoints(url, self.plan_id)
+            done = store.checkpoints(url, self.plan_id)
             if all(s in done for s in steps):
                 return True
             time.sleep(min(self.poll_interval, 1.0))
@@ -153,17 +153,17 @@ class EmitPlanOperator(BaseOperator):
 
     def _event(self, url: str, kind: str, message: str) -> None:
         """An events row for the console (the outage shows next to the plan), best effort."""
-        from ballast import store as repo
+        from ballast import store
 
-        plan = repo.get_plan(url, self.plan_id)
+        plan = store.get_plan(url, self.plan_id)
         if plan is not None:
-            repo.add_event(url, plan.job, plan.operator, "warning", kind, message, details={"plan_id": self.plan_id})
+            store.add_event(url, plan.job, plan.operator, "warning", kind, message, details={"plan_id": self.plan_id})
 
     def _step(self, deadline: str) -> Any:
-        from ballast import store as repo
+        from ballast import store
 
         url = BallastMetricsDbHook(self.db_conn_id).url()
-        plan = repo.get_plan(url, self.plan_id)
+        plan = store.get_plan(url, self.plan_id)
         if plan is None:
             raise AirflowFailException(f"plan {self.plan_id} is not in the metrics DB at {url}")
         if plan.status in NOT_EMITTABLE:

@@ -9,8 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import update
 
-from ballast import console, controller
-from ballast import store as repo
+from ballast import console, controller, store
 from ballast.config import get_job
 from ballast.policy import GuardConfig, GuardState, Observation, evaluate_guards
 from ballast.store.event_log import CACHE_DEGRADED
@@ -52,9 +51,9 @@ def test_console_api_shows_job_map_plan_decisions_events(client, db_url, jobs_fi
     _running(db_url, job)
     plan_id = controller.plan_manual(db_url, get_job(job), {"target_workers": 3, "strategy": "fluid",
                                                           "dry_run": False})["plan_id"]
-    steps = repo.plan_steps(db_url, plan_id)
+    steps = store.plan_steps(db_url, plan_id)
     now = datetime.now(UTC)
-    repo.mark_step_emitted(db_url, plan_id, 1, now, 0, 11)
+    store.mark_step_emitted(db_url, plan_id, 1, now, 0, 11)
     moved = steps[0].payload["moves"]
     with session_scope(db_url) as s:
         s.add(m.StepCheckpoint(job=job, operator="keycount", plan_id=plan_id, step=1, status="applied", applied_epoch=7,
@@ -64,8 +63,8 @@ def test_console_api_shows_job_map_plan_decisions_events(client, db_url, jobs_fi
                            completed_at=now, reason="expected map version 3, job is at 5"))
         s.add(m.Event(job=job, operator="keycount", at=now, level="warning", kind="control_rejected",
                       message="bad control message: not JSON", epoch=4, details={"offset": 9}))
-    repo.add_event(db_url, job, "keycount", "info", "launch", "launched the job")
-    repo.save_decision(db_url, job, "keycount", current_workers=2, proposed_workers=3, target_workers=3,
+    store.add_event(db_url, job, "keycount", "info", "launch", "launched the job")
+    store.save_decision(db_url, job, "keycount", current_workers=2, proposed_workers=3, target_workers=3,
                        action="scale_up", reason="scale up 2->3: DS2 proposes 3, 1 decision(s) agree",
                        inputs={"utilization": 0.93, "target_utilization": 0.7, "utilization_band": 0.2},
                        plan_id=plan_id)
@@ -122,11 +121,11 @@ def test_console_api_shows_job_map_plan_decisions_events(client, db_url, jobs_fi
 
 def test_job_status_running_stale_stopped():
     now = datetime.now(UTC)
-    hb = repo.HeartbeatRow(1, 0, 1, now - timedelta(seconds=30), now, 1, "h", "running")
+    hb = store.HeartbeatRow(1, 0, 1, now - timedelta(seconds=30), now, 1, "h", "running")
     assert console.job_status(None, 120) == "not started"
     assert console.job_status(hb, 120, now) == "running"
     assert console.job_status(hb, 10, now) == "stale"
-    assert console.job_status(repo.HeartbeatRow(1, 0, 1, now, now, 1, "h", "stopped"), 120, now) == "stopped"
+    assert console.job_status(store.HeartbeatRow(1, 0, 1, now, now, 1, "h", "stopped"), 120, now) == "stopped"
 
 
 def test_guard_labels_name_the_guard_that_decided():
@@ -157,12 +156,12 @@ def test_window_bound_is_the_first_epoch_that_ended_in_it(db_url):
         for e in epochs:
             s.add(m.EpochMetrics(job="j", operator="op", epoch=e, map_version=0, workers=1, input_rows=1, batch_ms=1.0,
                                  input_rate=1.0, backlog=0, started_at=ended[e], ended_at=ended[e]))
-    assert repo.epoch_at_or_after(db_url, "nope", "op", now) is None
+    assert store.epoch_at_or_after(db_url, "nope", "op", now) is None
     for back in (200, 98, 97, 60, 59, 40, 21, 20, 19, 1):
         since = now - timedelta(seconds=back)
         want = min((e for e in epochs if ended[e] >= since), default=None)
-        assert repo.epoch_at_or_after(db_url, "j", "op", since) == want, back
-    assert [p.last_epoch for p in repo.epoch_series(db_url, "j", "op", now - timedelta(seconds=59))] == [21, 40]
+        assert store.epoch_at_or_after(db_url, "j", "op", since) == want, back
+    assert [p.last_epoch for p in store.epoch_series(db_url, "j", "op", now - timedelta(seconds=59))] == [21, 40]
 
 
 def test_dead_letters_are_counted_per_job_and_flagged(db_url, unique_name):
@@ -178,12 +177,12 @@ def test_dead_letters_are_counted_per_job_and_flagged(db_url, unique_name):
         s.execute(update(em).where(em.job == job, em.epoch == 1).values(dead_letters=5,
                                                                         ended_at=now - timedelta(hours=2)))
         s.execute(update(em).where(em.job == job, em.epoch == 3).values(dead_letters=2))
-    assert repo.dead_letter_counts(db_url, job, "keycount", now - timedelta(minutes=15)) == (7, 2)
+    assert store.dead_letter_counts(db_url, job, "keycount", now - timedelta(minutes=15)) == (7, 2)
     row = next(j for j in console.jobs(db_url) if j["job"] == job)
     assert row["dead_letters"] == 7
     warn = [a["text"] for a in console.attention(db_url, job, "keycount", "running", None, 120.0, now)]
     assert any(f"2 record(s) went to the dead-letter topic {job}.dlq" in t for t in warn)
-    assert repo.dead_letter_counts(db_url, "no-such-job", "keycount", now) == (0, 0)
+    assert store.dead_letter_counts(db_url, "no-such-job", "keycount", now) == (0, 0)
 
 
 def test_a_rebuilt_cache_shows_the_job_degraded_for_15_minutes(db_url, unique_name):
@@ -192,7 +191,7 @@ def test_a_rebuilt_cache_shows_the_job_degraded_for_15_minutes(db_url, unique_na
     _running(db_url, job)
     row = next(r for r in console.jobs(db_url) if r["job"] == job)
     assert not row["degraded"] and not any("degraded" in a["text"] for a in row["attention"])
-    repo.add_event(db_url, job, "keycount", "warning", CACHE_DEGRADED,
+    store.add_event(db_url, job, "keycount", "warning", CACHE_DEGRADED,
                    "worker 1: local cache /c/worker-0001 failed (DiskError: No space left on device); ...", epoch=7)
     row = next(r for r in console.jobs(db_url) if r["job"] == job)
     assert row["degraded"] and row["status"] == "running"  # degraded, not down

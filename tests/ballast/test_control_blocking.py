@@ -12,8 +12,7 @@ from typing import Any
 import pytest
 from sqlalchemy.exc import DBAPIError, OperationalError, ProgrammingError
 
-from ballast import emitter
-from ballast import store as repo
+from ballast import emitter, store
 from ballast.control import manual
 from ballast.control.blocking import db_unreachable, run_plan_blocking
 from ballast.control.handoffs import Verified
@@ -39,7 +38,7 @@ def test_run_plan_blocking_emits_awaits_and_verifies(db_url, job, kafka_bootstra
     finally:
         applier.stop()
     assert Verified.from_dict(done).workers == 2 and done["map_version"] == out["steps"]
-    assert repo.get_plan(db_url, out["plan_id"]).status == "completed"  # type: ignore[union-attr]
+    assert store.get_plan(db_url, out["plan_id"]).status == "completed"  # type: ignore[union-attr]
 
 
 
@@ -79,8 +78,8 @@ def test_a_plan_the_job_applies_is_verified(db_url, job, stand_in):
     plan_id, n = _plan(db_url, job)
 
     def send_all_and_apply(url: str, pid: str) -> EmitOutcome:  # the broker and the job, at once
-        for rec in repo.plan_steps(url, pid):
-            if rec.step not in repo.checkpoints(url, pid):
+        for rec in store.plan_steps(url, pid):
+            if rec.step not in store.checkpoints(url, pid):
                 apply_step(url, job.job, job.operator, step_from_document(rec.payload))
         return EmitOutcome(pid, all_emitted=True)
 
@@ -88,7 +87,7 @@ def test_a_plan_the_job_applies_is_verified(db_url, job, stand_in):
     done = run_plan_blocking(db_url, "unused:9092", plan_id, timeout_s=30, poll_s=0.01, mode="prepared-ahead")
     assert Verified.from_dict(done).workers == 2 and done["map_version"] == n
     assert stand_in.calls == [(plan_id, "prepared-ahead")]
-    assert repo.get_plan(db_url, plan_id).status == "completed"  # type: ignore[union-attr]
+    assert store.get_plan(db_url, plan_id).status == "completed"  # type: ignore[union-attr]
 
 
 def test_a_rejected_step_fails_the_plan(db_url, job, stand_in):
@@ -97,8 +96,8 @@ def test_a_rejected_step_fails_the_plan(db_url, job, stand_in):
     with pytest.raises(PlanFailed, match=f"plan {plan_id} failed: step 1 was rejected: stale"):
         run_plan_blocking(db_url, "unused:9092", plan_id, timeout_s=30, poll_s=0.01)
     assert stand_in.calls == [(plan_id, "flow-control")]  # the plan's own emit mode
-    assert repo.get_plan(db_url, plan_id).status == "failed"  # type: ignore[union-attr]
-    assert repo.events(db_url, job.job, kind="plan_rejected")
+    assert store.get_plan(db_url, plan_id).status == "failed"  # type: ignore[union-attr]
+    assert store.events(db_url, job.job, kind="plan_rejected")
 
 
 def test_no_checkpoint_by_the_deadline_fails_the_plan_naming_the_steps(db_url, job, stand_in):
@@ -106,8 +105,8 @@ def test_no_checkpoint_by_the_deadline_fails_the_plan_naming_the_steps(db_url, j
     stand_in.answer = lambda url, pid: EmitOutcome(pid, waiting_for=[1])
     with pytest.raises(PlanFailed, match=re.escape(f"no checkpoint for step(s) {list(range(1, n + 1))} within 0s")):
         run_plan_blocking(db_url, "unused:9092", plan_id, timeout_s=0.0, poll_s=0.01)
-    assert repo.get_plan(db_url, plan_id).status == "failed"  # type: ignore[union-attr]
-    [ev] = repo.events(db_url, job.job, kind="plan_timeout")
+    assert store.get_plan(db_url, plan_id).status == "failed"  # type: ignore[union-attr]
+    [ev] = store.events(db_url, job.job, kind="plan_timeout")
     assert ev.details == {"plan_id": plan_id}
 
 
@@ -131,7 +130,7 @@ def test_a_request_error_is_raised_at_once_and_an_outage_past_the_deadline_too(d
     stand_in.answer = db_down
     with pytest.raises(OperationalError):
         run_plan_blocking(db_url, "unused:9092", plan_id, timeout_s=0.0, poll_s=0.01, on_db_outage=waited)
-    assert repo.get_plan(db_url, plan_id).is_open  # type: ignore[union-attr]
+    assert store.get_plan(db_url, plan_id).is_open  # type: ignore[union-attr]
 
 
 def test_an_unknown_plan_is_refused_before_anything_is_sent(db_url, stand_in):

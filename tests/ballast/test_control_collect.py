@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from ballast import store as repo
+from ballast import store
 from ballast.control import collect
 from ballast.control.handoffs import OperatorSample, Resume, Snapshot
 from ballast.store import writer
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.controlplane
 
 def _open_plan(url: str, job: str, plan_id: str, owner: str, status: str = "planned", seen_s_ago: float = 0.0) -> None:
     seen = datetime.now(UTC) - timedelta(seconds=seen_s_ago)
-    repo.save_plan(url, repo.PlanRecord(plan_id, job, "keycount", seen, "fluid", status, 0, 1, 2, (0,) * 16, 1, {},
+    store.save_plan(url, store.PlanRecord(plan_id, job, "keycount", seen, "fluid", status, 0, 1, 2, (0,) * 16, 1, {},
                                         None, "test", None, owner, seen), [])
 
 
@@ -58,7 +58,7 @@ def test_a_plan_this_run_owns_is_resumed_not_decided_anew(db_url, job):
     _open_plan(db_url, job.job, "mine-1", "ballast_rebalance__x/scheduled__1")
     got = collect.collect(db_url, job, owner="ballast_rebalance__x/scheduled__1")
     assert isinstance(got, Resume) and got.plan_id == "mine-1" and "is this run's; resuming it" in got.reason
-    assert repo.get_plan(db_url, "mine-1").owner == "ballast_rebalance__x/scheduled__1"  # type: ignore[union-attr]
+    assert store.get_plan(db_url, "mine-1").owner == "ballast_rebalance__x/scheduled__1"  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize("owner, status, seen_s_ago, why", [
@@ -72,17 +72,17 @@ def test_a_plan_another_run_holds_is_not_ready_and_left_as_it_is(db_url, job, ow
     with pytest.raises(collect.NotReady, match=why) as exc:
         collect.collect(db_url, job, owner="ballast_rebalance__x/scheduled__2")
     assert "theirs-1" in str(exc.value) and "only one plan per operator may be open" in str(exc.value)
-    after = repo.get_plan(db_url, "theirs-1")
+    after = store.get_plan(db_url, "theirs-1")
     assert after is not None and (after.owner, after.status) == (owner, status)
-    assert repo.events(db_url, job.job, kind="plan_taken_over") == []
+    assert store.events(db_url, job.job, kind="plan_taken_over") == []
 
 
 def test_a_gone_run_of_the_same_dag_is_taken_over_and_recorded(db_url, job):
-    _open_plan(db_url, job.job, "left-1", "ballast_rebalance__x/scheduled__1", seen_s_ago=repo.OWNER_LEASE_S + 60)
+    _open_plan(db_url, job.job, "left-1", "ballast_rebalance__x/scheduled__1", seen_s_ago=store.OWNER_LEASE_S + 60)
     got = collect.open_plan_for(db_url, job, owner="ballast_rebalance__x/scheduled__2")
     assert isinstance(got, Resume) and got.plan_id == "left-1" and "takes it over" in got.reason
-    assert repo.get_plan(db_url, "left-1").owner == "ballast_rebalance__x/scheduled__2"  # type: ignore[union-attr]
-    [ev] = repo.events(db_url, job.job, kind="plan_taken_over")
+    assert store.get_plan(db_url, "left-1").owner == "ballast_rebalance__x/scheduled__2"  # type: ignore[union-attr]
+    [ev] = store.events(db_url, job.job, kind="plan_taken_over")
     assert ev.details == {"plan_id": "left-1"} and "ballast_rebalance__x/scheduled__1" in ev.message
     assert collect.open_plan_for(db_url, job.model_copy(update={"job": "no-plans"})) is None
 

@@ -11,8 +11,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import func, select
 
-from ballast import controller, policy
-from ballast import store as repo
+from ballast import controller, policy, store
 from ballast.config import JobConfig, get_job
 from ballast.control import collect, evaluate, verify
 from ballast.control.handoffs import Snapshot
@@ -40,7 +39,7 @@ def test_assess_is_pure_and_evaluate_stores_its_decision(db_url, job):
     assert capped.target_workers == 2  # the cluster's capacity bounds the target
     d = evaluate.evaluate(db_url, job, snap)
     assert d.action == "scale_up" and d.decision_id is not None and _decisions(db_url) == 1
-    stored = repo.latest_decision(db_url, job.job, job.operator)
+    stored = store.latest_decision(db_url, job.job, job.operator)
     assert stored is not None and evaluate.GUARD_STATE_KEY in stored.inputs
 
 
@@ -76,14 +75,14 @@ def test_guard_state_carries_over_between_runs_and_warm_up_counts_from_the_plans
     # the plan carried out as the data plane records it, then verified: the plan ends now
     out = controller.plan_rebalance(db_url, cfg, snap.to_dict(), second.to_dict())
     assert out is not None
-    for rec in repo.plan_steps(db_url, out["plan_id"]):
+    for rec in store.plan_steps(db_url, out["plan_id"]):
         assert apply_step(db_url, unique_name, "keycount", step_from_document(rec.payload)) is not None
     done = verify.verify(db_url, out["plan_id"])
-    finished = repo.get_plan(db_url, out["plan_id"]).finished_at  # type: ignore[union-attr]
+    finished = store.get_plan(db_url, out["plan_id"]).finished_at  # type: ignore[union-attr]
     assert finished is not None and finished - (t0 + timedelta(seconds=1)) > timedelta(seconds=cfg.rebalance.warmup_s)
     # at W workers the job is overloaded again, and the added workers added nothing (10k rows/s in
     # all): DS2 asks for more, but the last scale-up was ineffective
-    final = repo.map_at(db_url, unique_name, "keycount", done.map_version)
+    final = store.map_at(db_url, unique_name, "keycount", done.map_version)
     assert final is not None and final.workers == w
     seed_job(db_url, unique_name, bins=16, workers=w, per_worker_rate=10000.0 / w, first_epoch=final.epoch + 1,
              map_version=done.map_version, assignment=list(final.assignment))
@@ -94,7 +93,7 @@ def test_guard_state_carries_over_between_runs_and_warm_up_counts_from_the_plans
     assert (warm.action, warm.target_workers) == ("no_change", w) and "warm-up" in warm.reason, warm.reason
     judged = evaluate.evaluate(db_url, cfg, snap2, now=finished + timedelta(seconds=61))
     assert judged.action == "no_change" and "warm-up" not in judged.reason, judged.reason
-    stored = repo.latest_decision(db_url, unique_name, "keycount")
+    stored = store.latest_decision(db_url, unique_name, "keycount")
     assert stored is not None and stored.inputs["scale_up_gain_per_added_instance"] < 0.1
     assert stored.inputs[evaluate.GUARD_STATE_KEY]["scale_up_blocked"]
     blocked = evaluate.evaluate(db_url, cfg, snap2, now=finished + timedelta(seconds=62))

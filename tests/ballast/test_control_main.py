@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import update
 
-from ballast import store as repo
+from ballast import store
 from ballast.control.__main__ import main
 from migrations_db import models as m
 from migrations_db.db import session_scope
@@ -17,19 +17,19 @@ from migrations_db.db import session_scope
 pytestmark = pytest.mark.controlplane
 
 
-def _plan(job: str, plan_id: str, owner: str) -> repo.PlanRecord:
-    return repo.PlanRecord(plan_id, job, "keycount", datetime.now(UTC), "batched", "emitting", 0, 1, 2,
+def _plan(job: str, plan_id: str, owner: str) -> store.PlanRecord:
+    return store.PlanRecord(plan_id, job, "keycount", datetime.now(UTC), "batched", "emitting", 0, 1, 2,
                            (0, 1), 1, {}, None, "test", None, owner)
 
 
 def test_open_lists_a_gone_runs_plan_and_fail_releases_its_operator(db_url, unique_name, capsys):
     job = unique_name
-    repo.save_plan(db_url, _plan(job, "left-over", "ballast_migrate/manual__old"), [])
+    store.save_plan(db_url, _plan(job, "left-over", "ballast_migrate/manual__old"), [])
     with session_scope(db_url) as s:  # its run stopped renewing the lease an hour ago
         s.execute(update(m.Plan).where(m.Plan.plan_id == "left-over")
                   .values(owner_seen_at=datetime.now(UTC) - timedelta(hours=1)))
-    with pytest.raises(repo.PlanConflict):  # the operator is held
-        repo.save_plan(db_url, _plan(job, "next", "ballast_migrate/manual__new"), [])
+    with pytest.raises(store.PlanConflict):  # the operator is held
+        store.save_plan(db_url, _plan(job, "next", "ballast_migrate/manual__new"), [])
 
     assert main(["--db-url", db_url, "open", job]) == 0
     out = capsys.readouterr().out
@@ -37,8 +37,8 @@ def test_open_lists_a_gone_runs_plan_and_fail_releases_its_operator(db_url, uniq
 
     assert main(["--db-url", db_url, "fail", "left-over", "--reason", "its run is gone"]) == 0
     capsys.readouterr()
-    assert repo.get_plan(db_url, "left-over").status == "failed"  # type: ignore[union-attr]
+    assert store.get_plan(db_url, "left-over").status == "failed"  # type: ignore[union-attr]
     assert main(["--db-url", db_url, "open", job]) == 0 and capsys.readouterr().out == ""
-    repo.save_plan(db_url, _plan(job, "next", "ballast_migrate/manual__new"), [])  # released
+    store.save_plan(db_url, _plan(job, "next", "ballast_migrate/manual__new"), [])  # released
     assert main(["--db-url", db_url, "fail", "left-over"]) == 2
     assert "failed: nothing to do" in capsys.readouterr().err

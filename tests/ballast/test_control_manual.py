@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from ballast import store as repo
+from ballast import store
 from ballast.control import collect, manual
 from ballast.control.handoffs import Snapshot
 from tests.helpers.stepapplier import seed_job
@@ -38,9 +38,9 @@ def test_manual_split_is_one_step_that_moves_nothing_and_bad_counts_are_refused(
     dry = manual.plan_manual(db_url, job, {"split_to": 64, "dry_run": True})
     assert dry["plan_id"] is None and "16 -> 64 bins" in dry["rendered"]
     out = manual.plan_manual(db_url, job, {"split_to": 64, "dry_run": False})
-    [step] = repo.plan_steps(db_url, out["plan_id"])
+    [step] = store.plan_steps(db_url, out["plan_id"])
     assert step.payload["kind"] == "split" and step.payload["bins"] == 64 and step.payload["map_version"] == 0
-    assert list(repo.get_plan(db_url, out["plan_id"]).target_assignment) == [0] * 64
+    assert list(store.get_plan(db_url, out["plan_id"]).target_assignment) == [0] * 64
 
 
 
@@ -77,21 +77,21 @@ def test_a_worker_count_is_placed_and_explicit_moves_keep_every_other_bin(db_url
 def test_a_request_outside_the_bounds_or_changing_nothing_is_refused_and_stores_nothing(db_url, job, params, why):
     with pytest.raises(manual.InvalidRequest, match=why):
         manual.plan_manual(db_url, job, {**params, "dry_run": False})
-    assert repo.latest_plan(db_url, job.job, job.operator) is None
+    assert store.latest_plan(db_url, job.job, job.operator) is None
 
 
 def test_a_dry_run_shows_the_plan_and_stores_nothing(db_url, job):
     out = manual.plan_manual(db_url, job, {"target_workers": 2, "strategy": "batched", "dry_run": True})
     assert out["dry_run"] and out["plan_id"] is None and out["steps"] >= 1 and out["bins"] >= 1
     assert out["predicted_ms"] > 0 and out["rendered"]
-    assert repo.latest_plan(db_url, job.job, job.operator) is None
+    assert store.latest_plan(db_url, job.job, job.operator) is None
 
 
 def test_a_request_while_a_plan_is_open_or_before_the_job_ran_is_refused(db_url, job):
     with pytest.raises(manual.InvalidRequest, match="has no routing map"):
         manual.plan_manual(db_url, job.model_copy(update={"job": "never-ran"}), {"target_workers": 2})
     first = manual.plan_manual(db_url, job, {"target_workers": 2, "strategy": "fluid", "dry_run": False})
-    rec = repo.get_plan(db_url, first["plan_id"])
+    rec = store.get_plan(db_url, first["plan_id"])
     assert rec is not None and rec.params["source"] == "manual" and first["rendered"]
     with pytest.raises(manual.InvalidRequest, match=f"open plan {first['plan_id']}") as exc:
         manual.plan_manual(db_url, job, {"target_workers": 3, "dry_run": False})
@@ -106,7 +106,7 @@ def test_a_takeover_names_only_an_open_plan_of_this_job(db_url, job):
     theirs = manual.plan_manual(db_url, other, {"target_workers": 2, "dry_run": False})["plan_id"]
     with pytest.raises(manual.InvalidRequest, match="is not a plan of"):
         manual.take_over_manual(db_url, job, theirs, force=True)
-    assert repo.get_plan(db_url, theirs).owner == repo.current_owner()  # type: ignore[union-attr]
-    repo.set_plan_status(db_url, theirs, "completed", finished=True)
+    assert store.get_plan(db_url, theirs).owner == store.current_owner()  # type: ignore[union-attr]
+    store.set_plan_status(db_url, theirs, "completed", finished=True)
     with pytest.raises(manual.InvalidRequest, match="already completed"):
         manual.take_over_manual(db_url, other, theirs, force=True)

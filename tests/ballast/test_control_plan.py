@@ -10,8 +10,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from ballast import policy
-from ballast import store as repo
+from ballast import policy, store
 from ballast.control import collect, place, plan
 from ballast.control.handoffs import Snapshot
 from ballast.protocol import MAX_PLAN_ID_CHARS, split_assignment, step_from_document
@@ -34,10 +33,10 @@ def test_plan_builds_composing_steps_and_stores_them_owned_by_this_run(db_url, j
     built = plan.build_plan(snap.map, snap.bins, target, 2, req, model)
     assert len(built.steps) == sum(1 for a, b in zip(snap.map.assignment, target) if a != b)
     stored = plan.store_plan(db_url, job, snap.map, target, built, req, model)
-    rec = repo.get_plan(db_url, stored.plan_id)
-    assert rec is not None and rec.owner == repo.current_owner() and rec.status == "planned"
-    assert [s.step for s in repo.plan_steps(db_url, stored.plan_id)] == list(range(1, stored.steps + 1))
-    with pytest.raises(repo.PlanConflict, match=stored.plan_id):  # the operator is held now
+    rec = store.get_plan(db_url, stored.plan_id)
+    assert rec is not None and rec.owner == store.current_owner() and rec.status == "planned"
+    assert [s.step for s in store.plan_steps(db_url, stored.plan_id)] == list(range(1, stored.steps + 1))
+    with pytest.raises(store.PlanConflict, match=stored.plan_id):  # the operator is held now
         plan.store_plan(db_url, job, snap.map, target, built, req, model)
 
 
@@ -47,25 +46,25 @@ def test_each_stored_step_is_the_control_message_the_job_will_read(db_url, job):
     target = place.place(snap.map.assignment, snap.bins, 2).assignment
     model = plan.cost_model(db_url, job)
     assert model.samples == 0  # no applied checkpoint yet: the defaults
-    decision = repo.save_decision(db_url, job.job, job.operator, current_workers=1, proposed_workers=2,
+    decision = store.save_decision(db_url, job.job, job.operator, current_workers=1, proposed_workers=2,
                                   target_workers=2, action="scale_up", reason="r", inputs={})
     req = plan.PlanRequest(strategy="batched", step_size=2, gap_seconds=1.5, emit_mode="prepared-ahead",
                            reason="x" * 600, decision_id=decision)
     built = plan.build_plan(snap.map, snap.bins, target, 2, req, model)
     now = datetime(2026, 1, 1, tzinfo=UTC)
     stored = plan.store_plan(db_url, job, snap.map, target, built, req, model, now=now)
-    steps = [step_from_document(s.payload) for s in repo.plan_steps(db_url, stored.plan_id)]
+    steps = [step_from_document(s.payload) for s in store.plan_steps(db_url, stored.plan_id)]
     assert [(s.step, s.steps, s.map_version) for s in steps] == [(k, stored.steps, k - 1)
                                                                  for k in range(1, stored.steps + 1)]
     assert all(s.plan_id == stored.plan_id and s.job == job.job and s.issued_at == now for s in steps)
     assert [s.effective_at - now for s in steps] == [timedelta(seconds=1.5 * k) for k in range(stored.steps)]
     assert steps[-1].workers == 2 and all(len(s.moves) <= 2 for s in steps) and len(steps[0].reason) == 500
-    rec = repo.get_plan(db_url, stored.plan_id)
+    rec = store.get_plan(db_url, stored.plan_id)
     assert rec is not None and rec.target_assignment == target and rec.source_map_version == 0
     assert rec.params["emit_mode"] == "prepared-ahead" and rec.params["decision_id"] == decision
     assert stored.emit_mode == "prepared-ahead" and stored.predicted_ms is not None
-    assert repo.latest_decision(db_url, job.job, job.operator).plan_id == stored.plan_id  # type: ignore[union-attr]
-    [ev] = repo.events(db_url, job.job, kind="plan")
+    assert store.latest_decision(db_url, job.job, job.operator).plan_id == stored.plan_id  # type: ignore[union-attr]
+    [ev] = store.events(db_url, job.job, kind="plan")
     assert ev.details == {"plan_id": stored.plan_id} and f"{stored.steps} step(s)" in ev.message
 
 
@@ -82,17 +81,17 @@ def test_steps_that_do_not_compose_to_the_target_are_never_stored(db_url, job, m
     model = plan.cost_model(db_url, job)
     with pytest.raises(plan.PlanFailed, match="do not compose to the target map; nothing stored"):
         plan.build_plan(snap.map, snap.bins, target, 2, plan.PlanRequest(strategy="fluid"), model)
-    assert repo.open_plans(db_url, job.job, job.operator) == []
+    assert store.open_plans(db_url, job.job, job.operator) == []
 
 
 def test_a_split_is_one_step_to_the_finer_map_that_moves_nothing(db_url, job):
     snap = _snap(db_url, job)
     stored = plan.store_split(db_url, job, snap.map, 64, plan.PlanRequest(strategy="all-at-once"))
     assert (stored.steps, stored.bins, stored.bytes) == (1, 0, 0)
-    [s] = repo.plan_steps(db_url, stored.plan_id)
+    [s] = store.plan_steps(db_url, stored.plan_id)
     msg = step_from_document(s.payload)
     assert (msg.kind, msg.bins, msg.moves, msg.workers, msg.map_version) == ("split", 64, (), 1, 0)
-    rec = repo.get_plan(db_url, stored.plan_id)
+    rec = store.get_plan(db_url, stored.plan_id)
     assert rec is not None and list(rec.target_assignment) == split_assignment(snap.map.assignment, 64)
 
 

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from ballast import store as repo
+from ballast import store
 from ballast.control import manual
 from ballast.control.render import summary_table
 from ballast.protocol import step_from_document
@@ -24,7 +24,7 @@ def _rows(table: str) -> list[list[str]]:
 def test_one_step_of_many_moves_shows_four_and_where_it_is(db_url, job):
     out = manual.plan_manual(db_url, job, {"target_workers": 2, "strategy": "all-at-once", "dry_run": False})
     plan_id = out["plan_id"]
-    [step] = repo.plan_steps(db_url, plan_id)
+    [step] = store.plan_steps(db_url, plan_id)
     moves = step.payload["moves"]
     assert len(moves) == 8
     table = summary_table(db_url, plan_id)
@@ -34,7 +34,7 @@ def test_one_step_of_many_moves_shows_four_and_where_it_is(db_url, job):
     assert shown in table and _rows(table)[0][-8:] == ["8", "2", "not", "sent", "-", "-", "-", "-"]
     assert total == "total: 0/1 applied, 0 bins, 0 bytes, 0 ms migrating"
 
-    repo.mark_step_emitted(db_url, plan_id, 1, datetime.now(UTC), 0, 1234)
+    store.mark_step_emitted(db_url, plan_id, 1, datetime.now(UTC), 0, 1234)
     assert _rows(summary_table(db_url, plan_id))[0][-5:] == ["flight", "-", "-", "-", "0:1234"]
 
     apply_step(db_url, job.job, job.operator, step_from_document(step.payload))
@@ -47,7 +47,7 @@ def test_a_rejected_step_and_the_steps_after_it(db_url, job):
     out = manual.plan_manual(db_url, job, {"moves": [{"bin": 1, "to": 1}, {"bin": 2, "to": 1}], "strategy": "fluid",
                                            "dry_run": False})
     plan_id = out["plan_id"]
-    first, second = repo.plan_steps(db_url, plan_id)
+    first, second = store.plan_steps(db_url, plan_id)
     [mv] = first.payload["moves"]
     assert _rows(summary_table(db_url, plan_id))[0][:4] == ["1", f"{mv['bin']}:0->1", "1", "2"]
     apply_step(db_url, job.job, job.operator, step_from_document(first.payload), reject="stale map")

@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import update
 
-from ballast import store as repo
+from ballast import store
 from ballast.control import manual, plan, render, verify
 from ballast.protocol import step_from_document
 from migrations_db import models as m
@@ -27,7 +27,7 @@ def _plan(url: str, cfg, strategy: str = "fluid") -> tuple[str, int]:  # type: i
 
 def _apply(url: str, cfg, plan_id: str, reject: dict[int, str] | None = None) -> None:  # type: ignore[no-untyped-def]
     """Every step of the plan, as the data plane records it (a rejection for the steps in `reject`)."""
-    for rec in repo.plan_steps(url, plan_id):
+    for rec in store.plan_steps(url, plan_id):
         apply_step(url, cfg.job, cfg.operator, step_from_document(rec.payload), (reject or {}).get(rec.step, ""))
 
 
@@ -39,8 +39,8 @@ def test_verify_fails_an_incomplete_plan_and_releases_the_operator(db_url, job):
     assert table.splitlines()[0].split()[:3] == ["step", "moves", "bins"] and "not sent" in table
     with pytest.raises(plan.PlanFailed, match="have no checkpoint"):
         verify.verify(db_url, out["plan_id"])
-    assert repo.get_plan(db_url, out["plan_id"]).status == "failed"  # type: ignore[union-attr]
-    assert repo.open_plans(db_url, job.job, job.operator) == []  # another plan may start
+    assert store.get_plan(db_url, out["plan_id"]).status == "failed"  # type: ignore[union-attr]
+    assert store.open_plans(db_url, job.job, job.operator) == []  # another plan may start
 
 
 
@@ -50,9 +50,9 @@ def test_a_plan_whose_steps_all_applied_to_the_target_completes(db_url, job):
     done = verify.verify(db_url, plan_id)
     assert (done.plan_id, done.map_version, done.workers) == (plan_id, n, 2)
     assert f"total: {n}/{n} applied" in done.summary
-    rec = repo.get_plan(db_url, plan_id)
+    rec = store.get_plan(db_url, plan_id)
     assert rec is not None and rec.status == "completed" and rec.finished_at is not None
-    [ev] = repo.events(db_url, job.job, kind="plan_completed")
+    [ev] = store.events(db_url, job.job, kind="plan_completed")
     assert ev.level == "info" and f"map v{n}, 2 worker(s)" in ev.message
 
 
@@ -65,8 +65,8 @@ def test_a_rejected_step_fails_the_plan_with_its_reason(db_url, job):
     with pytest.raises(plan.PlanFailed, match="step 2 was rejected: bin 3 is on worker 1") as exc:
         verify.verify(db_url, plan_id)
     assert "no further step will be emitted" in str(exc.value)
-    assert repo.get_plan(db_url, plan_id).status == "failed"  # type: ignore[union-attr]
-    [ev] = repo.events(db_url, job.job, kind="plan_rejected")
+    assert store.get_plan(db_url, plan_id).status == "failed"  # type: ignore[union-attr]
+    [ev] = store.events(db_url, job.job, kind="plan_rejected")
     assert ev.level == "error" and ev.details == {"plan_id": plan_id}
 
 
@@ -78,7 +78,7 @@ def test_a_final_map_that_differs_from_the_target_fails_the_plan(db_url, job):
                   .values(workers=3))
     with pytest.raises(plan.PlanFailed, match=f"map v{n} differs from the target \\(workers 3 vs 2"):
         verify.verify(db_url, plan_id)
-    assert repo.events(db_url, job.job, kind="plan_mismatch") and repo.open_plans(db_url, job.job, "keycount") == []
+    assert store.events(db_url, job.job, kind="plan_mismatch") and store.open_plans(db_url, job.job, "keycount") == []
 
 
 def test_an_unknown_plan_cannot_be_verified(db_url):
@@ -91,13 +91,13 @@ def test_the_advice_says_which_emitted_steps_may_still_apply(db_url, job):
     quiet = verify.operator_advice(db_url, plan_id)
     assert quiet.startswith(f"plan {plan_id}: 0/{n} step(s) applied, map now at v0 with 1 worker(s)")
     assert "were emitted" not in quiet
-    repo.mark_step_emitted(db_url, plan_id, 1, datetime.now(UTC), 0, 5)
+    store.mark_step_emitted(db_url, plan_id, 1, datetime.now(UTC), 0, 5)
     msg = verify.fail_plan(db_url, plan_id, f"plan {plan_id}: stopped by the test", "plan_timeout")
     assert msg.startswith(f"plan {plan_id}: stopped by the test. plan {plan_id}: 0/{n}")
     assert "Step(s) [1] were emitted but have no checkpoint" in msg
-    rec = repo.get_plan(db_url, plan_id)
+    rec = store.get_plan(db_url, plan_id)
     assert rec is not None and rec.status == "failed" and rec.reason == f"plan {plan_id}: stopped by the test"
-    [ev] = repo.events(db_url, job.job, kind="plan_timeout")
+    [ev] = store.events(db_url, job.job, kind="plan_timeout")
     assert ev.message == msg
 
 
@@ -105,9 +105,9 @@ def test_polling_progress_renews_the_owners_lease(db_url, job):
     plan_id, n = _plan(db_url, job)
     with session_scope(db_url) as s:
         s.execute(update(m.Plan).where(m.Plan.plan_id == plan_id)
-                  .values(owner_seen_at=datetime.now(UTC) - timedelta(seconds=repo.OWNER_LEASE_S + 60)))
-    assert not repo.get_plan(db_url, plan_id).owner_alive()  # type: ignore[union-attr]
+                  .values(owner_seen_at=datetime.now(UTC) - timedelta(seconds=store.OWNER_LEASE_S + 60)))
+    assert not store.get_plan(db_url, plan_id).owner_alive()  # type: ignore[union-attr]
     pr = verify.progress(db_url, plan_id, [1])
     assert (pr.done, pr.failed_step, pr.missing) == (False, None, (1,))
-    assert repo.get_plan(db_url, plan_id).owner_alive()  # type: ignore[union-attr]
+    assert store.get_plan(db_url, plan_id).owner_alive()  # type: ignore[union-attr]
     assert render.summary_table(db_url, plan_id).count("not sent") == n

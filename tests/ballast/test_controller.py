@@ -8,8 +8,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from ballast import controller
-from ballast import store as repo
+from ballast import controller, store
 from ballast.config import load_jobs
 from migrations_db import models as m
 from migrations_db.db import session_scope
@@ -24,7 +23,7 @@ def test_orchestrator_chains_the_stages_through_xcom_dicts(db_url, job):
     assert decision["action"] == "scale_up" and decision["target_workers"] >= 2
     out = controller.plan_rebalance(db_url, job, snap, decision)
     assert out is not None
-    assert repo.get_plan(db_url, out["plan_id"]).target_workers == decision["target_workers"]  # type: ignore[union-attr]
+    assert store.get_plan(db_url, out["plan_id"]).target_workers == decision["target_workers"]  # type: ignore[union-attr]
     again = controller.collect(db_url, job)  # this run owns the open plan: it resumes it
     assert again == {"status": "resume", "plan_id": out["plan_id"], "reason": again["reason"]}
     assert controller.plan_rebalance(db_url, job, snap, {**decision, "action": "no_change"}) is None
@@ -39,7 +38,7 @@ def test_overhead_filling_the_budget_gives_a_json_safe_decision(db_url, jobs_fil
     cfg = load_jobs()[unique_name]
     out = controller.evaluate(db_url, cfg, controller.collect(db_url, cfg))
     json.dumps(out, allow_nan=False)  # XCom rejects inf/nan
-    d = repo.latest_decision(db_url, unique_name, "keycount")
+    d = store.latest_decision(db_url, unique_name, "keycount")
     json.dumps(d.inputs, allow_nan=False)  # PostgreSQL's JSON type too
     assert d.action == "no_change" and out["utilization"] is None
     # and it does not hide the cause: the reason names the infeasibility and a trigger interval that fits
@@ -59,7 +58,7 @@ def test_growing_backlog_with_idle_workers_is_explained_not_scaled(db_url, jobs_
             row.batch_ms = 600.0
     cfg = load_jobs()[unique_name]
     out = controller.evaluate(db_url, cfg, controller.collect(db_url, cfg))
-    d = repo.latest_decision(db_url, unique_name, "keycount")
+    d = store.latest_decision(db_url, unique_name, "keycount")
     assert out["action"] == "no_change" and d.target_workers == 1
     assert "outside the operators" in d.reason and d.inputs["diagnosis"]
 
@@ -83,10 +82,10 @@ def test_a_hot_bin_gets_a_split_plan_and_the_next_window_counts_only_the_new_bin
     assert "split 16 -> 64 bins" in out["reason"]
     stored = controller.plan_rebalance(db_url, cfg, snap, out)
     assert stored is not None and stored["steps"] == 1 and stored["bins"] == 0
-    [step] = repo.plan_steps(db_url, stored["plan_id"])
+    [step] = store.plan_steps(db_url, stored["plan_id"])
     msg = step.payload
     assert msg["kind"] == "split" and msg["bins"] == 64 and msg["moves"] == [] and msg["workers"] == 2
-    plan = repo.get_plan(db_url, stored["plan_id"])
+    plan = store.get_plan(db_url, stored["plan_id"])
     old = [b * 2 // 16 for b in range(16)]
     assert list(plan.target_assignment) == split_assignment(old, 64)
     # the job applies it at epoch 6 and runs three epochs at 64 bins
@@ -101,4 +100,4 @@ def test_a_hot_bin_gets_a_split_plan_and_the_next_window_counts_only_the_new_bin
             brows = [{"job": unique_name, "operator": "keycount", "epoch": e, "bin": b, "worker": new[b],
                       "records": 100, "state_keys": 10, "state_bytes": 1000} for b in range(64)]
             writer.replace_epoch_metrics(s, unique_name, "keycount", e, erow, [], brows)
-    assert repo.JobStore(db_url, unique_name, "keycount").bin_stats(64, 10).load == tuple([300.0] * 64)
+    assert store.JobStore(db_url, unique_name, "keycount").bin_stats(64, 10).load == tuple([300.0] * 64)

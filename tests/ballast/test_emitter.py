@@ -7,8 +7,7 @@ from datetime import timedelta
 import pytest
 from kafka import KafkaConsumer, TopicPartition
 
-from ballast import controller
-from ballast import store as repo
+from ballast import controller, store
 from ballast.config import get_job
 from ballast.emitter import ControlEmitter, EmitError, ensure_control_topics
 from ballast.protocol import control_topic, parse_control
@@ -44,10 +43,10 @@ def _emit_each_after_its_checkpoint(em: ControlEmitter, bootstrap: str, db_url: 
     applier.start()
     try:
         for k in range(2, n + 1):
-            wait_until(lambda: k - 1 in repo.checkpoints(db_url, plan_id), 20, "the applier's checkpoints",
+            wait_until(lambda: k - 1 in store.checkpoints(db_url, plan_id), 20, "the applier's checkpoints",
                        poll=0.05)
             assert [e.step for e in em.emit(plan_id).emitted] == [k]
-        wait_until(lambda: len(repo.checkpoints(db_url, plan_id)) == n, 30, "the applier's checkpoints", poll=0.05)
+        wait_until(lambda: len(store.checkpoints(db_url, plan_id)) == n, 30, "the applier's checkpoints", poll=0.05)
     finally:
         applier.stop()
 
@@ -68,7 +67,7 @@ def test_producer_waits_for_all_replicas(kafka_bootstrap, db_url):
 
 def test_flow_control_sends_next_step_only_after_checkpoint_and_never_twice(kafka_bootstrap, db_url, job):
     plan_id = _plan(db_url, job)
-    n = len(repo.plan_steps(db_url, plan_id))
+    n = len(store.plan_steps(db_url, plan_id))
     with ControlEmitter(kafka_bootstrap, db_url) as em:
         first = em.emit(plan_id)
         assert [e.step for e in first.emitted] == [1] and first.waiting_for == [1]
@@ -82,18 +81,18 @@ def test_flow_control_sends_next_step_only_after_checkpoint_and_never_twice(kafk
 
     msgs = _topic_messages(kafka_bootstrap, job)
     assert [(d["plan_id"], d["step"]) for _, d in msgs] == [(plan_id, k) for k in range(1, n + 1)]
-    steps = repo.plan_steps(db_url, plan_id)
+    steps = store.plan_steps(db_url, plan_id)
     assert [(s.kafka_offset, s.payload["step"]) for s in steps] == [(off, d["step"]) for off, d in msgs]
     # each step is not-before the previous checkpoint and expects the version it leaves behind
     assert [d["map_version"] for _, d in msgs] == list(range(0, n))
     out = controller.verify(db_url, plan_id)
-    assert out["workers"] == 2 and repo.get_plan(db_url, plan_id).status == "completed"
+    assert out["workers"] == 2 and store.get_plan(db_url, plan_id).status == "completed"
     assert "applied" in out["summary"] and f"total: {n}/{n} applied" in out["summary"]
 
 
 def test_interrupted_plan_resumes_at_first_step_without_checkpoint(kafka_bootstrap, db_url, job):
     plan_id = _plan(db_url, job)
-    n = len(repo.plan_steps(db_url, plan_id))
+    n = len(store.plan_steps(db_url, plan_id))
     k = 2
     applier = StepApplier(kafka_bootstrap, db_url, job)
     applier.start()
@@ -101,7 +100,7 @@ def test_interrupted_plan_resumes_at_first_step_without_checkpoint(kafka_bootstr
         with ControlEmitter(kafka_bootstrap, db_url) as em:  # the first run, killed after step k
             for i in range(1, k + 1):
                 assert [e.step for e in em.emit(plan_id).emitted] == [i]
-                wait_until(lambda: i in repo.checkpoints(db_url, plan_id), 20, "the applier's checkpoints", poll=0.05)
+                wait_until(lambda: i in store.checkpoints(db_url, plan_id), 20, "the applier's checkpoints", poll=0.05)
         # a new process (e.g. a retried task) picks the plan up from the DB alone
         with ControlEmitter(kafka_bootstrap, db_url) as em2:
             sent = []
@@ -110,7 +109,7 @@ def test_interrupted_plan_resumes_at_first_step_without_checkpoint(kafka_bootstr
                 sent += [e.step for e in out.emitted]
                 if not out.waiting_for:
                     break
-                wait_until(lambda: out.waiting_for[0] in repo.checkpoints(db_url, plan_id), 20,
+                wait_until(lambda: out.waiting_for[0] in store.checkpoints(db_url, plan_id), 20,
                            "the applier's checkpoints", poll=0.05)
         assert sent == list(range(k + 1, n + 1))
     finally:
@@ -122,7 +121,7 @@ def test_interrupted_plan_resumes_at_first_step_without_checkpoint(kafka_bootstr
 
 def test_prepared_ahead_sends_all_steps_with_spaced_effective_times(kafka_bootstrap, db_url, job):
     plan_id = _plan(db_url, job, emit_mode="prepared-ahead", gap=0.5)
-    n = len(repo.plan_steps(db_url, plan_id))
+    n = len(store.plan_steps(db_url, plan_id))
     with ControlEmitter(kafka_bootstrap, db_url) as em:
         out = em.emit(plan_id, "prepared-ahead")
         assert [e.step for e in out.emitted] == list(range(1, n + 1)) and out.all_emitted
@@ -132,12 +131,12 @@ def test_prepared_ahead_sends_all_steps_with_spaced_effective_times(kafka_bootst
     applier = StepApplier(kafka_bootstrap, db_url, job)
     applier.start()
     try:
-        wait_until(lambda: len(repo.checkpoints(db_url, plan_id)) == n, 20, "the applier's checkpoints", poll=0.05)
+        wait_until(lambda: len(store.checkpoints(db_url, plan_id)) == n, 20, "the applier's checkpoints", poll=0.05)
     finally:
         applier.stop()
     assert len(_topic_messages(kafka_bootstrap, job)) == n
     # the applier honoured "not before": step i applied no earlier than its effective time
-    for s in repo.plan_steps(db_url, plan_id):
+    for s in store.plan_steps(db_url, plan_id):
         assert applier.applied_at[(plan_id, s.step)] >= s.effective_at
     controller.verify(db_url, plan_id)
 
@@ -149,17 +148,17 @@ def test_rejected_step_fails_the_plan_with_its_reason(kafka_bootstrap, db_url, j
     try:
         with ControlEmitter(kafka_bootstrap, db_url) as em:
             em.emit(plan_id)
-            wait_until(lambda: 1 in repo.checkpoints(db_url, plan_id), 20, "the applier's checkpoints", poll=0.05)
+            wait_until(lambda: 1 in store.checkpoints(db_url, plan_id), 20, "the applier's checkpoints", poll=0.05)
             em.emit(plan_id)
-            wait_until(lambda: 2 in repo.checkpoints(db_url, plan_id), 20, "the applier's checkpoints", poll=0.05)
+            wait_until(lambda: 2 in store.checkpoints(db_url, plan_id), 20, "the applier's checkpoints", poll=0.05)
             out = em.emit(plan_id)
             assert out.failed_step == 2 and "bin 3 is on worker 1" in out.failed_reason and out.emitted == []
     finally:
         applier.stop()
     with pytest.raises(controller.PlanFailed, match="step 2 was rejected: bin 3 is on worker 1"):
         controller.verify(db_url, plan_id)
-    assert repo.get_plan(db_url, plan_id).status == "failed"
-    ev = repo.events(db_url, job, kind="plan_rejected")
+    assert store.get_plan(db_url, plan_id).status == "failed"
+    ev = store.events(db_url, job, kind="plan_rejected")
     assert ev and "no further step will be emitted" in ev[0].message
     with ControlEmitter(kafka_bootstrap, db_url) as em, pytest.raises(EmitError, match="already failed"):
         em.emit(plan_id)
@@ -191,11 +190,11 @@ def test_send_puts_one_signed_step_on_the_control_topic_without_a_plan(kafka_boo
 @pytest.mark.parametrize("status", ["awaiting_approval", "cancelled"])
 def test_a_plan_awaiting_approval_or_cancelled_is_not_emitted(kafka_bootstrap, db_url, job, status):
     plan_id = _plan(db_url, job)
-    repo.set_plan_status(db_url, plan_id, status)
+    store.set_plan_status(db_url, plan_id, status)
     with ControlEmitter(kafka_bootstrap, db_url) as em, pytest.raises(EmitError, match="approval|cancelled"):
         em.emit(plan_id)
     assert _topic_messages(kafka_bootstrap, job) == []  # nothing reached the control topic
-    assert all(s.emitted_at is None for s in repo.plan_steps(db_url, plan_id))
+    assert all(s.emitted_at is None for s in store.plan_steps(db_url, plan_id))
 
 
 def test_flow_control_makes_each_next_step_effective_a_gap_after_the_previous_checkpoint(kafka_bootstrap, db_url,
@@ -204,11 +203,11 @@ def test_flow_control_makes_each_next_step_effective_a_gap_after_the_previous_ch
     from datetime import datetime
 
     plan_id = _plan(db_url, job, gap=2.0)
-    n = len(repo.plan_steps(db_url, plan_id))
+    n = len(store.plan_steps(db_url, plan_id))
     with ControlEmitter(kafka_bootstrap, db_url) as em:
         em.emit(plan_id)
         _emit_each_after_its_checkpoint(em, kafka_bootstrap, db_url, job, plan_id, n)
-    cps = repo.checkpoints(db_url, plan_id)
+    cps = store.checkpoints(db_url, plan_id)
     effective = {d["step"]: datetime.fromisoformat(d["effective_at"].replace("Z", "+00:00"))
                  for _, d in _topic_messages(kafka_bootstrap, job)}
     for k in range(2, n + 1):

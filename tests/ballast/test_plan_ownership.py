@@ -15,8 +15,7 @@ import pytest
 from kafka import KafkaConsumer, TopicPartition
 from sqlalchemy import update
 
-from ballast import controller
-from ballast import store as repo
+from ballast import controller, store
 from ballast.config import get_job
 from ballast.emitter import ControlEmitter, EmitError, ensure_control_topics
 from ballast.protocol import control_topic, parse_control
@@ -32,13 +31,13 @@ pytestmark = pytest.mark.controlplane
 any_db = dialects.any_db  # a fresh migrated metrics DB, on SQLite then on PostgreSQL
 
 
-def _record(job: str, plan_id: str, owner: str, status: str = "planned") -> repo.PlanRecord:
-    return repo.PlanRecord(plan_id, job, "keycount", datetime.now(UTC), "fluid", status, 0, 1, 2,
+def _record(job: str, plan_id: str, owner: str, status: str = "planned") -> store.PlanRecord:
+    return store.PlanRecord(plan_id, job, "keycount", datetime.now(UTC), "fluid", status, 0, 1, 2,
                            (0, 1), 1, {}, None, "test", None, owner)
 
 
 def _make_stale(url: str, plan_id: str) -> None:
-    old = datetime.now(UTC) - timedelta(seconds=repo.OWNER_LEASE_S + 60)
+    old = datetime.now(UTC) - timedelta(seconds=store.OWNER_LEASE_S + 60)
     with session_scope(url) as s:
         s.execute(update(m.Plan).where(m.Plan.plan_id == plan_id).values(owner_seen_at=old, created_at=old))
 
@@ -75,7 +74,7 @@ def test_two_emitters_racing_on_one_plan_send_each_step_once(any_db, kafka_boots
             while time.monotonic() < deadline:
                 o = em.emit(plan_id, mode)  # type: ignore[arg-type]
                 sent += len(o.emitted)
-                if o.all_emitted and len(repo.checkpoints(any_db, plan_id)) == n:
+                if o.all_emitted and len(store.checkpoints(any_db, plan_id)) == n:
                     return sent
                 time.sleep(0.05)
         raise AssertionError("plan did not complete in 60 s")
@@ -88,7 +87,7 @@ def test_two_emitters_racing_on_one_plan_send_each_step_once(any_db, kafka_boots
     assert sum(res) == n  # between them, each step was sent by exactly one emitter
     sent = _topic_steps(kafka_bootstrap, unique_name)
     assert sent == [(plan_id, k) for k in range(1, n + 1)]  # exactly once on the topic, in step order
-    assert len({s.claimed_by for s in repo.plan_steps(any_db, plan_id)}) >= 1
+    assert len({s.claimed_by for s in store.plan_steps(any_db, plan_id)}) >= 1
     assert controller.verify(any_db, plan_id)["workers"] == 2
 
 
@@ -133,7 +132,7 @@ def test_rebalance_skips_a_plan_a_live_manual_run_drives(any_db, kafka_bootstrap
     jobs_file(bins=16)
     seed_job(any_db, unique_name, bins=16)
     cfg = get_job(unique_name)
-    repo.save_plan(any_db, _record(unique_name, "manual-1", "ballast_migrate/manual__1"), [])
+    store.save_plan(any_db, _record(unique_name, "manual-1", "ballast_migrate/manual__1"), [])
     with pytest.raises(controller.NotReady) as err:
         controller.collect(any_db, cfg, owner="ballast_rebalance/scheduled__2")
     msg = str(err.value)
@@ -146,7 +145,7 @@ def test_rebalance_skips_a_plan_a_live_manual_run_drives(any_db, kafka_bootstrap
     _make_stale(any_db, "manual-1")
     with pytest.raises(controller.NotReady, match="not seen for over"):
         controller.collect(any_db, cfg, owner="ballast_rebalance/scheduled__2")
-    assert repo.get_plan(any_db, "manual-1").owner == "ballast_migrate/manual__1"  # type: ignore[union-attr]
+    assert store.get_plan(any_db, "manual-1").owner == "ballast_migrate/manual__1"  # type: ignore[union-attr]
 
 
 def test_a_gone_runs_plan_is_taken_over_only_explicitly(any_db, jobs_file, unique_name):
@@ -154,18 +153,18 @@ def test_a_gone_runs_plan_is_taken_over_only_explicitly(any_db, jobs_file, uniqu
     seed_job(any_db, unique_name, bins=16)
     cfg = get_job(unique_name)
     # an earlier rebalance run's plan, owner alive: the next run skips
-    repo.save_plan(any_db, _record(unique_name, "rb-1", "ballast_rebalance/scheduled__1"), [])
+    store.save_plan(any_db, _record(unique_name, "rb-1", "ballast_rebalance/scheduled__1"), [])
     with pytest.raises(controller.NotReady, match="rb-1"):
         controller.collect(any_db, cfg, owner="ballast_rebalance/scheduled__2")
     # that run is gone: its own DAG's next run takes it over, recorded, and resumes it
     _make_stale(any_db, "rb-1")
     snap = controller.collect(any_db, cfg, owner="ballast_rebalance/scheduled__2")
     assert snap["status"] == "resume" and snap["plan_id"] == "rb-1" and "takes it over" in snap["reason"]
-    assert repo.get_plan(any_db, "rb-1").owner == "ballast_rebalance/scheduled__2"  # type: ignore[union-attr]
-    assert repo.events(any_db, unique_name, kind="plan_taken_over")
-    repo.set_plan_status(any_db, "rb-1", "failed", finished=True)
+    assert store.get_plan(any_db, "rb-1").owner == "ballast_rebalance/scheduled__2"  # type: ignore[union-attr]
+    assert store.events(any_db, unique_name, kind="plan_taken_over")
+    store.set_plan_status(any_db, "rb-1", "failed", finished=True)
     # a manual plan of a gone run: a person takes it over through ballast_migrate's take_over
-    repo.save_plan(any_db, _record(unique_name, "man-1", "ballast_migrate/manual__1"), [])
+    store.save_plan(any_db, _record(unique_name, "man-1", "ballast_migrate/manual__1"), [])
     with pytest.raises(controller.InvalidRequest, match="seen 0s ago"):  # its owner is alive: refused
         controller.plan_manual(any_db, cfg, {"take_over": "man-1"})
     _make_stale(any_db, "man-1")
@@ -174,15 +173,15 @@ def test_a_gone_runs_plan_is_taken_over_only_explicitly(any_db, jobs_file, uniqu
     out = controller.plan_manual(any_db, cfg, {"take_over": "man-1"})
     assert out["plan_id"] == "man-1" and out["taken_over"] and "taken over from ballast_migrate/manual__1" in out[
         "rendered"]
-    assert repo.get_plan(any_db, "man-1").owner == repo.current_owner()  # type: ignore[union-attr]
+    assert store.get_plan(any_db, "man-1").owner == store.current_owner()  # type: ignore[union-attr]
 
 
 def test_an_emitter_started_on_a_shells_plan_takes_it_over_recorded(any_db, kafka_bootstrap, unique_name):
     """A retried process (a new pid) resumes a shell's plan by its id; a live Airflow run's it may not."""
     ensure_control_topics(kafka_bootstrap, unique_name)
-    repo.save_plan(any_db, _record(unique_name, "cli-1", "cli:elsewhere:4242"), [])
+    store.save_plan(any_db, _record(unique_name, "cli-1", "cli:elsewhere:4242"), [])
     with ControlEmitter(kafka_bootstrap, any_db, owner="cli:here:1") as em:
         em.emit("cli-1")
-    assert repo.get_plan(any_db, "cli-1").owner == "cli:here:1"  # type: ignore[union-attr]
-    (ev,) = repo.events(any_db, unique_name, kind="plan_taken_over")
+    assert store.get_plan(any_db, "cli-1").owner == "cli:here:1"  # type: ignore[union-attr]
+    (ev,) = store.events(any_db, unique_name, kind="plan_taken_over")
     assert "from cli:elsewhere:4242 by cli:here:1" in ev.message

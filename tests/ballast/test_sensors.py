@@ -11,7 +11,7 @@ import logging
 import pytest
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
-from ballast import store as repo
+from ballast import store
 from ballast.config import get_job
 from ballast.control import manual
 from ballast.deadlines import for_plan
@@ -37,10 +37,10 @@ def plan_id(db_url, jobs_file, unique_name, monkeypatch):  # type: ignore[no-unt
 
 
 def _apply(url: str, plan_id: str, steps: list[int] | None = None, reject: str = "") -> None:
-    p = repo.get_plan(url, plan_id)
+    p = store.get_plan(url, plan_id)
     assert p is not None
-    done = repo.checkpoints(url, plan_id)
-    for rec in repo.plan_steps(url, plan_id):
+    done = store.checkpoints(url, plan_id)
+    for rec in store.plan_steps(url, plan_id):
         if (steps is None or rec.step in steps) and rec.step not in done:
             apply_step(url, p.job, p.operator, step_from_document(rec.payload), reject)
 
@@ -50,7 +50,7 @@ def _sensor(plan_id: str, **kw) -> CheckpointSensor:  # type: ignore[no-untyped-
 
 
 def test_the_deadline_is_the_stored_plans_under_its_jobs_settings(db_url, plan_id):
-    p = repo.get_plan(db_url, plan_id)
+    p = store.get_plan(db_url, plan_id)
     assert p is not None
     d = run_deadline(db_url, plan_id)
     assert d == for_plan(p.predicted_ms, p.steps, p.params, get_job(p.job).rebalance) and d.total_ms > 0
@@ -70,7 +70,7 @@ def test_done_is_success_and_the_plan_stays_as_it_is(db_url, plan_id, caplog):
     with caplog.at_level(logging.INFO, logger=LOG.name):
         handle_checkpoint_event(db_url, {"status": "done", "plan_id": plan_id, "steps": [1, 2]}, LOG)
     assert f"plan {plan_id}: step(s) [1, 2] checkpointed" in caplog.text
-    assert repo.get_plan(db_url, plan_id).is_open  # type: ignore[union-attr]
+    assert store.get_plan(db_url, plan_id).is_open  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize("event, kind, says", [
@@ -82,13 +82,13 @@ def test_any_other_event_fails_the_plan_before_the_task(db_url, plan_id, event, 
     with pytest.raises(AirflowFailException, match=says) as exc:
         handle_checkpoint_event(db_url, {**event, "plan_id": plan_id}, LOG)
     assert "no further step will be emitted" in str(exc.value)
-    assert repo.get_plan(db_url, plan_id).status == "failed"  # type: ignore[union-attr]
-    [ev] = repo.events(db_url, repo.get_plan(db_url, plan_id).job, kind=kind)  # type: ignore[union-attr]
+    assert store.get_plan(db_url, plan_id).status == "failed"  # type: ignore[union-attr]
+    [ev] = store.events(db_url, store.get_plan(db_url, plan_id).job, kind=kind)  # type: ignore[union-attr]
     assert ev.details == {"plan_id": plan_id}
 
 
 def test_poke_is_done_only_when_every_awaited_step_applied(db_url, plan_id):
-    n = repo.get_plan(db_url, plan_id).steps  # type: ignore[union-attr]
+    n = store.get_plan(db_url, plan_id).steps  # type: ignore[union-attr]
     sensor = _sensor(plan_id)
     assert sensor.poke({}) is False
     _apply(db_url, plan_id, [1])
@@ -102,7 +102,7 @@ def test_poke_fails_the_plan_on_a_rejected_step(db_url, plan_id):
     _apply(db_url, plan_id, [1], reject="bin 3 is on worker 1, not 0")
     with pytest.raises(AirflowFailException, match="step 1 was rejected: bin 3 is on worker 1, not 0"):
         _sensor(plan_id).poke({})
-    assert repo.get_plan(db_url, plan_id).status == "failed"  # type: ignore[union-attr]
+    assert store.get_plan(db_url, plan_id).status == "failed"  # type: ignore[union-attr]
 
 
 def test_a_plan_already_checkpointed_returns_at_once_within_its_deadline(db_url, plan_id):

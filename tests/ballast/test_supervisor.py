@@ -141,8 +141,7 @@ def _cmdline(pid: int) -> str:
 @pytest.mark.parametrize("launcher", ["cli", "spark-submit"])
 def test_launch_keeps_secrets_off_argv_and_events_and_stack_down_stops_it(
         launcher, secret_db_url, kafka_bootstrap, make_topics, unique_name, tmp_path, monkeypatch, airflow_db):
-    from ballast import store as repo
-    from ballast import supervisor
+    from ballast import store, supervisor
 
     state = tmp_path / "state"
     monkeypatch.setenv("BALLAST_STATE_DIR", str(state))
@@ -154,7 +153,7 @@ def test_launch_keeps_secrets_off_argv_and_events_and_stack_down_stops_it(
     pid = supervisor.launch(cfg, kafka_bootstrap, secret_db_url, reason="test")
     try:
         deadline = time.time() + 240
-        while repo.heartbeat(secret_db_url, job, "keycount") is None:  # only a driver with the URL can write it
+        while store.heartbeat(secret_db_url, job, "keycount") is None:  # only a driver with the URL can write it
             assert supervisor.group_members(pid), (state / "jobs" / job / "driver.log").read_text()[-3000:]
             assert time.time() < deadline, "no heartbeat in 240 s"
             time.sleep(2)
@@ -168,9 +167,9 @@ def test_launch_keeps_secrets_off_argv_and_events_and_stack_down_stops_it(
             assert PASSWORD not in _cmdline(p), f"password on the command line of pid {p}: {_cmdline(p)}"
         environ = Path(f"/proc/{drivers[-1]}/environ").read_bytes().decode(errors="replace")
         assert f"BALLAST_DB_URL={secret_db_url}" in environ  # it reached the driver by environment
-        stored = json.dumps([(e.kind, e.message, e.details) for e in repo.events(secret_db_url, job, limit=10_000)])
+        stored = json.dumps([(e.kind, e.message, e.details) for e in store.events(secret_db_url, job, limit=10_000)])
         assert "launch" in stored and PASSWORD not in stored
-        launch = repo.events(secret_db_url, job, "keycount", kind="launch")[0]
+        launch = store.events(secret_db_url, job, "keycount", kind="launch")[0]
         assert launch.details["pid"] == pid and "--db-url" not in launch.details["cmd"]
     finally:
         env = {**os.environ, "BALLAST_STATE_DIR": str(state)}
@@ -244,8 +243,7 @@ def test_supervise_relaunches_a_stale_job_and_stops_only_the_driver_it_launched(
     needs Spark): missing heartbeat → `start` and a launch; stale with our driver alive → SIGTERM
     to it (its group ends), a new driver and a `restart`; a pid file naming a process it did not
     launch → that process is left alone, and the job is relaunched all the same."""
-    from ballast import store as repo
-    from ballast import supervisor
+    from ballast import store, supervisor
 
     monkeypatch.setenv("BALLAST_STATE_DIR", str(tmp_path / "state"))
     # startup_grace_s 0: a relaunch right after a launch is judged by the heartbeat alone
@@ -266,7 +264,7 @@ def test_supervise_relaunches_a_stale_job_and_stops_only_the_driver_it_launched(
         first = h.pid
         launched.append(first)
         first_child = _wait_started(marks, first)
-        assert [e.kind for e in repo.events(db_url, unique_name, "keycount", kind="start")] == ["start"]
+        assert [e.kind for e in store.events(db_url, unique_name, "keycount", kind="start")] == ["start"]
 
         now = datetime.now(UTC)
         with session_scope(db_url) as s:  # the driver stopped beating long ago
@@ -284,9 +282,9 @@ def test_supervise_relaunches_a_stale_job_and_stops_only_the_driver_it_launched(
         assert not Path(f"/proc/{first_child}").exists()
         assert supervisor.launched_pid(pid_file, unique_name) == second
         _wait_started(marks, second)
-        [restart] = repo.events(db_url, unique_name, "keycount", kind="restart")
+        [restart] = store.events(db_url, unique_name, "keycount", kind="restart")
         assert "heartbeat is" in restart.message and "old" in restart.message
-        launches = repo.events(db_url, unique_name, "keycount", kind="launch")
+        launches = store.events(db_url, unique_name, "keycount", kind="launch")
         assert sorted(e.details["pid"] for e in launches) == sorted([first, second])
 
         pid_file.write_text(str(foreign.pid))  # a pid file naming a process this supervisor did not launch
@@ -299,7 +297,7 @@ def test_supervise_relaunches_a_stale_job_and_stops_only_the_driver_it_launched(
         time.sleep(0.5)
         assert foreign.poll() is None  # left alone
         assert not (marks / f"{second}.signal").exists()  # the driver it can no longer name is not signalled
-        assert len(repo.events(db_url, unique_name, "keycount", kind="restart")) == 2
+        assert len(store.events(db_url, unique_name, "keycount", kind="restart")) == 2
         assert supervisor.launched_pid(pid_file, unique_name) == h.pid
     finally:
         for pid in launched:

@@ -14,8 +14,7 @@ import pytest
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException, TaskDeferred
 from kafka.errors import KafkaConnectionError, KafkaTimeoutError
 
-from ballast import store as repo
-from ballast import tasks
+from ballast import store, tasks
 from ballast.config import get_job
 from ballast.control import manual
 from ballast.emitter import EmitError, EmitOutcome
@@ -101,7 +100,7 @@ def test_no_plan_is_nothing_to_emit(empty: str) -> None:
 
 @pytest.mark.parametrize("status", ["awaiting_approval", "cancelled"])
 def test_only_an_approved_plan_is_emitted(db_url, plan_id, stand_in, status):
-    repo.set_plan_status(db_url, plan_id, status)
+    store.set_plan_status(db_url, plan_id, status)
     with pytest.raises(AirflowFailException, match=f"plan {plan_id} is {status}: only an approved plan is emitted"):
         _op(plan_id).execute({})
     assert stand_in.made == []  # the broker was never asked
@@ -115,7 +114,7 @@ def test_a_broker_that_comes_back_is_retried_with_backoff_and_the_wait_recorded(
     out = _op(plan_id, mode="prepared-ahead", backoff_base_s=0.01).execute({})
     assert out["all_emitted"] and out["plan_id"] == plan_id and len(stand_in.made) == 3
     assert stand_in.made[0].bootstrap == "broker.invalid:9092"
-    retries = repo.events(db_url, repo.get_plan(db_url, plan_id).job, kind="emit_retry")  # type: ignore[union-attr]
+    retries = store.events(db_url, store.get_plan(db_url, plan_id).job, kind="emit_retry")  # type: ignore[union-attr]
     assert [e.message.split(";")[0] for e in retries] == [
         f"plan {plan_id}: broker unreachable (attempt 2: no bootstrap)",
         f"plan {plan_id}: broker unreachable (attempt 1: broker down)"]
@@ -125,24 +124,24 @@ def test_a_broker_down_past_the_deadline_fails_the_plan(db_url, plan_id, stand_i
     stand_in.opening = [EmitError("broker down", transient=True)]
     with pytest.raises(AirflowFailException, match="the Kafka broker stayed unreachable until the plan's deadline"):
         _op(plan_id, backoff_base_s=1e6, backoff_cap_s=1e6).execute({})  # the first wait would pass it
-    plan = repo.get_plan(db_url, plan_id)
+    plan = store.get_plan(db_url, plan_id)
     assert plan is not None and plan.status == "failed"
-    assert repo.events(db_url, plan.job, kind="plan_timeout")
-    assert not any(s.emitted for s in repo.plan_steps(db_url, plan_id))
+    assert store.events(db_url, plan.job, kind="plan_timeout")
+    assert not any(s.emitted for s in store.plan_steps(db_url, plan_id))
 
 
 def test_a_wrong_request_fails_the_task_at_once_and_leaves_the_plan(db_url, plan_id, stand_in):
     stand_in.opening = [EmitError(f"plan {plan_id} is driven by ballast_migrate/manual__1")]
     with pytest.raises(AirflowFailException, match="is driven by ballast_migrate/manual__1"):
         _op(plan_id).execute({})
-    assert len(stand_in.made) == 1 and repo.get_plan(db_url, plan_id).is_open  # type: ignore[union-attr]
+    assert len(stand_in.made) == 1 and store.get_plan(db_url, plan_id).is_open  # type: ignore[union-attr]
 
 
 def test_a_rejected_step_fails_the_plan(db_url, plan_id, stand_in):
     stand_in.outcomes = [EmitOutcome(plan_id, failed_step=1, failed_reason="step 1 was rejected: stale map")]
     with pytest.raises(AirflowFailException, match=f"plan {plan_id} failed: step 1 was rejected: stale map"):
         _op(plan_id).execute({})
-    assert repo.get_plan(db_url, plan_id).status == "failed"  # type: ignore[union-attr]
+    assert store.get_plan(db_url, plan_id).status == "failed"  # type: ignore[union-attr]
 
 
 def test_a_step_still_in_flight_defers_to_the_trigger_and_resumes_from_it(db_url, plan_id, stand_in):

@@ -11,8 +11,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from ballast import controller
-from ballast import store as repo
+from ballast import controller, store
 from ballast.config import get_job
 from ballast.triggers import CheckpointTrigger
 from migrations_db import models as m
@@ -96,7 +95,7 @@ def test_sensor_trigger_carries_no_password(db_url, plan_id, monkeypatch):
     assert kwargs["db_conn_id"] == CONN
     assert secret not in json.dumps(kwargs) and "://" not in json.dumps(kwargs)
     # the trigger resolves the same connection when it runs: it fires once the checkpoints land
-    plan = repo.get_plan(db_url, plan_id)
+    plan = store.get_plan(db_url, plan_id)
     assert deferred.value.trigger.steps == list(range(1, plan.steps + 1))
     for step in deferred.value.trigger.steps:
         _checkpoint(db_url, plan.job, plan_id, step)
@@ -131,4 +130,4 @@ def test_times_out_and_names_missing_steps(db_url, unique_name, plan_id):
     _checkpoint(db_url, unique_name, plan_id, 1)
     ev = asyncio.run(_first_event(CheckpointTrigger(CONN, plan_id, [1, 2, 3], _deadline(0.5), 0.1)))
     assert ev["status"] == "timeout" and ev["missing"] == [2, 3]
-    assert repo.get_plan(db_url, plan_id).status == "planned"  # the trigger only reports; the task fails the plan
+    assert store.get_plan(db_url, plan_id).status == "planned"  # the trigger only reports; the task fails the plan

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ballast import store as repo
+from ballast import store
 from migrations_db import models as m
 from tests.helpers.dag_bag import dag_bag, run_params
 from tests.helpers.epoch_seed import count_rows as _count
@@ -30,7 +30,7 @@ def test_retention_dag_prunes_old_epochs(airflow_db, db_url, unique_name, monkey
     dr = mod.dag.test(run_conf={"keep_hours": 48, "keep_epochs": 30})
     assert str(dr.state) == "success", [(ti.task_id, ti.state) for ti in dr.get_task_instances()]
     assert _count(db_url, m.EpochMetrics, unique_name) == 30  # all older than 48 h: the newest 30 stay
-    assert repo.latest_epoch(db_url, unique_name, "keycount") == 100
+    assert store.latest_epoch(db_url, unique_name, "keycount") == 100
 
 
 def test_the_prune_runs_daily_and_its_form_refuses_a_window_that_keeps_nothing(tmp_path):

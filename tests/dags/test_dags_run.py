@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ballast import store as repo
+from ballast import store
 from ballast.config import load_jobs
 from ballast.emitter import ensure_control_topics
 from tests.helpers.stepapplier import StepApplier, seed_job
@@ -72,7 +72,7 @@ def test_manual_dry_run_prints_the_plan_and_emits_nothing(env, db_url, caplog, c
     assert _states(dr)["validate_and_plan"] == "skipped"
     assert _states(dr)["emit"] == "skipped"
     assert _states(dr)["approve"] == "skipped"
-    assert repo.recent_plans(db_url, job=env) == []
+    assert store.recent_plans(db_url, job=env) == []
     text = _output(caplog, capfd)
     assert "predicted duration" in text and "deadline once approved" in text
 
@@ -89,7 +89,7 @@ def test_manual_request_whose_gaps_cannot_fit_is_refused_unstored(env, db_url, k
         applier.stop()
     states = _states(dr)
     assert states["validate_and_plan"] == "failed" and states["approve"] == "upstream_failed", states
-    assert repo.recent_plans(db_url, job=env) == []
+    assert store.recent_plans(db_url, job=env) == []
     assert applier.seen == []
     text = _output(caplog, capfd)
     assert "nothing was stored or sent" in text and "lower gap_seconds to at most" in text
@@ -100,7 +100,7 @@ def test_manual_request_naming_both_workers_and_moves_fails_first_task(env, db_u
     dr = dag.test(run_conf={"job": env, "target_workers": 2, "moves": [{"bin": 1, "to": 1}], "dry_run": False})
     assert _states(dr)["validate_and_plan"] == "failed"
     assert _states(dr)["emit"] in ("upstream_failed", "skipped")
-    assert repo.recent_plans(db_url, job=env) == []
+    assert store.recent_plans(db_url, job=env) == []
 
 
 def test_scheduled_rebalance_scales_up_by_batched_migration(env, db_url, kafka_bootstrap):
@@ -112,16 +112,16 @@ def test_scheduled_rebalance_scales_up_by_batched_migration(env, db_url, kafka_b
     finally:
         applier.stop()
     assert set(_states(dr).values()) == {"success"}, _states(dr)
-    plan = repo.recent_plans(db_url, job=env)[0]
+    plan = store.recent_plans(db_url, job=env)[0]
     # 15k rows/s on 10k rows/s workers, sized for the 0.7 target utilization (+ batch overhead): 3
     assert plan.status == "completed" and plan.strategy == "batched" and plan.target_workers == 3
-    cur = repo.latest_map(db_url, env, "keycount")
+    cur = store.latest_map(db_url, env, "keycount")
     assert cur.map_version == plan.steps and list(cur.assignment) == list(plan.target_assignment)
-    assert len(repo.checkpoints(db_url, plan.plan_id)) == plan.steps
-    d = repo.latest_decision(db_url, env, "keycount")
+    assert len(store.checkpoints(db_url, plan.plan_id)) == plan.steps
+    d = store.latest_decision(db_url, env, "keycount")
     assert d.action == "scale_up" and d.target_workers == 3 and d.plan_id == plan.plan_id
     # batched (Megaphone): with one sender, every step moves exactly one bin
-    assert all(len(s.payload["moves"]) == 1 for s in repo.plan_steps(db_url, plan.plan_id))
+    assert all(len(s.payload["moves"]) == 1 for s in store.plan_steps(db_url, plan.plan_id))
 
 
 def test_rebalance_timeout_fails_plan_and_stops_emitting(env, db_url, kafka_bootstrap, jobs_file):
@@ -135,10 +135,10 @@ def test_rebalance_timeout_fails_plan_and_stops_emitting(env, db_url, kafka_boot
         applier.stop()
     states = _states(dr)
     assert states["emit"] == "failed" and states["verify"] in ("upstream_failed", "skipped"), states
-    plan = repo.recent_plans(db_url, job=env)[0]
+    plan = store.recent_plans(db_url, job=env)[0]
     assert plan.status == "failed" and "timed out" in plan.reason
     assert [s for _, s, _ in applier.seen] == [1, 2], "nothing after the stuck step may be emitted"
-    ev = repo.events(db_url, env, kind="plan_timeout")[0]
+    ev = store.events(db_url, env, kind="plan_timeout")[0]
     assert "Step(s) [2] were emitted but have no checkpoint" in ev.message
 
 
@@ -154,9 +154,9 @@ def test_rebalance_with_no_need_records_a_no_change_decision(env, db_url, unique
     dag = _rebalance(env)
     dr = dag.test()
     assert _states(dr)["place_and_plan"] == "skipped"
-    d = repo.latest_decision(db_url, env, "keycount")
+    d = store.latest_decision(db_url, env, "keycount")
     assert d.action == "no_change" and "utilization" in d.reason and d.plan_id is None
-    assert repo.recent_plans(db_url, job=env) == []
+    assert store.recent_plans(db_url, job=env) == []
 
 
 def test_manual_run_addresses_a_chain_operator_by_name(airflow_db, db_url, tmp_path, unique_name, monkeypatch,
@@ -181,4 +181,4 @@ def test_manual_run_addresses_a_chain_operator_by_name(airflow_db, db_url, tmp_p
     dr = dag.test(run_conf={"job": job, "operator": "nope", "target_workers": 2, "dry_run": False})
     assert _states(dr)["validate_and_plan"] == "failed"
     assert "has no operator 'nope'" in _output(caplog, capfd)
-    assert repo.recent_plans(db_url, job=job) == []
+    assert store.recent_plans(db_url, job=job) == []

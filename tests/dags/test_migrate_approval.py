@@ -24,7 +24,7 @@ from urllib.parse import quote
 
 import pytest
 
-from ballast import store as repo
+from ballast import store
 from ballast.config import load_jobs
 from test_dags_run import _load
 from test_dags_run import env as seeded_job  # noqa: F401  (registers fixture `env`: the seeded job)
@@ -117,7 +117,7 @@ class Approver(threading.Thread):
             if self.request is None:
                 self.error = "no approval request appeared"
                 return
-            plans = repo.recent_plans(self.db_url, job=self.job)
+            plans = store.recent_plans(self.db_url, job=self.job)
             self.plan_status_seen = plans[0].status if plans else "none"
             ti = self.request["task_instance"]
             path = (f"/api/v2/dags/ballast_migrate/dagRuns/{quote(ti['dag_run_id'], safe='')}"
@@ -156,7 +156,7 @@ def test_approved_plan_is_emitted_exactly_as_shown(api, seeded_job, db_url, kafk
     assert all(v == "success" for v in states.values()), states
     req = person.request
     assert req is not None and req["options"] == ["Approve", "Reject"] and req["defaults"] == ["Reject"]
-    plan = repo.recent_plans(db_url, job=env)[0]
+    plan = store.recent_plans(db_url, job=env)[0]
     # the person saw the stored plan: its id, steps, moves and predicted duration, before any send
     assert plan.plan_id in req["subject"] and plan.plan_id in req["body"]
     assert "predicted duration" in req["body"] and "3:0->1" in req["body"] and "12:0->1" in req["body"]
@@ -166,9 +166,9 @@ def test_approved_plan_is_emitted_exactly_as_shown(api, seeded_job, db_url, kafk
     assert plan.status == "completed"
     assert {p for p, _, _ in applier.seen} == {plan.plan_id}
     assert [s for _, s, _ in applier.seen] == [1, 2]
-    cur = repo.latest_map(db_url, env, "keycount")
+    cur = store.latest_map(db_url, env, "keycount")
     assert cur.workers == 2 and cur.assignment[3] == 1 and cur.assignment[12] == 1
-    approved = repo.events(db_url, env, kind="plan_approved")
+    approved = store.events(db_url, env, kind="plan_approved")
     assert approved and f"approved by {USER}" in approved[0].message
 
 
@@ -180,11 +180,11 @@ def test_rejected_plan_is_cancelled_and_nothing_is_sent(api, seeded_job, db_url,
     states = _states(dr)
     assert states["approve"] == "success" and states["cancel_unapproved"] == "success", states
     assert {states[t] for t in ("mark_approved", "emit", "await_checkpoints", "verify")} == {"skipped"}, states
-    plan = repo.recent_plans(db_url, job=env)[0]
+    plan = store.recent_plans(db_url, job=env)[0]
     assert plan.status == "cancelled" and f"rejected by {USER}" in plan.reason and plan.finished_at is not None
-    assert repo.plan_steps(db_url, plan.plan_id) and not any(s.emitted for s in repo.plan_steps(db_url, plan.plan_id))
+    assert store.plan_steps(db_url, plan.plan_id) and not any(s.emitted for s in store.plan_steps(db_url, plan.plan_id))
     assert applier.seen == [], "a rejected plan must not reach the control topic"
-    assert repo.events(db_url, env, kind="plan_cancelled")
+    assert store.events(db_url, env, kind="plan_cancelled")
 
 
 def test_unanswered_approval_times_out_to_reject_and_cancels(seeded_job, db_url, kafka_bootstrap):  # noqa: F811 (fixture)
@@ -217,6 +217,6 @@ def test_unanswered_approval_times_out_to_reject_and_cancels(seeded_job, db_url,
         applier.stop()
     states = _states(dr)
     assert states["approve"] == "success" and states["emit"] == "skipped", states
-    plan = repo.recent_plans(db_url, job=env)[0]
+    plan = store.recent_plans(db_url, job=env)[0]
     assert plan.status == "cancelled" and "no answer within 0:00:03" in plan.reason, plan.reason
     assert applier.seen == []

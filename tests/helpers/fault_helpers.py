@@ -10,7 +10,7 @@ from typing import Any
 
 from sqlalchemy import select
 
-from ballast import store as repo
+from ballast import store
 from migrations_db import models as m
 from migrations_db.db import session_scope
 from spark_jobs.offsets import committed_epochs
@@ -31,11 +31,11 @@ def store_plan(db_url: str, job: str, bins: int, maps: list[tuple[int, list[int]
     steps = steps_from_maps(job, "keycount", plan_id, bins, maps)
     now = datetime.now(UTC)
     w, target = maps[-1]
-    repo.save_plan(db_url, repo.PlanRecord(
+    store.save_plan(db_url, store.PlanRecord(
         plan_id=plan_id, job=job, operator="keycount", created_at=now, strategy="batched", status="planned",
         source_map_version=0, source_workers=2, target_workers=w, target_assignment=tuple(target), steps=len(steps),
         params={"emit_mode": "flow-control", "gap_seconds": 0}, predicted_ms=None, reason="fault test",
-        finished_at=None), [repo.StepRecord(plan_id, s.step, s.to_dict(), s.effective_at, None, None, None, None)
+        finished_at=None), [store.StepRecord(plan_id, s.step, s.to_dict(), s.effective_at, None, None, None, None)
                             for s in steps])
 
 
@@ -229,7 +229,7 @@ def check_plan_ended(db_url: str, bootstrap: str, job: str, topic: str, ckpt_dir
     steps applied so far once each, in order); either way the run is exactly once."""
     n = len(maps)
     if ctl.error is not None:
-        plan = repo.get_plan(db_url, plan_id)
+        plan = store.get_plan(db_url, plan_id)
         assert plan is not None and plan.status == "failed" and plan.reason, (ctl.error, plan)
         n = len(checkpoints(db_url, job))
         assert n >= 2

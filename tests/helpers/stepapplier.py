@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 
 from kafka import KafkaConsumer, TopicPartition
 
-from ballast import store as repo
+from ballast import store
 from ballast.protocol import ControlStep, ProtocolError, control_topic, parse_control
 from migrations_db import models as m
 from migrations_db.db import session_scope
@@ -63,7 +63,7 @@ class StepApplier(threading.Thread):
         self.seen.append((msg.plan_id, msg.step, offset))
         if msg.step in self.hold_steps:
             return
-        if msg.step in repo.checkpoints(self.db_url, msg.plan_id):
+        if msg.step in store.checkpoints(self.db_url, msg.plan_id):
             return  # duplicate: idempotent
         while datetime.now(UTC) < msg.effective_at and not self._halt.is_set():
             time.sleep(0.02)
@@ -77,7 +77,7 @@ def apply_step(db_url: str, job: str, operator: str, msg: ControlStep, reject: s
     or a map version or move source that does not match), or the new routing map version and an
     applied checkpoint. Returns when it was applied (None: rejected). For tests that need a plan carried out but
     no broker."""
-    cur = repo.latest_map(db_url, job, operator)
+    cur = store.latest_map(db_url, job, operator)
     assert cur is not None
     now = datetime.now(UTC)
     reason = reject

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from sqlalchemy import update
 
-from ballast import store as repo
+from ballast import store
 from migrations_db import models as m
 from migrations_db.db import session_scope
 
@@ -32,22 +32,22 @@ def _demo(db_url: str, job: str, monkeypatch: pytest.MonkeyPatch) -> Any:
     return mod
 
 
-def _plan(job: str, plan_id: str, owner: str) -> repo.PlanRecord:
-    return repo.PlanRecord(plan_id, job, "keycount", datetime.now(UTC), "batched", "emitting", 0, 1, 2,
+def _plan(job: str, plan_id: str, owner: str) -> store.PlanRecord:
+    return store.PlanRecord(plan_id, job, "keycount", datetime.now(UTC), "batched", "emitting", 0, 1, 2,
                            (0, 1), 1, {}, None, "test", None, owner)
 
 
 def test_the_demo_waits_for_a_live_plan_and_fails_a_gone_one(db_url, unique_name, monkeypatch):
     demo = _demo(db_url, unique_name, monkeypatch)
-    repo.save_plan(db_url, _plan(unique_name, "left-over", "ballast_migrate/manual__old"), [])
+    store.save_plan(db_url, _plan(unique_name, "left-over", "ballast_migrate/manual__old"), [])
     with session_scope(db_url) as s:  # its run stopped renewing the lease an hour ago
         s.execute(update(m.Plan).where(m.Plan.plan_id == "left-over")
                   .values(owner_seen_at=datetime.now(UTC) - timedelta(hours=1)))
     demo.settle_open_plans(timeout_s=30)
-    assert repo.get_plan(db_url, "left-over").status == "failed"  # type: ignore[union-attr]
+    assert store.get_plan(db_url, "left-over").status == "failed"  # type: ignore[union-attr]
 
-    repo.save_plan(db_url, _plan(unique_name, "scheduled", "ballast_rebalance__clicks/scheduled__x"), [])
-    done = threading.Timer(2.0, repo.set_plan_status, (db_url, "scheduled", "completed"))
+    store.save_plan(db_url, _plan(unique_name, "scheduled", "ballast_rebalance__clicks/scheduled__x"), [])
+    done = threading.Timer(2.0, store.set_plan_status, (db_url, "scheduled", "completed"))
     done.start()
     t0 = time.monotonic()
     try:
@@ -55,8 +55,8 @@ def test_the_demo_waits_for_a_live_plan_and_fails_a_gone_one(db_url, unique_name
     finally:
         done.cancel()
     assert time.monotonic() - t0 >= 1.5  # it waited for the live run's plan...
-    assert repo.get_plan(db_url, "scheduled").status == "completed"  # type: ignore[union-attr]  # ...untouched
+    assert store.get_plan(db_url, "scheduled").status == "completed"  # type: ignore[union-attr]  # ...untouched
 
-    repo.save_plan(db_url, _plan(unique_name, "stuck", "ballast_rebalance__clicks/scheduled__y"), [])
+    store.save_plan(db_url, _plan(unique_name, "stuck", "ballast_rebalance__clicks/scheduled__y"), [])
     with pytest.raises(SystemExit, match="python -m ballast.control fail stuck"):
         demo.settle_open_plans(timeout_s=1)

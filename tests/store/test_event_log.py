@@ -5,19 +5,19 @@ from __future__ import annotations
 
 import pytest
 
-from ballast import store as repo
+from ballast import store
 from ballast.store.event_log import add_event, events
 
 pytestmark = pytest.mark.store
 
 
 def test_control_plane_events_are_deduplicated(any_db, unique_name):
-    assert repo.add_event(any_db, unique_name, "keycount", "error", "plan_timeout", "plan p: no checkpoint")
-    assert not repo.add_event(any_db, unique_name, "keycount", "error", "plan_timeout", "plan p: no checkpoint")
-    assert repo.add_event(any_db, unique_name, "keycount", "info", "x", "at epoch", epoch=5)
-    assert not repo.add_event(any_db, unique_name, "keycount", "info", "x", "at epoch", epoch=5)
-    assert repo.add_event(any_db, unique_name, "keycount", "info", "x", "at epoch", epoch=6)
-    rows = repo.events(any_db, unique_name)
+    assert store.add_event(any_db, unique_name, "keycount", "error", "plan_timeout", "plan p: no checkpoint")
+    assert not store.add_event(any_db, unique_name, "keycount", "error", "plan_timeout", "plan p: no checkpoint")
+    assert store.add_event(any_db, unique_name, "keycount", "info", "x", "at epoch", epoch=5)
+    assert not store.add_event(any_db, unique_name, "keycount", "info", "x", "at epoch", epoch=5)
+    assert store.add_event(any_db, unique_name, "keycount", "info", "x", "at epoch", epoch=6)
+    rows = store.events(any_db, unique_name)
     assert sorted((e.kind, e.epoch) for e in rows) == [("plan_timeout", None), ("x", 5), ("x", 6)]
 
 
@@ -38,5 +38,5 @@ def test_newest_first_filtered_by_operator_and_kind_and_limited(any_db: str) -> 
 
 def test_details_default_to_an_empty_mapping(any_db: str) -> None:
     add_event(any_db, "j", "keycount", "error", "plan_failed", "no details")
-    [e] = repo.events(any_db, "j")
+    [e] = store.events(any_db, "j")
     assert e.details == {} and e.kind == "plan_failed"

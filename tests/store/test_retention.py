@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from ballast import store as repo
+from ballast import store
 from ballast.store.retention import prune_epoch_metrics
 from migrations_db import models as m
 from tests.helpers import dialects
@@ -23,7 +23,7 @@ def test_prune_deletes_old_epochs_and_keeps_recent_ones_and_every_bins_last_size
     other = unique_name + "-young"
     _seed(any_db, unique_name, epochs=180, bins=8, now=now)  # three hours of epochs
     _seed(any_db, other, epochs=30, bins=8, now=now)  # half an hour: nothing of it is old
-    before = repo.bin_range(any_db, unique_name, "keycount", 8, 121, 180)
+    before = store.bin_range(any_db, unique_name, "keycount", 8, 121, 180)
 
     hour = timedelta(minutes=59, seconds=30)  # epoch 121 ended 59 min ago, epoch 120 60 min ago
     out = {p.job: p for p in prune_epoch_metrics(any_db, keep=hour, keep_epochs=20, now=now)}
@@ -34,9 +34,9 @@ def test_prune_deletes_old_epochs_and_keeps_recent_ones_and_every_bins_last_size
     assert _count(any_db, m.BinMetrics, unique_name) == 60 * 7 + 1  # + cold bin 0's only row (epoch 1)
     assert out[unique_name].epoch_rows == 120 and out[unique_name].bin_rows == 120 * 7
     # what the console and the controller read over the window is unchanged, cold bin's size included
-    after = repo.bin_range(any_db, unique_name, "keycount", 8, 121, 180)
+    after = store.bin_range(any_db, unique_name, "keycount", 8, 121, 180)
     assert after == before and after.bytes[0] == 1000
-    assert len(repo.epoch_window(any_db, unique_name, "keycount", 50)) == 50
+    assert len(store.epoch_window(any_db, unique_name, "keycount", 50)) == 50
     # a young job keeps everything
     assert out[other].epoch_rows == 0 and _count(any_db, m.BinMetrics, other) == 30 * 7 + 1
     # idempotent: a second run deletes nothing

@@ -22,8 +22,7 @@ from urllib.parse import quote
 import pytest
 from kafka import KafkaProducer
 
-from ballast import controller, supervisor
-from ballast import store as repo
+from ballast import controller, store, supervisor
 from ballast.config import load_jobs
 from tests.helpers import console_stack as cs
 from tests.helpers.wait import wait_until
@@ -65,7 +64,8 @@ def live_job(console_stack, kafka_bootstrap):  # type: ignore[no-untyped-def]
     gen = threading.Thread(target=_load, args=(stop, kafka_bootstrap, f"{st.job}.in", 1500.0), daemon=True)
     gen.start()
     try:
-        wait_until(lambda: len(repo.epoch_window(st.db_url, st.job, "keycount", 12)) >= 12, 300, "12 epochs of the job")
+        wait_until(lambda: len(store.epoch_window(st.db_url, st.job, "keycount", 12)) >= 12, 300,
+                   "12 epochs of the job")
         print(f"[timing] job up with 12 epochs in {time.monotonic() - t0:.0f}s", flush=True)
         yield cfg
     finally:
@@ -143,7 +143,7 @@ def test_console_shows_a_live_migration(console_stack, live_job, browser, tmp_pa
     # the migration: a manual plan (1 -> 2 workers, one bin per step, 3 s apart) emitted step by step
     plan_id = controller.plan_manual(url, cfg, {"target_workers": 2, "strategy": "fluid", "gap_seconds": 3.0,
                                                 "dry_run": False, "reason": "ui test: scale out"})["plan_id"]
-    n = len(repo.plan_steps(url, plan_id))
+    n = len(store.plan_steps(url, plan_id))
     assert n >= 2, "the placement moved a single bin: nothing to watch"
     # stored, nothing sent yet: the console shows the plan with every step pending
     wait_until(lambda: _plan_state(drv)["plan"] == plan_id and _plan_state(drv)["steps"] == ["pending"] * n, 60,

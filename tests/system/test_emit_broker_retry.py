@@ -15,8 +15,7 @@ import ballast_stack as stack  # loaded by tests/conftest.py (scripts/stack.py)
 import pytest
 from airflow.sdk.exceptions import AirflowFailException
 
-from ballast import controller
-from ballast import store as repo
+from ballast import controller, store
 from ballast.config import get_job
 from ballast.emitter import ensure_control_topics
 from ballast.tasks import EmitPlanOperator
@@ -75,13 +74,13 @@ def test_emit_waits_out_a_broker_restart(broker, planned, db_url, unique_name):
         applier.stop()
     assert time.monotonic() - t0 >= DOWN_S
     assert out["all_emitted"] and out["waiting_for"] == [] and out["failed_step"] is None, out
-    retries = [e.message for e in repo.events(db_url, unique_name, kind="emit_retry")]
+    retries = [e.message for e in store.events(db_url, unique_name, kind="emit_retry")]
     assert retries and all("broker unreachable" in m and "retrying in" in m for m in retries), \
         "the outage was retried, not failed at once"
-    steps = repo.plan_steps(db_url, plan_id)
+    steps = store.plan_steps(db_url, plan_id)
     assert all(s.emitted for s in steps)
     assert [s for _, s, _ in applier.seen] == [1, 2], "each step sent once, in order"
-    assert repo.get_plan(db_url, plan_id).status not in ("failed", "cancelled")
+    assert store.get_plan(db_url, plan_id).status not in ("failed", "cancelled")
 
 
 def test_broker_down_past_the_deadline_fails_the_plan(broker, planned, db_url, unique_name):
@@ -91,8 +90,8 @@ def test_broker_down_past_the_deadline_fails_the_plan(broker, planned, db_url, u
     with pytest.raises(AirflowFailException, match="stayed unreachable until the plan's deadline"):
         EmitPlanOperator(task_id="emit", plan_id=plan_id, backoff_cap_s=4.0).execute({})
     assert time.monotonic() - t0 < 120
-    plan = repo.get_plan(db_url, plan_id)
+    plan = store.get_plan(db_url, plan_id)
     assert plan.status == "failed" and "unreachable" in plan.reason
-    assert not any(s.emitted for s in repo.plan_steps(db_url, plan_id))
-    assert repo.events(db_url, unique_name, kind="plan_timeout")
-    assert repo.events(db_url, unique_name, kind="emit_retry"), "retried with backoff before giving up"
+    assert not any(s.emitted for s in store.plan_steps(db_url, plan_id))
+    assert store.events(db_url, unique_name, kind="plan_timeout")
+    assert store.events(db_url, unique_name, kind="emit_retry"), "retried with backoff before giving up"

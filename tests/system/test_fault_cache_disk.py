@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ballast import console
-from ballast import store as repo
+from ballast import console, store
 from ballast.store.event_log import CACHE_DEGRADED
 from spark_jobs.bins import uniform_assignment
 from spark_jobs.cache_fallback import fallback_root
@@ -88,7 +87,7 @@ def test_lost_corrupt_and_full_cache_are_rebuilt_while_the_job_runs_on(spark, ka
         runner.stop()
         shutil.rmtree(fallback_root(job), ignore_errors=True)  # the workers' $TMPDIR is this process's
 
-    events = repo.events(db_url, job, kind=CACHE_DEGRADED, limit=100)
+    events = store.events(db_url, job, kind=CACHE_DEGRADED, limit=100)
     print(f"tmpfs {TMPFS} filled with {filled} bytes; {len(events)} cache_degraded event(s):")
     for e in events:
         print(f"  epoch {e.epoch}: {e.message[:300]}")

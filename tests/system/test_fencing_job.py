@@ -16,8 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from ballast import store as repo
-from ballast import supervisor
+from ballast import store, supervisor
 from ballast.config import load_jobs
 from spark_jobs.bins import uniform_assignment
 from spark_jobs.fencing import FENCED_EXIT
@@ -79,11 +78,11 @@ def test_a_paused_driver_resumed_after_a_relaunch_is_fenced(kafka_bootstrap, mak
         time.sleep(0.5)
         os.killpg(old.pid, signal.SIGSTOP)
         lines_before = _epoch_lines(old_log)
-        token = repo.token_row(db_url, job, "keycount")
+        token = store.token_row(db_url, job, "keycount")
         assert token is not None and token.token == 1 and token.outage_s == OUTAGE_S
 
         # the supervisor waits out the heartbeat timeout AND the outage the driver said it may wait
-        hb = repo.heartbeat(db_url, job, "keycount")
+        hb = store.heartbeat(db_url, job, "keycount")
         assert hb is not None
         wait_until(lambda: supervisor.check(cfg, db_url).status == "stale", TIMEOUT_S + OUTAGE_S + 60,
                    "the paused driver's heartbeat to go stale", poll=1.0)
@@ -92,10 +91,10 @@ def test_a_paused_driver_resumed_after_a_relaunch_is_fenced(kafka_bootstrap, mak
         h = supervisor.supervise(cfg, kafka_bootstrap, db_url)  # one real pass: relaunch
         assert h.status == "starting" and h.pid is not None and "relaunched" in h.message, h
         new_pid = h.pid
-        wait_until(lambda: (t := repo.token_row(db_url, job, "keycount")) is not None and t.token == 2, 180,
+        wait_until(lambda: (t := store.token_row(db_url, job, "keycount")) is not None and t.token == 2, 180,
                    "the relaunched driver to take token 2")
         # the newer driver replays the paused epoch and goes on, its retention removing old epochs
-        wait_until(lambda: (b := repo.heartbeat(db_url, job, "keycount")) is not None and b.pid == new_pid
+        wait_until(lambda: (b := store.heartbeat(db_url, job, "keycount")) is not None and b.pid == new_pid
                    and b.last_epoch >= paused_at + 7, 300, "the relaunched driver to commit 8 more epochs", poll=1.0)
 
         os.killpg(old.pid, signal.SIGCONT)
@@ -106,7 +105,7 @@ def test_a_paused_driver_resumed_after_a_relaunch_is_fenced(kafka_bootstrap, mak
             text[-4000:]
         assert "ballast.cli: driver fenced" in text, "the exit's diagnosis is not the fencing: " + text[-4000:]
         assert _epoch_lines(old_log) == lines_before, "the fenced driver committed an epoch after it resumed"
-        hb = repo.heartbeat(db_url, job, "keycount")
+        hb = store.heartbeat(db_url, job, "keycount")
         assert hb is not None and hb.pid == new_pid and hb.status == "running", hb
 
         def drained() -> bool:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from kafka import KafkaProducer
 
-from ballast import store as repo
+from ballast import store
 from ballast.config import load_jobs
 from spark_jobs.runner import RunConfig, start_job
 from tests.helpers.jobs import write_jobs_file
@@ -55,12 +55,12 @@ class Load(threading.Thread):
 
 def _skew(url: str, job: str, map_version: int, n: int = 4) -> float | None:
     """max/mean of the workers' records over `n` loaded epochs under `map_version` (None: not yet)."""
-    eps = [e.epoch for e in repo.epoch_window(url, job, "keycount", 40) if e.map_version == map_version
+    eps = [e.epoch for e in store.epoch_window(url, job, "keycount", 40) if e.map_version == map_version
            and e.input_rows][-n:]
     if len(eps) < n:
         return None
     per = [0] * WORKERS
-    for w in repo.worker_window(url, job, "keycount", eps):
+    for w in store.worker_window(url, job, "keycount", eps):
         per[w.worker] += w.records_in
     return max(per) / (sum(per) / WORKERS)
 
@@ -87,19 +87,19 @@ def test_scheduled_rebalance_splits_a_hot_bin_then_balances_its_parts(spark, kaf
         assert before > 1.4, f"the hot key's worker should carry ~1.6x the mean, got {before:.2f}"
 
         dr = _rebalance_dag(cfg).test()  # run 1: the hot bin bounds every placement -> split
-        d = repo.latest_decision(db_url, job, "keycount")
+        d = store.latest_decision(db_url, job, "keycount")
         assert d.action == "split", d.reason
-        split = repo.recent_plans(db_url, job=job)[0]
+        split = store.recent_plans(db_url, job=job)[0]
         states = {ti.task_id: ti.state for ti in dr.get_task_instances()}
         assert split.status == "completed" and split.steps == 1, states
-        after_split = repo.latest_map(db_url, job, "keycount")
+        after_split = store.latest_map(db_url, job, "keycount")
         assert after_split.bins == 32 and after_split.workers == WORKERS
         wait_until(lambda: _skew(db_url, job, after_split.map_version), 240, "four loaded epochs at 32 bins")
 
         _rebalance_dag(cfg).test()  # run 2: placement at 32 bins moves the hot bin's cold parts away
-        d = repo.latest_decision(db_url, job, "keycount")
+        d = store.latest_decision(db_url, job, "keycount")
         assert d.action == "rebalance", d.reason
-        final = repo.latest_map(db_url, job, "keycount")
+        final = store.latest_map(db_url, job, "keycount")
         assert final.map_version > after_split.map_version and final.bins == 32
         skew = wait_until(lambda: _skew(db_url, job, final.map_version), 240, "four loaded epochs after placing")
     finally:

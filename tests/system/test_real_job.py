@@ -18,8 +18,7 @@ from pathlib import Path
 import pytest
 from kafka import KafkaProducer
 
-from ballast import store as repo
-from ballast import supervisor
+from ballast import store, supervisor
 from ballast.config import load_jobs
 from ballast.emitter import ControlEmitter
 from ballast.protocol import control_topic
@@ -88,7 +87,7 @@ def real_job(tmp_path_factory, kafka_bootstrap, airflow_db):  # type: ignore[no-
     cfg = load_jobs()[job]
     pid = supervisor.launch(cfg, kafka_bootstrap, db_url, reason="test")
     try:
-        wait_until(lambda: repo.latest_map(db_url, job, "keycount") is not None, 240, "the job's first routing map")
+        wait_until(lambda: store.latest_map(db_url, job, "keycount") is not None, 240, "the job's first routing map")
         yield {"job": job, "db_url": db_url, "cfg": cfg, "bootstrap": kafka_bootstrap, "pid": pid}
     finally:
         supervisor.stop(cfg, timeout_s=60)
@@ -101,46 +100,46 @@ def test_scheduled_rebalance_scales_real_job_1_to_2(real_job):
     # utilization: DS2's target rate = source rate + backlog / catch_up_s asks for more workers
     # (clamped to max_workers=2); the job takes at most 4000 rows per epoch, so the backlog lasts
     _produce(bootstrap, f"{job}.in", 400_000)
-    wait_until(lambda: len([e for e in repo.epoch_window(url, job, "keycount", 10)
+    wait_until(lambda: len([e for e in store.epoch_window(url, job, "keycount", 10)
                        if e.input_rows and (e.backlog or 0) > 100_000]) >= 4,
           300, "four epochs with a large backlog")
     dag = _load("ballast_rebalance").make_dag(load_jobs()[job], None)  # the job's own DAG
     dr = dag.test()
     assert set(_states(dr).values()) == {"success"}, _states(dr)
-    plan_done_epoch = max(e.epoch for e in repo.epoch_window(url, job, "keycount", 1))
+    plan_done_epoch = max(e.epoch for e in store.epoch_window(url, job, "keycount", 1))
 
     def epochs_after():  # type: ignore[no-untyped-def]
-        es = [e for e in repo.epoch_window(url, job, "keycount", 50) if e.epoch > plan_done_epoch and e.input_rows]
+        es = [e for e in store.epoch_window(url, job, "keycount", 50) if e.epoch > plan_done_epoch and e.input_rows]
         return es[:4] if len(es) >= 4 else None
 
     after = wait_until(epochs_after, 240, "four loaded epochs after the migration")
 
-    d = repo.latest_decision(url, job, "keycount")
+    d = store.latest_decision(url, job, "keycount")
     assert d.action == "scale_up" and d.current_workers == 1 and d.target_workers == 2, d.reason
-    plan = repo.recent_plans(url, job=job)[0]
+    plan = store.recent_plans(url, job=job)[0]
     assert plan.status == "completed" and plan.strategy == "batched" and plan.target_workers == 2
-    cps = repo.checkpoints(url, plan.plan_id)
+    cps = store.checkpoints(url, plan.plan_id)
     assert sorted(cps) == list(range(1, plan.steps + 1))
     assert {c.status for c in cps.values()} == {"applied"}
-    cur = repo.latest_map(url, job, "keycount")
+    cur = store.latest_map(url, job, "keycount")
     assert cur.workers == 2 and list(cur.assignment) == list(plan.target_assignment)
     assert set(cur.assignment) == {0, 1}
     # batched with one sender and one receiver: one bin per step (Megaphone's matching)
-    assert all(len(s.payload["moves"]) == 1 for s in repo.plan_steps(url, plan.plan_id))
+    assert all(len(s.payload["moves"]) == 1 for s in store.plan_steps(url, plan.plan_id))
 
     # the backlog stops growing: on 2 workers it only drains
     backlogs = [e.backlog or 0 for e in after]
     assert all(e.workers == 2 for e in after)
     assert backlogs == sorted(backlogs, reverse=True), f"backlog grew after scaling: {backlogs}"
     # and the new worker really applies records (metrics recorded per worker by the job)
-    workers_seen = {w.worker for w in repo.worker_window(url, job, "keycount", [e.epoch for e in after])
+    workers_seen = {w.worker for w in store.worker_window(url, job, "keycount", [e.epoch for e in after])
                     if w.records_in > 0}
     assert workers_seen == {0, 1}
 
 
 def test_manual_run_moves_chosen_bins_on_real_job(real_job):
     job, url, bootstrap = real_job["job"], real_job["db_url"], real_job["bootstrap"]
-    before = repo.latest_map(url, job, "keycount")
+    before = store.latest_map(url, job, "keycount")
     on_w1 = [b for b, w in enumerate(before.assignment) if w == 1][:2]
     on_w0 = [b for b, w in enumerate(before.assignment) if w == 0][:1]
     moves = [{"bin": b, "to": 0} for b in on_w1] + [{"bin": b, "to": 1} for b in on_w0]
@@ -150,12 +149,12 @@ def test_manual_run_moves_chosen_bins_on_real_job(real_job):
     dr = dag.test(run_conf={"job": job, "moves": moves, "strategy": "fluid", "dry_run": False},
                   mark_success_pattern="approve")
     assert set(_states(dr).values()) == {"success"}, _states(dr)
-    after = repo.latest_map(url, job, "keycount")
+    after = store.latest_map(url, job, "keycount")
     for m in moves:
         assert after.assignment[m["bin"]] == m["to"]
     untouched = set(range(BINS)) - {m["bin"] for m in moves}
     assert all(after.assignment[b] == before.assignment[b] for b in untouched)
-    plan = repo.recent_plans(url, job=job)[0]
+    plan = store.recent_plans(url, job=job)[0]
     assert plan.steps == len(moves) and after.map_version == before.map_version + len(moves)
 
 
@@ -163,33 +162,33 @@ def test_interrupted_plan_resumes_without_re_emitting_on_real_job(real_job):
     from ballast import controller
 
     job, url, bootstrap, cfg = real_job["job"], real_job["db_url"], real_job["bootstrap"], real_job["cfg"]
-    cur = repo.latest_map(url, job, "keycount")
+    cur = store.latest_map(url, job, "keycount")
     moves = [{"bin": b, "to": 1 - w} for b, w in list(enumerate(cur.assignment))[:4]]
     plan_id = controller.plan_manual(url, cfg, {"job": job, "moves": moves, "strategy": "fluid",
                                                "dry_run": False, "reason": "resume test"})["plan_id"]
-    n, k = len(repo.plan_steps(url, plan_id)), 2
+    n, k = len(store.plan_steps(url, plan_id)), 2
     _produce(bootstrap, f"{job}.in", 5000, start=400_000)
     with ControlEmitter(bootstrap, url) as em:  # the first attempt dies after step k
         for i in range(1, k + 1):
             assert [e.step for e in em.emit(plan_id).emitted] == [i]
-            wait_until(lambda: i in repo.checkpoints(url, plan_id), 120, f"checkpoint of step {i}")
+            wait_until(lambda: i in store.checkpoints(url, plan_id), 120, f"checkpoint of step {i}")
     # a new process picks the plan up from the DB alone (as a retried Airflow task would)
     code = (
         "import sys,time\n"
-        "from ballast.emitter import ControlEmitter\nfrom ballast import store as repo\n"
+        "from ballast.emitter import ControlEmitter\nfrom ballast import store\n"
         f"url, plan = {url!r}, {plan_id!r}\nsent = []\n"
         f"with ControlEmitter({bootstrap!r}, url) as em:\n"
         "    while True:\n"
         "        out = em.emit(plan)\n        sent += [e.step for e in out.emitted]\n"
         "        if not out.waiting_for: break\n"
         "        t = time.time() + 120\n"
-        "        while out.waiting_for[0] not in repo.checkpoints(url, plan) and time.time() < t: time.sleep(0.5)\n"
+        "        while out.waiting_for[0] not in store.checkpoints(url, plan) and time.time() < t: time.sleep(0.5)\n"
         "print(sent)\n"
     )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-2000:]
     assert res.stdout.strip().splitlines()[-1] == str(list(range(k + 1, n + 1)))
-    wait_until(lambda: len(repo.checkpoints(url, plan_id)) == n, 120, "all checkpoints")
+    wait_until(lambda: len(store.checkpoints(url, plan_id)) == n, 120, "all checkpoints")
     controller.verify(url, plan_id)
     emitted = Counter(_control_steps(bootstrap, job))
     assert all(emitted[(plan_id, s)] == 1 for s in range(1, n + 1)), emitted

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ballast import store as repo
+from ballast import store
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -30,13 +30,13 @@ def main(argv: list[str] | None = None) -> int:
 
     url = args.db_url or default_url()
     if args.cmd == "open":
-        plans = [p for p in repo.recent_plans(url, limit=1000, job=args.job)
+        plans = [p for p in store.recent_plans(url, limit=1000, job=args.job)
                  if p.is_open and args.operator in (None, p.operator)]
         for p in plans:
             print(f"{p.plan_id}\t{p.operator}\t{p.status}\towner={p.owner or '?'}\t"
                   f"{'alive' if p.owner_alive() else 'gone'}")
         return 0
-    plan = repo.get_plan(url, args.plan_id)
+    plan = store.get_plan(url, args.plan_id)
     if plan is None or not plan.is_open:
         print(f"plan {args.plan_id} is {'not in the metrics DB' if plan is None else plan.status}: nothing to do",
               file=sys.stderr)

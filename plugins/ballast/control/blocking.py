@@ -8,7 +8,7 @@ import logging
 import time
 from typing import Any
 
-from ballast import store as repo
+from ballast import store
 from ballast.control.plan import PlanFailed
 from ballast.control.verify import fail_plan, progress, verify
 
@@ -34,7 +34,7 @@ def run_plan_blocking(url: str, bootstrap: str, plan_id: str, timeout_s: float, 
     """
     from ballast.emitter import ControlEmitter, EmitError
 
-    plan = repo.get_plan(url, plan_id)
+    plan = store.get_plan(url, plan_id)
     if plan is None:
         raise PlanFailed(f"plan {plan_id} is not in the metrics DB")
     mode = mode or plan.params.get("emit_mode", "flow-control")

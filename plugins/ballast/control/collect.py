@@ -3,10 +3,20 @@ this run must resume instead of deciding anew (its steps expect map versions a n
 
 from __future__ import annotations
 
-from ballast import store as repo
 from ballast.config import JobConfig
 from ballast.control.handoffs import BinLoad, EpochSample, MapState, OperatorSample, Resume, Snapshot, WorkerSample
 from ballast.errors import BallastError
+from ballast.store import (
+    EpochRow,
+    JobStore,
+    MapSnapshot,
+    PlanConflict,
+    add_event,
+    conflict_message,
+    current_owner,
+    open_plans,
+    take_over_plan,
+)
 
 
 class NotReady(BallastError, RuntimeError):
@@ -27,8 +37,8 @@ def open_plan_for(url: str, cfg: JobConfig, owner: str | None = None) -> Resume 
     manual plan, one awaiting approval) raises NotReady naming the plan, its owner and what to do:
     a stale manual plan is taken over only by a person (ballast_migrate take_over).
     """
-    me = owner or repo.current_owner()
-    open_ = repo.open_plans(url, cfg.job, cfg.operator)
+    me = owner or current_owner()
+    open_ = open_plans(url, cfg.job, cfg.operator)
     if not open_:
         return None
     p = open_[-1]
@@ -36,18 +46,18 @@ def open_plan_for(url: str, cfg: JobConfig, owner: str | None = None) -> Resume 
         return Resume(p.plan_id, f"plan {p.plan_id} ({p.status}) is this run's; resuming it")
     if p.status != "awaiting_approval" and _same_dag(p.owner, me) and not p.owner_alive():
         try:
-            repo.take_over_plan(url, p.plan_id, me)
-        except repo.PlanConflict as exc:
+            take_over_plan(url, p.plan_id, me)
+        except PlanConflict as exc:
             raise NotReady(str(exc)) from exc
         msg = f"plan {p.plan_id} ({p.status}) was left by {p.owner}, not seen for the lease; {me} takes it over"
-        repo.add_event(url, cfg.job, cfg.operator, "warning", "plan_taken_over", msg, details={"plan_id": p.plan_id})
+        add_event(url, cfg.job, cfg.operator, "warning", "plan_taken_over", msg, details={"plan_id": p.plan_id})
         return Resume(p.plan_id, msg)
-    raise NotReady(repo.conflict_message(p, f"a new decision of {me}"))
+    raise NotReady(conflict_message(p, f"a new decision of {me}"))
 
 
-def current_state(url: str, cfg: JobConfig) -> tuple[repo.MapSnapshot, BinLoad]:
+def current_state(url: str, cfg: JobConfig) -> tuple[MapSnapshot, BinLoad]:
     """The map in force and each bin's load/size over the rebalance window (manual plans need no more)."""
-    store = repo.JobStore(url, cfg.job, cfg.operator)
+    store = JobStore(url, cfg.job, cfg.operator)
     current = store.latest_map()
     if current is None:
         raise NotReady(f"job {cfg.job}/{cfg.operator} has no routing map in the metrics DB yet: it has not run. "
@@ -63,7 +73,7 @@ def collect(url: str, cfg: JobConfig, owner: str | None = None) -> Snapshot | Re
     if resume is not None:
         return resume
     current, bins = current_state(url, cfg)
-    store = repo.JobStore(url, cfg.job, cfg.operator)
+    store = JobStore(url, cfg.job, cfg.operator)
     epochs = [e for e in store.epoch_window(cfg.rebalance.window_epochs)
               if e.workers == current.workers and e.map_version == current.map_version]
     if not epochs:
@@ -82,7 +92,7 @@ def collect(url: str, cfg: JobConfig, owner: str | None = None) -> Snapshot | Re
     )
 
 
-def _epoch_samples(rows: list[repo.EpochRow]) -> tuple[EpochSample, ...]:
+def _epoch_samples(rows: list[EpochRow]) -> tuple[EpochSample, ...]:
     return tuple(EpochSample(e.epoch, e.input_rows, e.batch_ms, e.input_rate or 0.0, e.backlog or 0) for e in rows)
 
 
@@ -90,7 +100,7 @@ def operator_sample(url: str, cfg: JobConfig, name: str) -> OperatorSample:
     """One operator of a multi-operator job over the rebalance window, under its current map:
     what DS2 needs to see it as its own node (true rate, selectivity = outputs / inputs). An
     operator that has not run yet is a node without measurements (DS2 keeps its W)."""
-    store = repo.JobStore(url, cfg.job, name)
+    store = JobStore(url, cfg.job, name)
     current = store.latest_map()
     if current is None:
         return OperatorSample(name, 1)

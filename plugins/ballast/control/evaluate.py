@@ -15,9 +15,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ballast import policy
-from ballast import store as repo
 from ballast.config import JobConfig
 from ballast.control.handoffs import Action, ScalingDecision, Snapshot, json_safe
+from ballast.store import JobStore
 
 log = logging.getLogger(__name__)
 
@@ -140,7 +140,7 @@ def _dataflow(cfg: JobConfig, snap: Snapshot) -> tuple[policy.Dataflow, list[pol
 
 def guard_state(url: str, cfg: JobConfig) -> policy.GuardState:
     """Guard state lives in the latest decision's inputs; warm-up counts from the end of the last plan."""
-    store = repo.JobStore(url, cfg.job, cfg.operator)
+    store = JobStore(url, cfg.job, cfg.operator)
     last = store.latest_decision()
     state = policy.GuardState.from_dict(last.inputs.get(GUARD_STATE_KEY) if last else None)
     done = store.last_finished_plan()
@@ -158,7 +158,7 @@ def guard_state(url: str, cfg: JobConfig) -> policy.GuardState:
 def evaluate(url: str, cfg: JobConfig, snap: Snapshot, now: datetime | None = None) -> ScalingDecision:
     """`assess` with the guards' stored state and the cluster's capacity; stores the decision."""
     now = now or datetime.now(UTC)
-    store = repo.JobStore(url, cfg.job, cfg.operator)
+    store = JobStore(url, cfg.job, cfg.operator)
     hb = store.heartbeat()
     a = assess(cfg, snap, guard_state(url, cfg), now, hb.capacity if hb else None)
     inputs = {**a.inputs, GUARD_STATE_KEY: a.state.to_dict()}

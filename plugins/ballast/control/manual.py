@@ -6,8 +6,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from ballast import policy
-from ballast import store as repo
+from ballast import policy, store
 from ballast.config import JobConfig
 from ballast.control.collect import NotReady, current_state
 from ballast.control.handoffs import BinLoad, MapState
@@ -63,9 +62,9 @@ def plan_manual(url: str, cfg: JobConfig, params: dict[str, Any]) -> dict[str, A
     """
     if params.get("take_over"):
         return take_over_manual(url, cfg, str(params["take_over"]), bool(params.get("force")))
-    open_ = repo.open_plans(url, cfg.job, cfg.operator)
+    open_ = store.open_plans(url, cfg.job, cfg.operator)
     if open_:
-        raise InvalidRequest(repo.conflict_message(open_[-1], "this manual migration"))
+        raise InvalidRequest(store.conflict_message(open_[-1], "this manual migration"))
     try:
         snap, bins = current_state(url, cfg)
     except NotReady as exc:
@@ -97,7 +96,7 @@ def plan_manual(url: str, cfg: JobConfig, params: dict[str, Any]) -> dict[str, A
                 "predicted_ms": total, "predicted_max_pause_ms": worst, "rendered": rendered}
     try:
         out = store_plan(url, cfg, current, target, plan, req, model).to_dict()
-    except repo.PlanConflict as exc:  # another run stored one between the check above and now
+    except store.PlanConflict as exc:  # another run stored one between the check above and now
         raise InvalidRequest(str(exc)) from exc
     out["rendered"] = rendered
     return out
@@ -121,7 +120,7 @@ def _plan_split(url: str, cfg: JobConfig, current: MapState, bins: int, params: 
                       source="manual", reason=params.get("reason") or "manual split")
     try:
         out = store_split(url, cfg, current, bins, req).to_dict()
-    except repo.PlanConflict as exc:
+    except store.PlanConflict as exc:
         raise InvalidRequest(str(exc)) from exc
     out["rendered"] = rendered
     return out
@@ -129,14 +128,14 @@ def _plan_split(url: str, cfg: JobConfig, current: MapState, bins: int, params: 
 
 def take_over_manual(url: str, cfg: JobConfig, plan_id: str, force: bool = False) -> dict[str, Any]:
     """A person's explicit takeover of a plan whose run is gone: this run then emits and verifies it."""
-    plan = repo.get_plan(url, plan_id)
+    plan = store.get_plan(url, plan_id)
     if plan is None or (plan.job, plan.operator) != (cfg.job, cfg.operator):
         raise InvalidRequest(f"take_over: plan {plan_id} is not a plan of {cfg.job}/{cfg.operator}")
     try:
-        taken = repo.take_over_plan(url, plan_id, force=force)
-    except repo.PlanConflict as exc:
+        taken = store.take_over_plan(url, plan_id, force=force)
+    except store.PlanConflict as exc:
         raise InvalidRequest(str(exc)) from exc
     msg = f"plan {plan_id} ({plan.status}) taken over from {plan.owner or 'unknown'} by {taken.owner}"
-    repo.add_event(url, cfg.job, cfg.operator, "warning", "plan_taken_over", msg, details={"plan_id": plan_id})
+    store.add_event(url, cfg.job, cfg.operator, "warning", "plan_taken_over", msg, details={"plan_id": plan_id})
     return {"plan_id": plan_id, "steps": taken.steps, "taken_over": True,
             "rendered": f"{msg}\n{summary_table(url, plan_id)}"}

@@ -13,8 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from ballast import policy
-from ballast import store as repo
+from ballast import policy, store
 from ballast.config import JobConfig
 from ballast.control.handoffs import BinLoad, MapState, StoredPlan
 from ballast.errors import BallastError
@@ -52,7 +51,7 @@ def new_plan_id(job: str, now: datetime | None = None) -> str:
 def cost_model(url: str, cfg: JobConfig) -> policy.CostModel:
     """Migration cost model fitted on this job's own applied checkpoints (defaults until 3 exist)."""
     samples = [policy.CheckpointSample(c.bytes_moved, c.keys_moved, c.bins_moved, c.migration_ms)
-               for c in repo.recent_checkpoints(url, cfg.job, cfg.operator)]
+               for c in store.recent_checkpoints(url, cfg.job, cfg.operator)]
     return policy.fit_cost_model(samples, epoch_ms=1000.0 * cfg.rebalance.batch_budget_s)
 
 
@@ -100,18 +99,18 @@ def store_plan(url: str, cfg: JobConfig, current: MapState, target: Sequence[int
             workers=s.workers, map_version=s.map_version, issued_at=now,
             effective_at=now + timedelta(seconds=s.effective_offset_s), reason=req.reason[:500], bins=s.split_to,
         )
-        steps.append(repo.StepRecord(plan_id, s.step, msg.to_dict(), msg.effective_at, None, None, None,
+        steps.append(store.StepRecord(plan_id, s.step, msg.to_dict(), msg.effective_at, None, None, None,
                                      model.predict_step(s)))
-    rec = repo.PlanRecord(
+    rec = store.PlanRecord(
         plan_id=plan_id, job=cfg.job, operator=cfg.operator, created_at=now, strategy=plan.strategy,
         status="planned", source_map_version=current.version, source_workers=current.workers,
         target_workers=plan.to_workers, target_assignment=tuple(target), steps=n, params=params,
-        predicted_ms=total, reason=req.reason, finished_at=None, owner=repo.current_owner(),
+        predicted_ms=total, reason=req.reason, finished_at=None, owner=store.current_owner(),
     )
-    repo.save_plan(url, rec, steps)
+    store.save_plan(url, rec, steps)
     if req.decision_id is not None:
-        repo.link_decision(url, req.decision_id, plan_id)
-    repo.add_event(url, cfg.job, cfg.operator, "info", "plan",
+        store.link_decision(url, req.decision_id, plan_id)
+    store.add_event(url, cfg.job, cfg.operator, "info", "plan",
                    f"plan {plan_id}: {plan.strategy}, {n} step(s), {plan.bins} bin(s), "
                    f"workers {plan.from_workers}->{plan.to_workers} (owner {rec.owner})",
                    details={"plan_id": plan_id})

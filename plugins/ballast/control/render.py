@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from ballast import store as repo
+from ballast import store
 
 
 def summary_table(url: str, plan_id: str) -> str:
     """Per-step table: step, moves, bins, workers, status, applied epoch, ms, bytes, Kafka position."""
-    steps = repo.plan_steps(url, plan_id)
-    cps = repo.checkpoints(url, plan_id)
+    steps = store.plan_steps(url, plan_id)
+    cps = store.checkpoints(url, plan_id)
     rows = [("step", "moves", "bins", "workers", "status", "epoch", "ms", "bytes", "emitted@offset")]
     for s in steps:
         mv = s.payload.get("moves", [])

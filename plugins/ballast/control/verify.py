@@ -11,7 +11,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ballast import store as repo
+from ballast import store
 from ballast.control.handoffs import Verified
 from ballast.control.plan import PlanFailed
 from ballast.control.render import summary_table
@@ -31,8 +31,8 @@ class Progress:
 
 def progress(url: str, plan_id: str, steps: Sequence[int]) -> Progress:
     """Checkpoints so far; polling them is the owner's sign of life, so it renews the owner's lease."""
-    repo.touch_owner(url, plan_id)
-    cps = repo.checkpoints(url, plan_id)
+    store.touch_owner(url, plan_id)
+    cps = store.checkpoints(url, plan_id)
     for k in sorted(cps):
         if cps[k].status != "applied":
             return Progress(False, k, f"step {k} was {cps[k].status}: {cps[k].reason or 'no reason given'}", ())
@@ -42,13 +42,13 @@ def progress(url: str, plan_id: str, steps: Sequence[int]) -> Progress:
 
 def operator_advice(url: str, plan_id: str) -> str:
     """What the on-call person should do about a plan that stopped: depends on what was emitted."""
-    plan = repo.get_plan(url, plan_id)
-    steps = repo.plan_steps(url, plan_id)
-    cps = repo.checkpoints(url, plan_id)
+    plan = store.get_plan(url, plan_id)
+    steps = store.plan_steps(url, plan_id)
+    cps = store.checkpoints(url, plan_id)
     emitted = [s.step for s in steps if s.emitted]
     unacked = [k for k in emitted if k not in cps]
     applied = [k for k, c in cps.items() if c.status == "applied"]
-    cur = repo.latest_map(url, plan.job, plan.operator) if plan else None
+    cur = store.latest_map(url, plan.job, plan.operator) if plan else None
     parts = [f"plan {plan_id}: {len(applied)}/{len(steps)} step(s) applied, map now at "
              f"v{cur.map_version if cur else '?'} with {cur.workers if cur else '?'} worker(s); "
              "no further step will be emitted for this plan."]
@@ -65,43 +65,43 @@ def operator_advice(url: str, plan_id: str) -> str:
 
 def fail_plan(url: str, plan_id: str, reason: str, kind: str = "plan_failed") -> str:
     """Mark a plan failed with an Event; returns the message to raise (reason + operator advice)."""
-    plan = repo.get_plan(url, plan_id)
+    plan = store.get_plan(url, plan_id)
     msg = f"{reason}. {operator_advice(url, plan_id)}"
-    repo.set_plan_status(url, plan_id, "failed", reason=reason, finished=True)
+    store.set_plan_status(url, plan_id, "failed", reason=reason, finished=True)
     if plan:
-        repo.add_event(url, plan.job, plan.operator, "error", kind, msg[:2000], details={"plan_id": plan_id})
+        store.add_event(url, plan.job, plan.operator, "error", kind, msg[:2000], details={"plan_id": plan_id})
     return msg
 
 
 def verify(url: str, plan_id: str) -> Verified:
     """Every step checkpointed as applied and the map the last step produced equals the target."""
-    plan = repo.get_plan(url, plan_id)
+    plan = store.get_plan(url, plan_id)
     if plan is None:
         raise PlanFailed(f"plan {plan_id} is not in the metrics DB")
 
     def failed(reason: str, kind: str) -> PlanFailed:
         return PlanFailed(fail_plan(url, plan_id, reason, kind))
 
-    pr = progress(url, plan_id, [s.step for s in repo.plan_steps(url, plan_id)])
+    pr = progress(url, plan_id, [s.step for s in store.plan_steps(url, plan_id)])
     if pr.failed_step is not None:
         raise failed(f"plan {plan_id} failed: {pr.failed_reason}", "plan_rejected")
     if pr.missing:
         raise failed(f"plan {plan_id}: step(s) {list(pr.missing)} have no checkpoint", "plan_incomplete")
     final_version = plan.source_map_version + plan.steps
-    cps = repo.checkpoints(url, plan_id)
+    cps = store.checkpoints(url, plan_id)
     last = cps[max(cps)] if cps else None
     if last is not None and last.map_version_after not in (None, final_version):
         raise failed(f"plan {plan_id}: last checkpoint reports map v{last.map_version_after}, "
                      f"expected v{final_version}", "plan_mismatch")
-    final = repo.map_at(url, plan.job, plan.operator, final_version)
+    final = store.map_at(url, plan.job, plan.operator, final_version)
     if final is None:
         raise failed(f"plan {plan_id}: routing map v{final_version} is not recorded", "plan_mismatch")
     if list(final.assignment) != list(plan.target_assignment) or final.workers != plan.target_workers:
         diff = [b for b, (a, t) in enumerate(zip(final.assignment, plan.target_assignment)) if a != t]
         raise failed(f"plan {plan_id}: map v{final_version} differs from the target "
                      f"(workers {final.workers} vs {plan.target_workers}; bins {diff[:20]})", "plan_mismatch")
-    repo.set_plan_status(url, plan_id, "completed", finished=True)
-    repo.add_event(url, plan.job, plan.operator, "info", "plan_completed",
+    store.set_plan_status(url, plan_id, "completed", finished=True)
+    store.add_event(url, plan.job, plan.operator, "info", "plan_completed",
                    f"plan {plan_id} completed: map v{final_version}, {final.workers} worker(s)",
                    details={"plan_id": plan_id})
     table = summary_table(url, plan_id)
