@@ -19,18 +19,27 @@ SPARK_OUTSIDE = ("latestOffset", "walCommit", "queryPlanning", "getBatch", "comm
 
 
 class EpochTimes:
-    """Laps of one epoch's phases, in milliseconds, in the order they ran."""
+    """Laps of one epoch's phases, in milliseconds, in the order they ran; and each lap's span on
+    the wall clock (microseconds since the Unix epoch), which the epoch's trace places beside the
+    tasks' spans (spark_jobs.epoch_trace)."""
 
-    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
+    def __init__(self, clock: Callable[[], float] = time.perf_counter,
+                 wall: Callable[[], float] = time.time) -> None:
         self._clock = clock  # seconds; a test gives its own
+        self._wall = wall
         self._t = clock()
+        self._w = int(wall() * 1e6)
         self.ms: dict[str, float] = {}
+        self.spans: list[tuple[str, int, int]] = []  # (phase, start µs, end µs) in the order they ran
 
     def lap(self, phase: str) -> None:
         """The time since the last lap belongs to `phase` (added, when a phase comes back)."""
         now = self._clock()
         self.ms[phase] = self.ms.get(phase, 0.0) + (now - self._t) * 1000
         self._t = now
+        w = int(self._wall() * 1e6)
+        self.spans.append((phase, self._w, max(w, self._w)))
+        self._w = w
 
     def text(self, spark_outside: dict[str, float] | None = None) -> str:
         inside = ", ".join(f"{k} {v:.0f}" for k, v in self.ms.items())

@@ -49,6 +49,7 @@ from spark_jobs.durable import DurableState
 from spark_jobs.epoch_apply import EpochApply, EpochWork
 from spark_jobs.epoch_commit import EpochCommit, EpochReport, summarize_moves
 from spark_jobs.epoch_times import EpochTimes, spark_outside
+from spark_jobs.epoch_trace import critical_path_text, epoch_participation
 from spark_jobs.executors import ExecutorScaler
 from spark_jobs.fencing import DriverFence
 from spark_jobs.inputs import InputRows
@@ -367,6 +368,9 @@ class JobRunner:
         self.last_epoch = epoch
         self.committer.log_epoch(report)
         log.info("epoch %d time ms: %s", epoch, times.text(spark_outside(self.query)))
+        cp = epoch_participation(epoch, times.spans, report.workers)  # what held it back (docs/tracing.md)
+        if cp is not None and cp.length_us:
+            log.info("epoch %d critical path %.0f ms: %s", epoch, cp.length_us / 1000, critical_path_text(cp))
 
 def read_topics(topics: list[str], sources: tuple[int, ...] | None, operator: str) -> list[str]:
     """The input topics an operator reads: its declared `sources` (positions in `topics`), else all."""

@@ -91,12 +91,12 @@ def make_apply_fn(cfg: ApplyConfig) -> Callable[[Iterator[Any]], Iterator[Any]]:
         from spark_jobs.cache_fallback import run_cached
         from spark_jobs.objects import new_attempt_id
 
-        t_task = time.perf_counter()
+        t_task, w_task = time.perf_counter(), time.time()
         ctx = TaskContext.get()
         worker = ctx.partitionId()  # type: ignore[union-attr]
         rbs = list(batches)  # waiting on the shuffle: not useful time
         table = pa.Table.from_batches(rbs) if rbs else None
-        t_useful = time.perf_counter()
+        t_useful, w_useful = time.perf_counter(), time.time()
         n = table.num_rows if table is not None else 0
         if table is not None and n and not pc.all(pc.equal(table.column("worker"), worker)).as_py():
             raise RuntimeError(f"routing bug: a row for another worker reached worker {worker} at epoch {cfg.epoch}")
@@ -106,7 +106,8 @@ def make_apply_fn(cfg: ApplyConfig) -> Callable[[Iterator[Any]], Iterator[Any]]:
             # a failing cache is rebuilt (spark_jobs.cache_fallback), never the end of the query
             outputs = run_cached(
                 cfg.cache_dir or default_cache_root(cfg.job), cfg.store_id, cfg.job, worker, cfg.epoch,
-                lambda cache, txn, note: _run(cfg, cache, txn, worker, table, n, attempt, t_task, t_useful, note),
+                lambda cache, txn, note: _run(cfg, cache, txn, worker, table, n, attempt, t_task, t_useful, note,
+                                              walls=(w_task, w_useful)),
                 lambda: _done_outputs(cfg, worker))
         if outputs and cfg.txn is not None:
             from spark_jobs.txn_output import commit_outputs
@@ -136,7 +137,9 @@ def _done_outputs(cfg: ApplyConfig, worker: int) -> list[tuple[int, bytes, bytes
 
 def _run(cfg: ApplyConfig, cache: Any, txn: Any, worker: int, table: Any, n: int, attempt: str,
          t_task: float, t_useful: float, cache_note: dict[str, Any] | None = None,
-         ) -> list[tuple[int, bytes, bytes, str | None]]:
+         walls: tuple[float, float] = (0.0, 0.0)) -> list[tuple[int, bytes, bytes, str | None]]:
+    """One worker's epoch in one cache transaction. `walls`: the task's start and the end of its
+    input read on the wall clock, for the epoch's trace (`spans` in its metrics)."""
     from spark_jobs import faults
     from spark_jobs.durable import BinSource
     from spark_jobs.objects import ObjectWriter, epoch_name, object_name
@@ -150,6 +153,7 @@ def _run(cfg: ApplyConfig, cache: Any, txn: Any, worker: int, table: Any, n: int
     try:
         cache.ensure_bits(txn, k, k if cfg.base_bits is None else cfg.base_bits)
         moved, warmed = prepare_bins(cache, txn, src, owned, warm, incoming, e - 1, k)
+        w_prepared = time.time()
         faults.hit("worker_mid_move" if moved else "worker_prepared")
         writer = ObjectWriter(meta={"epoch": e, "worker": worker, "attempt": attempt, "kind": "changelog"})
         extra: dict[str, Any] = {}
@@ -162,14 +166,19 @@ def _run(cfg: ApplyConfig, cache: Any, txn: Any, worker: int, table: Any, n: int
             bin_records = BinRecords.of(per_bin)
         else:
             dead, bin_records = fold_rows(cfg, cache, txn, table, n, writer)
-        now = time.perf_counter()
+        now, w_folded = time.perf_counter(), time.time()
         tot_keys, tot_bytes = cache.totals(txn)
         bins = bin_records.metrics(cache, txn)
         writer.meta["metrics"] = {
             "worker": worker, "records_in": n, "records_out": len(writer.outputs) - dead, "dead_letters": dead,
             "useful_ms": (now - t_useful) * 1000, "wall_ms": (now - t_task) * 1000,
             "state_keys": tot_keys, "state_bytes": tot_bytes, "bins": bins, "moved_in": moved, "warmed": warmed,
-            "host": socket.gethostname(), "pid": os.getpid(), "attempt": attempt, **extra,
+            "host": socket.gethostname(), "pid": os.getpid(), "attempt": attempt,
+            # the task's phases on the wall clock, µs (spark_jobs.epoch_trace): input read, bins
+            # brought up to date (moves, pre-copies), fold
+            "spans": [["read", _us(walls[0]), _us(walls[1])], ["prepare", _us(walls[1]), _us(w_prepared)],
+                      ["fold", _us(w_prepared), _us(w_folded)]],
+            **extra,
         }
         if cache_note is not None:  # the epoch ran on a rebuilt cache: the driver records an event
             writer.meta["metrics"]["cache"] = cache_note
@@ -184,6 +193,10 @@ def _run(cfg: ApplyConfig, cache: Any, txn: Any, worker: int, table: Any, n: int
         return writer.outputs
     finally:
         src.close()
+
+
+def _us(t: float) -> int:
+    return int(t * 1e6)
 
 
 @functools.lru_cache(maxsize=8)

@@ -41,9 +41,9 @@ def chrome_trace(trace: Trace, job: str, cp: Participation | None = None) -> dic
                        "args": args})
     for n, m in enumerate(trace.messages):
         src, dst = trace.activities[m.src], trace.activities[m.dst]
-        events.append({"ph": "s", "id": n + 1, "name": "message", "cat": "message", "pid": 1,
+        events.append({"ph": "s", "id": n + 1, "name": m.kind, "cat": "message", "pid": 1,
                        "tid": tids[src.timeline], "ts": src.end_us})
-        events.append({"ph": "f", "bp": "e", "id": n + 1, "name": "message", "cat": "message", "pid": 1,
+        events.append({"ph": "f", "bp": "e", "id": n + 1, "name": m.kind, "cat": "message", "pid": 1,
                        "tid": tids[dst.timeline], "ts": dst.start_us})
     return {"traceEvents": events, "displayTimeUnit": "ms"}
 

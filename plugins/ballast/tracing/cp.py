@@ -20,7 +20,7 @@ from collections import defaultdict, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ballast.tracing.graph import LINK, MESSAGE, Edge, Graph
+from ballast.tracing.graph import Edge, Graph
 
 
 @dataclass(frozen=True)
@@ -32,8 +32,8 @@ class Participation:
     length_us: int  # L
 
     def by(self, key: str = "kind") -> dict[str, float]:
-        """Summed CP per `kind`, `timeline` or `both` ("kind on timeline"); messages and links
-        count under their own kinds."""
+        """Summed CP per `kind`, `timeline` or `both` ("kind on timeline"); messages count under
+        their kinds, on the timeline "sender -> receiver"."""
         out: dict[str, float] = defaultdict(float)
         for e, cp in self.edges:
             name = {"kind": e.kind, "timeline": e.timeline, "both": f"{e.kind} on {e.timeline}"}[key]
@@ -44,10 +44,13 @@ class Participation:
         """One sentence: the activity of one participant holding the largest share of the critical path."""
         if not self.edges:
             return "nothing was on a critical path in this window"
-        work = {k: v for k, v in self.by("both").items() if not k.startswith((LINK + " ", MESSAGE + " "))}
+        work = {f"{e.kind} on {e.timeline}": 0.0 for e, _ in self.edges if e.activity is not None}
+        for e, cp in self.edges:
+            if e.activity is not None:
+                work[f"{e.kind} on {e.timeline}"] += cp
         if not work:
             return "only messages were on the critical path in this window"
-        name, share = next(iter(work.items()))
+        name, share = max(work.items(), key=lambda kv: kv[1])
         return f"{name} holds {share:.0%} of the critical path"
 
 

@@ -10,7 +10,7 @@ The trace is what participants (the driver, each worker slot) did: `Activity`s o
 timelines (the driver's plan releases each task; a task's end releases the driver's commit).
 Vertices are the start and end of every activity; edges are
 - the activity itself (start -> end, its kind),
-- a message (the sender's end -> the receiver's start, kind `message`),
+- a message (the sender's end -> the receiver's start, of the message's kind),
 - the next activity of the same timeline when it starts as the last one ends (kind of neither: a
   zero-weight link). A gap on a timeline is *waiting*, which is never on a critical path
   (Snailtrail §3.3.1): it gets no edge, so a path crosses it only through a message.
@@ -49,10 +49,12 @@ class Activity:
 
 @dataclass(frozen=True)
 class Message:
-    """`src`'s end happened before `dst`'s start (indexes into the trace's activities)."""
+    """`src`'s end happened before `dst`'s start (indexes into the trace's activities); `kind`
+    names what passed (a task's launch, a task's end)."""
 
     src: int
     dst: int
+    kind: str = MESSAGE
 
 
 @dataclass(frozen=True)
@@ -157,7 +159,7 @@ def snapshot(trace: Trace, t_s: int | None = None, t_e: int | None = None) -> Gr
     for m in trace.messages:
         a, b = trace.activities[m.src], trace.activities[m.dst]
         start = min(a.end_us, b.start_us)  # a clock step may put the receipt first: the message took 0
-        add(MESSAGE, f"{a.timeline} -> {b.timeline}", (end_v, m.src, start), (start_v, m.dst, b.start_us), None)
+        add(m.kind, f"{a.timeline} -> {b.timeline}", (end_v, m.src, start), (start_v, m.dst, b.start_us), None)
     return g
 
 
