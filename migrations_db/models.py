@@ -106,6 +106,21 @@ class BinMetrics(Base):
     state_bytes: Mapped[int] = mapped_column(BigInteger, default=0)
 
 
+class EpochTrace(Base):
+    """One epoch's trace (ballast.tracing): what the driver and each worker did and what waited
+    for what, so a window's critical participation can be computed and exported later. Compact:
+    `activities` is a list of [timeline, kind, start_us, end_us], `messages` of [src, dst, kind]
+    (indexes into `activities`)."""
+
+    __tablename__ = "epoch_traces"
+    job: Mapped[str] = mapped_column(String(200), primary_key=True)
+    operator: Mapped[str] = mapped_column(String(200), primary_key=True)
+    epoch: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    started_us: Mapped[int] = mapped_column(BigInteger)  # its first activity's start, µs since the Unix epoch
+    activities: Mapped[list[Any]]
+    messages: Mapped[list[Any]]
+
+
 class StepDecision(Base):
     """Durable log of what the job decided at an epoch about a control step (replays reuse it)."""
 

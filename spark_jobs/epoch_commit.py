@@ -18,6 +18,8 @@ from typing import Any
 from ballast.protocol import CheckpointMessage, acks_topic, message_key, utcnow
 from ballast.store import writer as mx
 from ballast.store.event_log import CACHE_DEGRADED
+from ballast.store.traces import replace_trace, trace_row
+from ballast.tracing import Trace
 from migrations_db import models as m
 from spark_jobs import faults
 from spark_jobs.control import AppliedStep, EpochControl
@@ -46,6 +48,7 @@ class EpochReport:
     rate: float | None
     end_offsets: dict[str, int]
     replay: bool = False  # the decision was the logged one (Spark replays the epoch)
+    trace: tuple[int, Trace] | None = None  # the previous epoch's trace, whole only now (ballast.store.traces)
 
 
 class EpochCommit:
@@ -154,6 +157,8 @@ class EpochCommit:
                 ended_at=ended_at,
                 dead_letters=sum(int(d.get("dead_letters", 0)) for d in worker_docs))
             mx.replace_epoch_metrics(s, cfg.job, cfg.operator, epoch, erow, wrows, brows)
+            if r.trace is not None:
+                replace_trace(s, trace_row(cfg.job, cfg.operator, r.trace[0], r.trace[1]))
             mx.heartbeat(s, cfg.job, cfg.operator, epoch=epoch, map_version=st.map_version, workers=st.workers,
                          now=ended_at, started_at=self.started_at,
                          status="stopping" if self._stopping.is_set() else "running",

@@ -58,15 +58,23 @@ def epoch_trace(epoch: int, spans: list[tuple[str, int, int]], docs: list[dict[s
     return Trace(tuple(acts), tuple(msgs))
 
 
-def epoch_participation(epoch: int, spans: list[tuple[str, int, int]],
-                        docs: list[dict[str, Any]] | None) -> Participation | None:
-    """CP of the epoch's trace; None when its clocks disagree so much that the trace is not one
-    (a task's span overlapping the driver's own phases is logged, never raised)."""
+def checked_trace(epoch: int, spans: list[tuple[str, int, int]], docs: list[dict[str, Any]] | None) -> Trace | None:
+    """`epoch_trace`, or None when the clocks disagree so much that the spans are not one trace
+    (overlapping phases): logged at DEBUG, never raised — a trace must not fail an epoch."""
     try:
-        return critical_participation(snapshot(epoch_trace(epoch, spans, docs)))
+        trace = epoch_trace(epoch, spans, docs)
+        critical_participation(snapshot(trace))  # a cycle shows only here
+        return trace
     except ValueError as exc:
         log.debug("epoch %d: no trace (%s)", epoch, exc)
         return None
+
+
+def epoch_participation(epoch: int, spans: list[tuple[str, int, int]],
+                        docs: list[dict[str, Any]] | None) -> Participation | None:
+    """CP of the epoch's trace; None when there is no trace (`checked_trace`)."""
+    trace = checked_trace(epoch, spans, docs)
+    return critical_participation(snapshot(trace)) if trace is not None else None
 
 
 def critical_path_text(cp: Participation, top: int = 3) -> str:

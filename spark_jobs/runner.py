@@ -34,6 +34,7 @@ from ballast.protocol import acks_topic, control_topic, message_key, utcnow
 from ballast.store import writer as mx
 from ballast.store.fencing import Fence, Fenced
 from ballast.topics import create_missing_topics
+from ballast.tracing import Trace, critical_participation, snapshot
 from spark_jobs import faults
 from spark_jobs.binding import bind_state, check_job_row, job_row_config
 from spark_jobs.bins import bits_for
@@ -49,7 +50,7 @@ from spark_jobs.durable import DurableState
 from spark_jobs.epoch_apply import EpochApply, EpochWork
 from spark_jobs.epoch_commit import EpochCommit, EpochReport, summarize_moves
 from spark_jobs.epoch_times import EpochTimes, spark_outside
-from spark_jobs.epoch_trace import critical_path_text, epoch_participation
+from spark_jobs.epoch_trace import checked_trace, critical_path_text
 from spark_jobs.executors import ExecutorScaler
 from spark_jobs.fencing import DriverFence
 from spark_jobs.inputs import InputRows
@@ -115,6 +116,7 @@ class JobRunner:
         self._times = EpochTimes()  # the running epoch's (spark_jobs.epoch_times)
         self.epochs_done = 0
         self.last_epoch: int | None = None
+        self._trace: tuple[int, Trace] | None = None  # the last epoch's, until the next commit stores it
 
     @property
     def fence(self) -> Fence | None:
@@ -354,7 +356,7 @@ class JobRunner:
                              workers=self.committer.worker_metrics(st.workers, worker_docs), started_at=started_at,
                              ended_at=utcnow(), batch_ms=(time.perf_counter() - t0) * 1000, input_rows=input_rows,
                              control_rows=control_rows, backlog=backlog, rate=rate, end_offsets=end_now,
-                             replay=replay)
+                             replay=replay, trace=self._trace)
         acks = self.clients.db("the epoch's commit", self.committer.commit, report)
         times.lap("db")
         faults.hit("before_acks")
@@ -368,7 +370,9 @@ class JobRunner:
         self.last_epoch = epoch
         self.committer.log_epoch(report)
         log.info("epoch %d time ms: %s", epoch, times.text(spark_outside(self.query)))
-        cp = epoch_participation(epoch, times.spans, report.workers)  # what held it back (docs/tracing.md)
+        trace = checked_trace(epoch, times.spans, report.workers)  # what held it back (docs/tracing.md)
+        self._trace = (epoch, trace) if trace is not None else None  # stored with the next epoch's commit
+        cp = critical_participation(snapshot(trace)) if trace is not None else None
         if cp is not None and cp.length_us:
             log.info("epoch %d critical path %.0f ms: %s", epoch, cp.length_us / 1000, critical_path_text(cp))
 

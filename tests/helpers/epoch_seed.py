@@ -9,14 +9,16 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import func, select
 
-from ballast.store import writer
+from ballast.store import traces, writer
+from ballast.tracing import Activity, Message, Trace
 from migrations_db import models as m
 from migrations_db.db import session_scope
 
 
 def seed_epochs(url: str, job: str, epochs: int, bins: int, now: datetime) -> None:
-    """One epoch a minute ending at `now`; bin 0 is touched only in epoch 1 (a cold bin). Written
-    through the store's writer, one transaction per epoch, as the data plane's commit writes them."""
+    """One epoch a minute ending at `now`; bin 0 is touched only in epoch 1 (a cold bin); a trace per
+    epoch. Written through the store's writer, one transaction per epoch, as the data plane's commit
+    writes them."""
     writer.ensure_job_row(url, job, "keycount", bins, {}, now)
     for e in range(1, epochs + 1):
         end = now - timedelta(minutes=epochs - e)
@@ -29,6 +31,10 @@ def seed_epochs(url: str, job: str, epochs: int, bins: int, now: datetime) -> No
                                  useful_ms=10.0, wall_ms=20.0, state_keys=5, state_bytes=500) for w in range(2)],
                 [{"job": job, "operator": "keycount", "epoch": e, "bin": b, "worker": b % 2, "records": 10,
                   "state_keys": 1, "state_bytes": 1000 + b} for b in range(bins) if b > 0 or e == 1])
+            t0 = int((end - timedelta(seconds=1)).timestamp() * 1e6)
+            traces.replace_trace(s, traces.trace_row(job, "keycount", e, Trace((
+                Activity("driver", "plan", t0, t0 + 10), Activity("worker 0", "fold", t0 + 20, t0 + 900)),
+                (Message(0, 1, "source stage"),))))
 
 
 def count_rows(url: str, table: type[m.Base], job: str) -> int:

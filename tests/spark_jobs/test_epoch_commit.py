@@ -183,3 +183,14 @@ def test_the_epochs_log_line_says_what_happened(db_url, caplog):
     line = caplog.records[-1].getMessage()
     assert line.startswith("epoch 4 (replay): rows=20 W=2 B=8 map=v1 steps: apply=p#1 moved 1 bins/7 keys/70 B")
     assert "max worker useful 9 ms" in line and "backlog=100 queued=0" in line
+
+
+def test_the_previous_epochs_trace_is_stored_with_this_epochs_commit(db_url):
+    from ballast.store.traces import read_trace
+    from ballast.tracing import Activity, Trace
+
+    c = Commit(db_url)
+    trace = Trace((Activity("driver", "plan", 10, 20), Activity("driver", "db", 20, 45)))
+    c.commit(EpochReport(**{**_report(5, _decide([]), [_doc(0, {}), _doc(1, {})]).__dict__, "trace": (4, trace)}))
+    got = read_trace(db_url, "j", "keycount")
+    assert [(a.epoch, a.kind, a.start_us, a.end_us) for a in got.activities] == [(4, "plan", 10, 20), (4, "db", 20, 45)]

@@ -33,6 +33,7 @@ def test_prune_deletes_old_epochs_and_keeps_recent_ones_and_every_bins_last_size
     assert _count(any_db, m.EpochMetrics, unique_name) == 60 and _count(any_db, m.WorkerMetrics, unique_name) == 120
     assert _count(any_db, m.BinMetrics, unique_name) == 60 * 7 + 1  # + cold bin 0's only row (epoch 1)
     assert out[unique_name].epoch_rows == 120 and out[unique_name].bin_rows == 120 * 7
+    assert out[unique_name].trace_rows == 120 and _count(any_db, m.EpochTrace, unique_name) == 60
     # what the console and the controller read over the window is unchanged, cold bin's size included
     after = store.bin_range(any_db, unique_name, "keycount", 8, 121, 180)
     assert after == before and after.bytes[0] == 1000

@@ -9,7 +9,7 @@ from collections import defaultdict
 
 import pytest
 
-from ballast.tracing import Activity, Message, Trace, critical_participation, snapshot
+from ballast.tracing import Activity, Message, Trace, critical_participation, epochs_participation, snapshot
 from ballast.tracing.graph import Graph
 
 pytestmark = pytest.mark.controlplane
@@ -139,3 +139,12 @@ def test_bad_traces_are_refused_with_what_is_wrong():
     x, y = Activity("driver", "plan", 0, 10), Activity("worker 0", "fold", 20, 30)
     with pytest.raises(ValueError, match="form a cycle"):
         critical_participation(snapshot(Trace((x, y), (Message(0, 1), Message(1, 0)))))
+
+
+def test_a_window_of_epochs_weighs_each_epochs_cp_by_its_critical_path():
+    one = [Activity("driver", "plan", 0, 20, epoch=1), Activity("worker 1", "fold", 20, 100, epoch=1)]
+    two = [Activity("driver", "db", 1000, 1300, epoch=2)]  # after the trigger's wait: no path crosses it
+    cp = epochs_participation(Trace((*one, *two), (Message(0, 1),)))
+    assert cp.length_us == 400 and cp.paths == 2
+    assert cp.by("both") == pytest.approx({"db on driver": 0.75, "fold on worker 1": 0.2, "plan on driver": 0.05})
+    assert sum(v for _, v in cp.edges) == pytest.approx(1.0)

@@ -1,7 +1,8 @@
 """Retention of the per-epoch metrics tables, which grow with every micro-batch forever otherwise.
 
 `bin_metrics` gets one row per touched bin per epoch (thousands with B=4096), `worker_metrics`
-W rows and `epoch_metrics` one. What the readers need, and so what is kept:
+W rows, `epoch_metrics` and `epoch_traces` one (a trace: a few dozen activities). What the
+readers need, and so what is kept:
 * the controller reads the last `rebalance.window_epochs` epochs (tens);
 * the console reads a time window of at most 24 h (console.WINDOWS) and looks a bin's last size
   up to 500 epochs back (ballast.store.console.bin_range);
@@ -38,6 +39,7 @@ class Pruned:
     epoch_rows: int = 0
     worker_rows: int = 0
     bin_rows: int = 0
+    trace_rows: int = 0
 
 
 def retention_cutoff(url: str, job: str, operator: str, keep: timedelta, keep_epochs: int,
@@ -70,10 +72,10 @@ def prune_job(url: str, job: str, operator: str, keep: timedelta = DEFAULT_KEEP,
     cutoff = retention_cutoff(url, job, operator, keep, keep_epochs, now)
     if cutoff is None:
         return Pruned(job, operator, None)
-    em, wm, bm = m.EpochMetrics, m.WorkerMetrics, m.BinMetrics
+    em, wm, bm, tr = m.EpochMetrics, m.WorkerMetrics, m.BinMetrics, m.EpochTrace
     with session_scope(url) as s:
         lo = min((v for v in (s.scalar(select(func.min(t.epoch)).where(t.job == job, t.operator == operator))
-                              for t in (em, wm, bm)) if v is not None), default=cutoff)
+                              for t in (em, wm, bm, tr)) if v is not None), default=cutoff)
         # bins whose newest row is older than the cutoff: that row is their only size record
         cold = dict(s.execute(select(bm.bin, func.max(bm.epoch)).where(bm.job == job, bm.operator == operator)
                               .group_by(bm.bin).having(func.max(bm.epoch) < cutoff)).all())
@@ -84,7 +86,8 @@ def prune_job(url: str, job: str, operator: str, keep: timedelta = DEFAULT_KEEP,
             bins += int(res.rowcount or 0)  # type: ignore[attr-defined]
     workers = _delete_chunked(url, wm, job, operator, lo, cutoff)
     epochs = _delete_chunked(url, em, job, operator, lo, cutoff)
-    return Pruned(job, operator, cutoff, epochs, workers, bins)
+    traces = _delete_chunked(url, tr, job, operator, lo, cutoff)
+    return Pruned(job, operator, cutoff, epochs, workers, bins, traces)
 
 
 def prune_epoch_metrics(url: str, keep: timedelta = DEFAULT_KEEP, keep_epochs: int = DEFAULT_KEEP_EPOCHS,

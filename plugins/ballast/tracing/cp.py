@@ -20,7 +20,7 @@ from collections import defaultdict, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ballast.tracing.graph import Edge, Graph
+from ballast.tracing.graph import Edge, Graph, Message, Trace, snapshot
 
 
 @dataclass(frozen=True)
@@ -79,6 +79,28 @@ def critical_participation(g: Graph) -> Participation:
     cps = tuple((e, cnt_in[e.u] * cnt_out[e.v] * e.weight_us / (paths * length)) for e in g.edges
                 if e.weight_us > 0 and best_in[e.u] + e.weight_us + best_out[e.v] == length)
     return Participation(cps, paths, length)
+
+
+def epochs_participation(trace: Trace) -> Participation:
+    """CP of a window of several epochs: each epoch's own (between epochs the driver waits for its
+    trigger, and waiting is never critical, so no path crosses from one epoch to the next), weighted
+    by the length of its critical path: the result is each activity's share of all the critical
+    time in the window. `paths` is the sum of the epochs' counts."""
+    groups: dict[int | None, list[int]] = defaultdict(list)
+    for i, a in enumerate(trace.activities):
+        groups[a.epoch].append(i)
+    parts = []
+    for idx in groups.values():
+        keep = {old: new for new, old in enumerate(idx)}
+        sub = Trace(tuple(trace.activities[i] for i in idx),
+                    tuple(Message(keep[x.src], keep[x.dst], x.kind) for x in trace.messages
+                          if x.src in keep and x.dst in keep))
+        parts.append(critical_participation(snapshot(sub)))
+    total = sum(p.length_us for p in parts)
+    if total == 0:
+        return Participation((), sum(p.paths for p in parts), 0)
+    edges = tuple((e, cp * p.length_us / total) for p in parts for e, cp in p.edges)
+    return Participation(edges, sum(p.paths for p in parts), total)
 
 
 def _longest(order: list[int], near: list[list[Edge]], other: Callable[[Edge], int]) -> tuple[list[int], list[int]]:
