@@ -32,6 +32,7 @@ from stack_airflow import (  # noqa: E402
     airflow_up,
 )
 from stack_kafka import (  # noqa: E402
+    DEFAULT_AUTH,
     KAFKA_PID,
     SCRAM_USERS,
     KafkaBroker,
@@ -71,7 +72,8 @@ from stack_procs import (  # noqa: E402
 from stack_secrets import ensure_signing_key, signing_enabled, signing_key_file  # noqa: E402
 
 __all__ = [
-    "ADMIN_PASSWORD", "ADMIN_USER", "AIRFLOW_HOME", "AIRFLOW_LOG", "AIRFLOW_PID", "AIRFLOW_PORT", "CACHE", "HOST",
+    "ADMIN_PASSWORD", "ADMIN_USER", "AIRFLOW_HOME", "AIRFLOW_LOG", "AIRFLOW_PID", "AIRFLOW_PORT", "CACHE",
+    "DEFAULT_AUTH", "HOST",
     "KAFKA_CONTROLLER_PORT", "KAFKA_PID", "KAFKA_PORT", "PG_PID",
     "PG_PORT", "REPO", "SCRAM_USERS", "STATE", "KafkaBroker", "Postgres", "StackError", "airflow_down",
     "airflow_env", "airflow_up", "default_broker", "default_postgres", "ensure_signing_key", "ensure_topics",
