@@ -4,9 +4,9 @@
 # (and read its acks), `job` reads its input and its own topics, writes its acks/outputs/DLQ, never
 # `<job>.control`. Idempotent: an existing topic or ACL is kept.
 set -euo pipefail
-JOB=${BALLAST_JOB:-clicks}
-INPUT=${BALLAST_INPUT_TOPIC:-clicks}
-CFG=${BALLAST_SECRETS:-/run/ballast-secrets}/kafka/admin.properties
+JOB=${INIT_JOB:-clicks}
+INPUT=${INIT_INPUT_TOPIC:-clicks}
+CFG=${SECRETS_DIR:-/run/ballast-secrets}/kafka/admin.properties
 BIN=/opt/kafka/bin
 BS=kafka:9092
 "$BIN/kafka-topics.sh" --bootstrap-server "$BS" --command-config "$CFG" --create --if-not-exists \

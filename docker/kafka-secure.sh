@@ -5,7 +5,7 @@
 # secrets volume (docker/secrets_init.py) and are added when the storage is formatted, on the first start.
 set -euo pipefail
 umask 077
-SECRETS=${BALLAST_SECRETS:-/run/ballast-secrets}/kafka
+SECRETS=${SECRETS_DIR:-/run/ballast-secrets}/kafka
 DATA=/var/lib/kafka/data
 CONF=/tmp/ballast-server.properties
 # shellcheck disable=SC1091

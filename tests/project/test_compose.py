@@ -81,7 +81,7 @@ def test_init_order_topic_login_and_fernet_key():
     kafka_init = services["kafka-init"]["environment"]  # docker/kafka-init.sh creates it and grants the ACLs
     assert '--topic "$INPUT"' in (REPO / "docker" / "kafka-init.sh").read_text()
     for job in jobs:
-        assert (kafka_init["BALLAST_JOB"], kafka_init["BALLAST_INPUT_TOPIC"]) == (job["job"], job["input_topic"]), \
+        assert (kafka_init["INIT_JOB"], kafka_init["INIT_INPUT_TOPIC"]) == (job["job"], job["input_topic"]), \
             f"kafka-init does not create {job['input_topic']}"
     env = services["airflow-api-server"]["environment"]
     assert env["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS"] == "admin:admin"
