@@ -1,6 +1,9 @@
 """`make demo`: the main job end to end on the embedded defaults, driven through Airflow.
 
-1. Kafka and Airflow standalone are up (`make up` ran first); the input topic exists.
+1. Kafka and Airflow standalone are up (`make up` ran first); the input topic exists. Secure by
+   default: the broker runs SASL/SCRAM + ACLs (the demo's load and topic set-up use `admin`) and
+   every control step is signed with the key `make up` made (docs/operations.md, "Secure by
+   default"); BALLAST_KAFKA_AUTH=none / BALLAST_CONTROL_SIGNING=none opt out.
 2. Airflow's `ballast_supervise` DAG launches the key-count job `clicks` (1 worker) and the demo
    waits for its heartbeat in the metrics DB.
 3. An open-loop load generator feeds `clicks` with a Zipf-skewed key stream.
