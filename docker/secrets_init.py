@@ -67,7 +67,7 @@ def make(root: Path) -> list[str]:
                                                f"sasl.jaas.config={jaas}\n"):
         written.append(str(kafka / "admin.properties"))
     keys = airflow / "control-keys.json"
-    if _write_once(keys, json.dumps({f"compose-{datetime.now(UTC):%Y%m%d%H%M%S}":
+    if _write_once(keys, json.dumps({f"compose-{datetime.now(UTC):%Y%m%d}-{secrets.token_hex(4)}":
                                      "base64:" + base64.b64encode(secrets.token_bytes(32)).decode()})):
         written.append(str(keys))
     ((kid, secret),) = json.loads(keys.read_text()).items()

@@ -45,7 +45,8 @@ def ensure_signing_key(state: Path) -> dict[str, str]:
             return {"kid": doc["kid"], "secret": doc["secret"]}
         raise StackError(f"{path} is not {{\"kid\": ..., \"secret\": ...}}: remove it to make a new key "
                          "(and restart the jobs, which know the old one)")
-    write_private_once(path, {"kid": f"stack-{datetime.now(UTC):%Y%m%d%H%M%S}",
+    # the kid names this installation: time + random, so two stacks made in the same second differ
+    write_private_once(path, {"kid": f"stack-{datetime.now(UTC):%Y%m%d}-{secrets.token_hex(4)}",
                               "secret": "base64:" + base64.b64encode(secrets.token_bytes(32)).decode()})
     return ensure_signing_key(state)
 

@@ -94,8 +94,8 @@ class EpochCommit:
                 elif e.event:
                     # refused before it could touch the map (unsigned, forged, foreign, malformed...):
                     # said in the driver log too, not only in the metrics DB and the ack
-                    log.warning("control message at offset %s refused (plan %s step %s): %s", e.offset, e.plan_id,
-                                e.step, e.reason)
+                    log.warning("control message at offset %s refused%s: %s", e.offset,
+                                f" (plan {e.plan_id} step {e.step})" if e.plan_id else "", e.reason)
                     mx.insert_event_once(s, m.Event(
                         job=cfg.job, operator=cfg.operator, at=decided_at, level="warning",
                         kind="control_rejected", message=e.reason, epoch=epoch,

@@ -57,7 +57,7 @@ def test_the_signing_key_is_made_once_private_and_reused(secure_default: Path) -
     assert json.loads(path.read_text()) == key and not list(path.parent.glob(".*"))  # no temporary left
     assert len(SigningKey.of(key["kid"], key["secret"]).secret) == 32
     other = stack.ensure_signing_key(secure_default.parent / "other-state")
-    assert other["secret"] != key["secret"], "every installation makes its own"
+    assert other["secret"] != key["secret"] and other["kid"] != key["kid"], "every installation makes its own"
 
 
 def test_a_damaged_key_file_is_a_clear_error_not_a_new_key(secure_default: Path) -> None:
