@@ -39,7 +39,7 @@ share.coordinator.state.topic.min.isr=1
 group.initial.rebalance.delay.ms=0
 PROPS
 if [ ! -f "$DATA/meta.properties" ]; then
-  /opt/kafka/bin/kafka-storage.sh format -t "$(/opt/kafka/bin/kafka-storage.sh random-uuid)" -c "$CONF" \
+  /opt/kafka/bin/kafka-storage.sh format --cluster-id="$(/opt/kafka/bin/kafka-storage.sh random-uuid)" -c "$CONF" \
     --add-scram "SCRAM-SHA-256=[name=admin,password=${ADMIN_PASSWORD}]" \
     --add-scram "SCRAM-SHA-256=[name=controller,password=${CONTROLLER_PASSWORD}]" \
     --add-scram "SCRAM-SHA-256=[name=job,password=${JOB_PASSWORD}]"

@@ -171,8 +171,10 @@ class KafkaBroker:
             scram = []
             for user, pw in self.passwords().items():
                 scram += ["--add-scram", f"SCRAM-SHA-256=[name={user},password={pw}]"]
+            # `--cluster-id=`: an id starting with "-" (1 in 64 of urlsafe base64) read as an option
             out = subprocess.run(
-                jvm + ["kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(props), "--standalone"] + scram,
+                jvm + ["kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}", "-c", str(props),
+                       "--standalone"] + scram,
                 capture_output=True, text=True,
             )
             if out.returncode != 0:
