@@ -21,7 +21,7 @@ help:
 setup: ## venv + pinned packages, Maven jars into .cache/ (idempotent)
 	@bash scripts/setup.sh
 
-up: setup ## start Kafka (KRaft) and Airflow standalone on 127.0.0.1, migrate the metrics DB (BALLAST_KAFKA_AUTH=scram: SASL/SCRAM + ACLs)
+up: setup ## start Kafka (KRaft) and Airflow standalone on 127.0.0.1, migrate the metrics DB; secure by default: SASL/SCRAM + ACLs, signed control (BALLAST_KAFKA_AUTH=none, BALLAST_CONTROL_SIGNING=none opt out)
 	@$(STACK) up kafka airflow
 	@$(PY) -m ballast.store upgrade
 

@@ -29,6 +29,9 @@ def stack():  # type: ignore[no-untyped-def]
 
 
 def kafka_up() -> str:
+    """The stack's broker in PLAINTEXT (the harness's clients carry no credentials): an explicit
+    opt-out of the stack's secure default; a broker formatted with SCRAM refuses, naming `make clean`."""
+    os.environ["BALLAST_KAFKA_AUTH"] = "none"
     st = stack()
     st.kafka_up()
     return st.kafka_bootstrap()

@@ -1,6 +1,9 @@
 """`make demo`: the main job end to end on the embedded defaults, driven through Airflow.
 
-1. Kafka and Airflow standalone are up (`make up` ran first); the input topic exists.
+1. Kafka and Airflow standalone are up (`make up` ran first); the input topic exists. Secure by
+   default: the broker runs SASL/SCRAM + ACLs (the demo's load and topic set-up use `admin`) and
+   every control step is signed with the key `make up` made (docs/operations.md, "Secure by
+   default"); BALLAST_KAFKA_AUTH=none / BALLAST_CONTROL_SIGNING=none opt out.
 2. Airflow's `ballast_supervise` DAG launches the key-count job `clicks` (1 worker) and the demo
    waits for its heartbeat in the metrics DB.
 3. An open-loop load generator feeds `clicks` with a Zipf-skewed key stream.
@@ -42,6 +45,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "scripts"))
 import stack  # noqa: E402
 
+from ballast.kafka_security import KafkaSecurity  # noqa: E402
 from ballast.options import settings  # noqa: E402
 from ballast.store import JobStore  # noqa: E402
 from ballast.store.schema import default_url  # noqa: E402
@@ -162,7 +166,8 @@ class Load:
         rng = random.Random(7)
         weights = [1.0 / (i + 1) ** 1.1 for i in range(self.keys)]
         population = list(range(self.keys))
-        producer = KafkaProducer(bootstrap_servers=stack.kafka_bootstrap(), acks=1, linger_ms=20)
+        producer = KafkaProducer(bootstrap_servers=stack.kafka_bootstrap(), acks=1, linger_ms=20,
+                                 **stack.default_broker().client_kwargs("admin"))
         last, owed = time.time(), 0.0
         while not self.stop.is_set():
             now = time.time()
@@ -301,7 +306,13 @@ def wait_for_window(timeout_s: float = 180) -> None:
 
 def main() -> int:
     os.environ.setdefault("BALLAST_DB_URL", default_url())
-    stack.ensure_topics({JOB: 4})
+    broker = stack.default_broker()
+    say(f"Kafka: {broker.bootstrap}, " + ("SASL/SCRAM + ACLs (principals admin, controller, job)"
+                                          if broker.auth == "scram"
+                                          else "PLAINTEXT, no authentication (BALLAST_KAFKA_AUTH=none)"))
+    say("control messages: " + (f"signed, key id {stack.ensure_signing_key(stack.STATE)['kid']}"
+                                 if stack.signing_enabled() else "UNSIGNED (BALLAST_CONTROL_SIGNING=none)"))
+    stack.ensure_topics({JOB: 4}, security=KafkaSecurity.from_config(broker.client_config("admin")))
     af = Airflow()
     supervise = af.wait_for_dag(f"ballast_supervise__{JOB}", "ballast_supervise")
     migrate = af.wait_for_dag("ballast_migrate")

@@ -32,6 +32,7 @@ from stack_airflow import (  # noqa: E402
     airflow_up,
 )
 from stack_kafka import (  # noqa: E402
+    DEFAULT_AUTH,
     KAFKA_PID,
     SCRAM_USERS,
     KafkaBroker,
@@ -68,14 +69,17 @@ from stack_procs import (  # noqa: E402
     pid_alive,
     port_open,
 )
+from stack_secrets import ensure_signing_key, signing_enabled, signing_key_file  # noqa: E402
 
 __all__ = [
-    "ADMIN_PASSWORD", "ADMIN_USER", "AIRFLOW_HOME", "AIRFLOW_LOG", "AIRFLOW_PID", "AIRFLOW_PORT", "CACHE", "HOST",
+    "ADMIN_PASSWORD", "ADMIN_USER", "AIRFLOW_HOME", "AIRFLOW_LOG", "AIRFLOW_PID", "AIRFLOW_PORT", "CACHE",
+    "DEFAULT_AUTH", "HOST",
     "KAFKA_CONTROLLER_PORT", "KAFKA_PID", "KAFKA_PORT", "PG_PID",
     "PG_PORT", "REPO", "SCRAM_USERS", "STATE", "KafkaBroker", "Postgres", "StackError", "airflow_down",
-    "airflow_env", "airflow_up", "default_broker", "default_postgres", "ensure_topics", "free_port", "jobs_down",
+    "airflow_env", "airflow_up", "default_broker", "default_postgres", "ensure_signing_key", "ensure_topics",
+    "free_port", "jobs_down",
     "kafka_bootstrap", "kafka_down", "kafka_up", "main", "port_open", "postgres_clean", "postgres_down",
-    "postgres_up", "postgres_url",
+    "postgres_up", "postgres_url", "signing_enabled", "signing_key_file",
 ]
 
 
@@ -115,7 +119,7 @@ def main(argv: list[str]) -> int:
         user = argv[1] if len(argv) > 1 else "controller"
         broker = default_broker()
         if broker.auth != "scram":
-            print("{}  (the broker runs PLAINTEXT: start it with BALLAST_KAFKA_AUTH=scram make up)")
+            print("{}  (the broker runs PLAINTEXT, BALLAST_KAFKA_AUTH=none: `make clean` and `make up` for SCRAM)")
             return 0
         if user not in SCRAM_USERS:
             print(f"unknown principal {user!r}; one of {SCRAM_USERS}", file=sys.stderr)

@@ -1,7 +1,8 @@
 """The local stack's Airflow standalone (api-server, scheduler, DAG processor, triggerer) on 127.0.0.1.
 
-It runs with this checkout's dags/ and plugins/, a known admin login, and — when the broker runs
-SASL/SCRAM — one Kafka connection per principal (the controller's and the jobs').
+It runs with this checkout's dags/ and plugins/, a known admin login, — when the broker runs
+SASL/SCRAM (the default) — one Kafka connection per principal (the controller's and the jobs'),
+and — unless BALLAST_CONTROL_SIGNING=none — the stack's control signing key (stack_secrets).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from stack_procs import (
     stop,
     wait_healthy,
 )
+from stack_secrets import ensure_signing_key, signing_enabled, signing_env
 
 AIRFLOW_HOME = STATE / "airflow"
 AIRFLOW_PID = STATE / "airflow.pid"
@@ -46,6 +48,8 @@ def airflow_env() -> dict[str, str]:
         "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
         "AIRFLOW__API__HOST": HOST,
         "AIRFLOW__API__PORT": str(AIRFLOW_PORT),
+        # the tasks reach the api-server here (Airflow's default assumes port 8080)
+        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://{HOST}:{AIRFLOW_PORT}/execution/",
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{ADMIN_USER}:admin",
         "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "30",
         "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "False",
@@ -61,6 +65,7 @@ def airflow_env() -> dict[str, str]:
         for conn, user in (("BALLAST_KAFKA", "controller"), ("BALLAST_KAFKA_JOB", "job")):
             env[f"AIRFLOW_CONN_{conn}"] = json.dumps({"conn_type": "kafka", "host": HOST, "port": KAFKA_PORT,
                                                       "extra": broker.client_config(user)})
+    env.update(signing_env(STATE))  # the emitter signs, the jobs the supervisor launches verify
     return env
 
 
@@ -87,7 +92,9 @@ def airflow_up() -> None:
     )
     airflow = str(Path(sys.executable).parent / "airflow")
     env = airflow_env()
-    log(f"airflow: starting standalone (AIRFLOW_HOME={AIRFLOW_HOME})")
+    signing = (f"signed with key id {ensure_signing_key(STATE)['kid']}" if signing_enabled()
+               else "UNSIGNED (BALLAST_CONTROL_SIGNING=none)")
+    log(f"airflow: starting standalone (AIRFLOW_HOME={AIRFLOW_HOME}); control messages {signing}")
     spawn([airflow, "standalone"], AIRFLOW_LOG, AIRFLOW_PID, env)
     wait_healthy(airflow_ready, "Airflow api-server", 240, AIRFLOW_LOG, AIRFLOW_PID)
     log(f"airflow: UI at http://{HOST}:{AIRFLOW_PORT}  login: {ADMIN_USER} / {ADMIN_PASSWORD}")

@@ -1,10 +1,12 @@
 """The local stack's Kafka broker (single-node KRaft on 127.0.0.1), its ACLs, and topic creation.
 
-BALLAST_KAFKA_AUTH=scram (`make up` option): SASL/SCRAM-SHA-256 on the client listener, the
+Secure by default (`make up`, `make demo`): SASL/SCRAM-SHA-256 on the client listener, the
 StandardAuthorizer with ACLs (nothing is allowed without one), three principals with passwords
-generated at the first format (<state>/kafka/scram-users.json, 0600): `admin` (super user: the
-stack and the tests), `controller` (writes <job>.control), `job` (writes acks, outputs, DLQ).
-Default: PLAINTEXT on loopback, no authentication.
+generated at the first format (<state>/kafka/scram-users.json, 0600, reused after): `admin` (super
+user: the stack and the tests), `controller` (writes <job>.control), `job` (writes acks, outputs,
+DLQ). BALLAST_KAFKA_AUTH=none opts out: PLAINTEXT on loopback, no authentication (the test
+session's shared broker runs so, tests/conftest.py). A broker keeps the mode its data was
+formatted in when the variable is unset.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from stack_procs import (
     stop,
     wait_healthy,
 )
+from stack_secrets import write_private_once
 
 from ballast.options import settings
 
@@ -43,7 +46,7 @@ class KafkaBroker:
 
     def __init__(self, root: Path, port: int, controller_port: int, auth: str = "none", name: str = "kafka") -> None:
         if auth not in ("none", "scram"):
-            raise StackError(f"BALLAST_KAFKA_AUTH={auth!r}: use 'none' (default) or 'scram'")
+            raise StackError(f"BALLAST_KAFKA_AUTH={auth!r}: use 'scram' (default) or 'none'")
         self.root, self.port, self.controller_port, self.auth, self.name = root, port, controller_port, auth, name
         self.dir = root / name
         self.pidfile = root / f"{name}.pid"
@@ -63,9 +66,7 @@ class KafkaBroker:
         if not self.users_file.exists():
             import secrets
 
-            self.dir.mkdir(parents=True, exist_ok=True)
-            self.users_file.write_text(json.dumps({u: secrets.token_urlsafe(18) for u in SCRAM_USERS}))
-            self.users_file.chmod(0o600)
+            write_private_once(self.users_file, {u: secrets.token_urlsafe(18) for u in SCRAM_USERS})
         return json.loads(self.users_file.read_text())
 
     def client_config(self, user: str = "admin") -> dict[str, str]:
@@ -137,6 +138,12 @@ class KafkaBroker:
         if self.alive() and self.ready():
             log(f"{self.name}: already running on {self.bootstrap}")
             return
+        data = self.dir / "data"
+        mode = self.dir / "auth-mode"
+        if (data / "meta.properties").exists() and mode.exists() and mode.read_text().strip() != self.auth:
+            raise StackError(f"the broker's data under {data} was formatted with BALLAST_KAFKA_AUTH="
+                             f"{mode.read_text().strip()}, not {self.auth}: `make clean` (drops its topics) or "
+                             "start it in that mode")
         java = need_java()
         for port in (self.port, self.controller_port):
             if port_open(port):
@@ -145,7 +152,6 @@ class KafkaBroker:
                     "BALLAST_KAFKA_PORT / BALLAST_KAFKA_CONTROLLER_PORT to free ports"
                 )
         cp = _kafka_classpath()
-        data = self.dir / "data"
         props = self.dir / "server.properties"
         self.dir.mkdir(parents=True, exist_ok=True)
         props.write_text("\n".join(self._properties(data) + [""]))
@@ -158,11 +164,6 @@ class KafkaBroker:
             "        level: INFO\n"
         )
         jvm = [java, "-Xms256m", "-Xmx768m", f"-Dlog4j2.configurationFile={log4j}", "-cp", cp]
-        mode = self.dir / "auth-mode"
-        if (data / "meta.properties").exists() and mode.exists() and mode.read_text().strip() != self.auth:
-            raise StackError(f"the broker's data under {data} was formatted with BALLAST_KAFKA_AUTH="
-                             f"{mode.read_text().strip()}, not {self.auth}: `make clean` (drops its topics) or "
-                             "start it in that mode")
         if not (data / "meta.properties").exists():
             import base64
 
@@ -170,8 +171,10 @@ class KafkaBroker:
             scram = []
             for user, pw in self.passwords().items():
                 scram += ["--add-scram", f"SCRAM-SHA-256=[name={user},password={pw}]"]
+            # `--cluster-id=`: an id starting with "-" (1 in 64 of urlsafe base64) read as an option
             out = subprocess.run(
-                jvm + ["kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(props), "--standalone"] + scram,
+                jvm + ["kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}", "-c", str(props),
+                       "--standalone"] + scram,
                 capture_output=True, text=True,
             )
             if out.returncode != 0:
@@ -236,10 +239,14 @@ class KafkaBroker:
             admin.close()
 
 
+DEFAULT_AUTH = "scram"  # secure by default; BALLAST_KAFKA_AUTH=none opts out
+
+
 def default_broker() -> KafkaBroker:
-    """The stack's broker; its mode is BALLAST_KAFKA_AUTH, else the mode its data was formatted in."""
+    """The stack's broker; its mode is BALLAST_KAFKA_AUTH, else the mode its data was formatted in,
+    else SCRAM + ACLs."""
     mode_file = STATE / "kafka" / "auth-mode"
-    auth = settings().kafka_auth or (mode_file.read_text().strip() if mode_file.exists() else "none")
+    auth = settings().kafka_auth or (mode_file.read_text().strip() if mode_file.exists() else DEFAULT_AUTH)
     return KafkaBroker(STATE, KAFKA_PORT, KAFKA_CONTROLLER_PORT, auth)
 
 
@@ -263,6 +270,9 @@ def kafka_ready() -> bool:
 
 def kafka_up() -> None:
     broker = default_broker()
+    if broker.auth == "none" and not settings().kafka_auth:
+        log("kafka: WARNING this broker's data was formatted PLAINTEXT (no authentication) and keeps that mode; "
+            "`make clean` and `make up` give the secure default (SASL/SCRAM + ACLs)")
     broker.up()
     if broker.auth == "scram":  # the configured jobs' ACLs (tests grant their own)
         for job, input_topic in _configured_jobs():

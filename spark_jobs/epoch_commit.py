@@ -97,6 +97,9 @@ class EpochCommit:
             for e in d.entries:
                 if e.checkpoint:
                     is_applied = e.action == "apply"
+                    if e.action == "reject":
+                        log.warning("control step %s/%s at offset %s rejected: %s", e.plan_id, e.step, e.offset,
+                                    e.reason)
                     completed = decided_at
                     if is_applied and moves_doc:
                         completed = parse_iso(moves_doc["completed_at"])
@@ -114,6 +117,10 @@ class EpochCommit:
                     mx.insert_checkpoint_once(s, row)
                     acks.append(self._ack(row, e.offset))
                 elif e.event:
+                    # refused before it could touch the map (unsigned, forged, foreign, malformed...):
+                    # said in the driver log too, not only in the metrics DB and the ack
+                    log.warning("control message at offset %s refused%s: %s", e.offset,
+                                f" (plan {e.plan_id} step {e.step})" if e.plan_id else "", e.reason)
                     mx.insert_event_once(s, m.Event(
                         job=cfg.job, operator=cfg.operator, at=decided_at, level="warning",
                         kind="control_rejected", message=e.reason, epoch=epoch,

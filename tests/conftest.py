@@ -24,6 +24,12 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+# the stack is secure by default (SASL/SCRAM + ACLs, signed control messages: scripts/stack_kafka.py,
+# stack_secrets.py); the suite's shared broker and any Airflow it starts opt out explicitly, as its
+# clients are plaintext and unsigned. Tests of the secure configuration start their own broker
+# (tests/helpers/brokers.py) and keys (tests/system/test_kafka_auth.py, tests/scripts/test_stack_secure.py).
+os.environ["BALLAST_KAFKA_AUTH"] = "none"
+os.environ["BALLAST_CONTROL_SIGNING"] = "none"
 
 
 def _load_stack():  # type: ignore[no-untyped-def]

@@ -32,6 +32,7 @@ EMIT_MODES: tuple[EmitMode, ...] = ("flow-control", "prepared-ahead")
 Launcher = Literal["cli", "spark-submit"]
 LAUNCHERS: tuple[Launcher, ...] = ("cli", "spark-submit")
 KafkaAuth = Literal["none", "scram"]
+ControlSigning = Literal["none", "hmac"]
 
 __all__ = [
     "DEFAULT_MAX_WORKERS",
@@ -42,6 +43,7 @@ __all__ = [
     "REPO",
     "STRATEGIES",
     "ConfigError",
+    "ControlSigning",
     "EmitMode",
     "KafkaAuth",
     "Launcher",
@@ -101,7 +103,12 @@ class Settings(BaseSettings):
     kafka_auth: KafkaAuth | None = Field(
         default=None,
         description="local broker's client auth (`none` | `scram`); "
-        "unset: the mode its data was formatted in, else `none`",
+        "unset: the mode its data was formatted in, else `scram` (SASL/SCRAM + ACLs)",
+    )
+    control_signing: ControlSigning | None = Field(
+        default=None,
+        description="local stack's control messages (`none` | `hmac`); unset: `hmac`, signed with a key "
+        "generated into `<state_dir>/secrets/` at the first `make up`",
     )
     airflow_port: int = Field(default=8080, description="Airflow UI/API port")
     airflow_password: str = Field(default="ballast", description="admin password of the local Airflow")

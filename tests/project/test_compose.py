@@ -78,9 +78,11 @@ def test_init_order_topic_login_and_fernet_key():
         assert deps["airflow-init"]["condition"] == "service_completed_successfully", name
         assert deps["kafka-init"]["condition"] == "service_completed_successfully", name
     jobs = yaml.safe_load((REPO / "docker" / "jobs.yaml").read_text())["jobs"]
-    topic = " ".join(services["kafka-init"]["command"])
+    kafka_init = services["kafka-init"]["environment"]  # docker/kafka-init.sh creates it and grants the ACLs
+    assert '--topic "$INPUT"' in (REPO / "docker" / "kafka-init.sh").read_text()
     for job in jobs:
-        assert f"--topic {job['input_topic']}" in topic, f"kafka-init does not create {job['input_topic']}"
+        assert (kafka_init["INIT_JOB"], kafka_init["INIT_INPUT_TOPIC"]) == (job["job"], job["input_topic"]), \
+            f"kafka-init does not create {job['input_topic']}"
     env = services["airflow-api-server"]["environment"]
     assert env["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS"] == "admin:admin"
     assert env["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE"] in init["command"][0]  # airflow-init writes it
@@ -119,7 +121,7 @@ def test_env_the_code_reads_is_set():
     """Every variable the Airflow side reads without a usable default inside a container is set."""
     env = _services()["airflow-scheduler"]["environment"]
     for var in ("BALLAST_DB_URL", "BALLAST_KAFKA_BOOTSTRAP", "BALLAST_STATE_DIR", "BALLAST_JOBS_FILE",
-                "PYSPARK_PYTHON", "AIRFLOW_CONN_BALLAST_KAFKA", "AIRFLOW_CONN_BALLAST_METRICS_DB",
+                "PYSPARK_PYTHON", "AIRFLOW__SECRETS__BACKEND_KWARGS", "AIRFLOW_CONN_BALLAST_METRICS_DB",
                 "AIRFLOW__CORE__EXECUTION_API_SERVER_URL", "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"):
         assert env.get(var), var
     assert env["BALLAST_KAFKA_BOOTSTRAP"] == "kafka:9092" and "metrics-db:5432" in env["BALLAST_DB_URL"]
@@ -167,3 +169,106 @@ def test_compose_cli_renders_the_file(tmp_path):
     missing = subprocess.run([*cli, "-f", str(REPO / "docker" / "compose.yaml"), "config"], capture_output=True,
                              text=True, env={k: v for k, v in env.items() if k != "AIRFLOW_FERNET_KEY"}, timeout=120)
     assert missing.returncode != 0 and "AIRFLOW_FERNET_KEY" in missing.stderr
+
+
+# ------------------------------------------------------------ secure by default (issue 28) --
+def _script(name: str) -> str:
+    return (REPO / "docker" / name).read_text()
+
+
+def test_the_broker_runs_sasl_scram_with_acls_and_no_plaintext_listener():
+    """As `make up`'s broker (scripts/stack_kafka.py): SCRAM-SHA-256 on the client listener, the
+    StandardAuthorizer, nothing allowed without an ACL, the same three principals."""
+    import ballast_stack as stack  # scripts/stack.py, loaded by tests/conftest.py
+
+    services = _services()
+    kafka = services["kafka"]
+    assert "kafka-secure.sh" in " ".join(kafka["entrypoint"]) and "environment" not in kafka
+    assert "ballast-secrets:/run/ballast-secrets:ro" in kafka["volumes"]
+    assert kafka["depends_on"]["secrets-init"]["condition"] == "service_completed_successfully"
+    assert "--command-config /run/ballast-secrets/kafka/admin.properties" in kafka["healthcheck"]["test"][1]
+    props = _script("kafka-secure.sh")
+    for line in ("listeners=SASL_PLAINTEXT://:9092,CONTROLLER://:9093", "sasl.enabled.mechanisms=SCRAM-SHA-256",
+                 "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+                 "super.users=User:admin", "allow.everyone.if.no.acl.found=false"):
+        assert f"\n{line}\n" in props, line
+    assert "PLAINTEXT://" not in props.replace("SASL_PLAINTEXT://", "")
+    for user in stack.SCRAM_USERS:
+        assert f"--add-scram \"SCRAM-SHA-256=[name={user},password=${{{user.upper()}_PASSWORD}}]\"" in props
+    init = services["kafka-init"]
+    assert "kafka-init.sh" in " ".join(init["entrypoint"])
+    acls = _script("kafka-init.sh")
+    assert '--allow-principal User:controller --operation Write --operation Create --topic "$JOB.control"' in acls
+    assert '--deny-principal User:job --operation Write --operation Alter --topic "$JOB.control"' in acls
+    assert '--allow-principal User:job --operation Read --topic "$INPUT"' in acls
+
+
+def test_airflow_and_the_jobs_get_credentials_and_the_key_from_the_secrets_volume_only():
+    services = _services()
+    env = services["airflow-scheduler"]["environment"]
+    assert not [k for k in env if k.startswith(("AIRFLOW_CONN_BALLAST_KAFKA", "AIRFLOW_CONN_BALLAST_CONTROL"))
+                or k in ("BALLAST_KAFKA_CONFIG", "BALLAST_CONTROL_KEYS", "BALLAST_CONTROL_SIGNING_KEY")], \
+        "Kafka credentials and control keys come from the secrets volume, never from the compose file"
+    assert env["AIRFLOW__SECRETS__BACKEND"] == "airflow.secrets.local_filesystem.LocalFilesystemBackend"
+    conns = json.loads(env["AIRFLOW__SECRETS__BACKEND_KWARGS"])["connections_file_path"]
+    assert conns == "/run/ballast-secrets/airflow/connections.json"
+    for name in ("airflow-init", "airflow-api-server", "airflow-scheduler", "airflow-dag-processor",
+                 "airflow-triggerer"):
+        svc = services[name]
+        assert "ballast-secrets:/run/ballast-secrets:ro" in svc["volumes"], name
+        assert svc["depends_on"]["secrets-init"]["condition"] == "service_completed_successfully", name
+    secrets_init = services["secrets-init"]
+    assert secrets_init["restart"] == "no" and "ballast-secrets:/run/ballast-secrets" in secrets_init["volumes"]
+    assert secrets_init["entrypoint"][-4:] == ["--kafka-owner", "1000:1000", "--airflow-owner", "50000:0"]
+    for job in yaml.safe_load(_script("jobs.yaml"))["jobs"]:
+        args = job["extra_args"]
+        assert args[args.index("--control-keys") + 1] == "/run/ballast-secrets/airflow/control-keys.json"
+    assert "ballast-secrets" in _load("compose.yaml")["volumes"]
+
+
+def test_secrets_init_makes_private_consistent_secrets_once(tmp_path):
+    """docker/secrets_init.py: what it writes is 0600 in 0700 directories, kept on a re-run, and
+    consistent with what the Python side reads — the connections parse (Airflow's own file loader)
+    into the principals' SCRAM settings with the broker's passwords, and the controller's signing
+    key authenticates against the jobs' keys file."""
+    import importlib.util
+    import stat
+
+    from airflow.secrets.local_filesystem import load_connections_dict
+
+    from ballast.kafka_security import KafkaSecurity
+    from ballast.signing import SigningKey, load_keyring, sign
+
+    spec = importlib.util.spec_from_file_location("secrets_init", REPO / "docker" / "secrets_init.py")
+    mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(mod)  # type: ignore[union-attr]
+    root = tmp_path / "secrets"
+    assert len(mod.make(root)) == 4
+    before = {p: p.read_text() for p in root.rglob("*") if p.is_file()}
+    assert mod.make(root) == [] and {p: p.read_text() for p in root.rglob("*") if p.is_file()} == before
+    for p in before:
+        assert stat.S_IMODE(p.stat().st_mode) == 0o600 and stat.S_IMODE(p.parent.stat().st_mode) == 0o700, p
+    pw = dict(line.split("=", 1) for line in (root / "kafka" / "users.env").read_text().split())
+    conns = load_connections_dict(str(root / "airflow" / "connections.json"))
+    for conn_id, user in (("ballast_kafka", "controller"), ("ballast_kafka_job", "job")):
+        sec = KafkaSecurity.from_config(conns[conn_id].extra_dejson)
+        assert (sec.protocol, sec.mechanism, sec.username) == ("SASL_PLAINTEXT", "SCRAM-SHA-256", user)
+        assert sec.password == pw[f"{user.upper()}_PASSWORD"]
+        assert conns[conn_id].extra_dejson["bootstrap.servers"] == "kafka:9092"
+    assert f'password="{pw["ADMIN_PASSWORD"]}"' in (root / "kafka" / "admin.properties").read_text()
+    signing = conns["ballast_control_signing"]
+    key = SigningKey.of(signing.login, signing.password)
+    ring = load_keyring(str(root / "airflow" / "control-keys.json"))
+    assert ring is not None and ring.authenticate(sign({"job": "clicks"}, key)) == key.kid
+    again = tmp_path / "another-deployment"
+    mod.make(again)
+    theirs = json.loads((again / "airflow" / "control-keys.json").read_text())
+    assert not set(theirs) & set(json.loads(before[root / "airflow" / "control-keys.json"])), "kids differ too"
+
+
+def test_no_secret_is_committed_in_docker():
+    """Passwords and keys are made by secrets-init: none is written in the compose or jobs file."""
+    for name in ("compose.yaml", "jobs.yaml", "kafka-secure.sh", "kafka-init.sh"):
+        text = _script(name)
+        assert "sasl.password" not in text and "base64:" not in text, name
+    assert 'user_admin="${ADMIN_PASSWORD}"' in _script("kafka-secure.sh")  # read from the volume at start

@@ -39,10 +39,20 @@ def isolated_env(tmp_path):
 
 @pytest.mark.slow
 def test_make_up_status_down(isolated_env):
+    """`make up` as a user runs it: no opt-out, so secure by default (SASL/SCRAM + ACLs, signed
+    control messages with a key made at the first run, kept by the second)."""
     env = isolated_env
+    env.pop("BALLAST_KAFKA_AUTH", None)  # tests/conftest.py opts the suite out; a user has neither set
+    env.pop("BALLAST_CONTROL_SIGNING", None)
+    state = Path(env["BALLAST_STATE_DIR"])
     up = subprocess.run(["make", "up"], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
     assert "login: admin / " in up.stdout
+    key = json.loads((state / "secrets" / "control-signing.json").read_text())
+    assert "with SASL/SCRAM + ACLs" in up.stdout and f"control messages signed with key id {key['kid']}" in up.stdout
+    assert key["secret"] not in up.stdout + up.stderr
+    for secret in (state / "secrets" / "control-signing.json", state / "kafka" / "scram-users.json"):
+        assert secret.stat().st_mode & 0o777 == 0o600, secret
     port = int(env["BALLAST_AIRFLOW_PORT"])
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v2/version", timeout=10) as r:
         assert json.load(r)["version"].startswith("3.3")
@@ -51,6 +61,7 @@ def test_make_up_status_down(isolated_env):
 
     again = subprocess.run(["make", "up"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0 and "already running" in again.stdout  # idempotent
+    assert json.loads((state / "secrets" / "control-signing.json").read_text()) == key  # the jobs' key is kept
 
     status = subprocess.run(["make", "status"], cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
     assert status.returncode == 0 and "kafka     up" in status.stdout and "airflow   up" in status.stdout
