@@ -29,9 +29,16 @@ def stack():  # type: ignore[no-untyped-def]
 
 
 def kafka_up() -> str:
-    """The stack's broker in PLAINTEXT (the harness's clients carry no credentials): an explicit
-    opt-out of the stack's secure default; a broker formatted with SCRAM refuses, naming `make clean`."""
+    """The harness's broker in PLAINTEXT (its clients carry no credentials): an explicit opt-out of
+    the stack's secure default, under .state/bench on 127.0.0.1:29092 unless the caller chose a state
+    dir and ports; it stays up after the run (stop it with the same BALLAST_STATE_DIR and
+    `scripts/stack.py down`)."""
     os.environ["BALLAST_KAFKA_AUTH"] = "none"
+    # its own state dir and ports, apart from a secure `make up`/`make demo` stack (a caller's win,
+    # e.g. the test session's, which starts the smoke run with its own)
+    os.environ.setdefault("BALLAST_STATE_DIR", str(REPO / ".state" / "bench"))
+    os.environ.setdefault("BALLAST_KAFKA_PORT", "29092")
+    os.environ.setdefault("BALLAST_KAFKA_CONTROLLER_PORT", "29093")
     st = stack()
     st.kafka_up()
     return st.kafka_bootstrap()

@@ -30,6 +30,12 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 # (tests/helpers/brokers.py) and keys (tests/system/test_kafka_auth.py, tests/scripts/test_stack_secure.py).
 os.environ["BALLAST_KAFKA_AUTH"] = "none"
 os.environ["BALLAST_CONTROL_SIGNING"] = "none"
+# ...and its services live apart from the developer's stack: `make demo` leaves a secure broker on
+# 9092 with its data under .state/kafka, and `make test` right after must neither reuse that broker
+# (its clients are plaintext) nor reformat its data. A caller that names a state dir or ports keeps them.
+os.environ.setdefault("BALLAST_STATE_DIR", str(REPO / ".state" / "test-session"))
+os.environ.setdefault("BALLAST_KAFKA_PORT", "19092")
+os.environ.setdefault("BALLAST_KAFKA_CONTROLLER_PORT", "19093")
 
 
 def _load_stack():  # type: ignore[no-untyped-def]
