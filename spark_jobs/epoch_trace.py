@@ -78,6 +78,5 @@ def epoch_participation(epoch: int, spans: list[tuple[str, int, int]],
 
 
 def critical_path_text(cp: Participation, top: int = 3) -> str:
-    """`fold on worker 1 73%, job end on driver 10%, ...` (the largest shares, activities only)."""
-    shares = [(k, v) for k, v in cp.by("both").items() if " -> " not in k][:top]
-    return ", ".join(f"{k} {v:.0%}" for k, v in shares)
+    """`fold on worker 1 73%, source stage 12%, ...`: the largest shares (messages by their kind)."""
+    return ", ".join(f"{k} {v:.0%}" for k, v in list(cp.by("label").items())[:top])

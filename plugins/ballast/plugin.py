@@ -31,7 +31,7 @@ from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.exceptions import HTTPException as FastAPIHTTPException
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
 
-from ballast import console, store
+from ballast import console, console_trace, store
 
 log = logging.getLogger(__name__)
 
@@ -207,6 +207,12 @@ def api_events(job: str, window: str = "1h", level: str = "", kind: str = "", q:
     return console.events(_url(), job, _window(window), level=level, kind=kind, text=q[:200], limit=limit)
 
 
+@app.get("/api/jobs/{job}/critical")
+def api_critical(job: str, operator: str | None = None, last: int = Query(30, ge=1, le=500)) -> dict[str, Any]:
+    url = _url()
+    return console_trace.critical_view(url, job, _operator(url, job, operator), last)
+
+
 @app.get("/api/plans")
 def list_plans(job: str | None = None, limit: int = Query(50, ge=1, le=500)) -> list[dict[str, Any]]:
     url = _url()
@@ -340,6 +346,11 @@ def index(request: Request, job: str | None = None, operator: str | None = None,
   <h2>Throughput, backlog, batch time</h2>
   <div id="chart-rate" class="chart"></div>
   <div class="two"><div id="chart-backlog" class="chart"></div><div id="chart-batch" class="chart"></div></div>
+</section>
+<section class="card" id="critical-section">
+  <h2>What holds epochs back <span class="sub">critical path, last 30 epochs</span></h2>
+  <p id="bottleneck" class="facts"></p>
+  <div class="two"><div id="chart-critical" class="chart"></div><div id="chart-timeline" class="chart"></div></div>
 </section>
 <section class="card" id="plan-section">
   <h2>Migration plans <span class="sub" id="plan-sub"></span></h2>

@@ -136,6 +136,15 @@ def test_console_shows_a_live_migration(console_stack, live_job, browser, tmp_pa
     cells = _js(drv, "return document.getElementById('heatmap').data[0].z.map(r => r.filter(v => v !== null).length)")
     assert sum(cells) == bins and len(cells) == 1, cells
     assert _js(drv, "return document.getElementById('chart-rate').data[0].x.length") > 0
+    # what holds epochs back: the stored traces' critical path as one sentence, CP per epoch, and the
+    # newest epoch's timeline with at least one activity on its critical path
+    wait.until(lambda d: "of the critical path" in d.find_element(By.ID, "bottleneck").text)
+    assert _js(drv, "return document.getElementById('chart-critical').data[0].x.length") >= 1
+    assert _js(drv, "return document.getElementById('chart-timeline').data[1].x.length") >= 1
+    drv.execute_script("document.getElementById('critical-section').scrollIntoView(); window.scrollBy(0, -70)")
+    time.sleep(1.0)
+    cs.screenshot(drv, shots / "console-critical-path.png", full_page=False)
+    drv.execute_script("window.scrollTo(0, 0)")
 
     # a DS2 decision on the running job, as ballast_rebalance's evaluate step stores it
     controller.evaluate(url, cfg, controller.collect(url, cfg))
@@ -217,5 +226,5 @@ def test_console_shows_a_live_migration(console_stack, live_job, browser, tmp_pa
     if out:
         Path(out).mkdir(parents=True, exist_ok=True)
         for name in ("console-in-airflow.png", "console-migration.png", "console-after.png",
-                     "console-trigger-form.png"):
+                     "console-trigger-form.png", "console-critical-path.png"):
             shutil.copy(shots / name, Path(out) / name)

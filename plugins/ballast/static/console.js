@@ -143,6 +143,33 @@
     ], { title: { text: "Batch time", font: { size: 13 }, x: 0 }, xaxis, shapes, yaxis: { title: "ms", rangemode: "tozero" } });
   }
 
+  // ------------------------------------------------------------ critical path
+  // what holds epochs back (docs/tracing.md): CP per epoch of the largest activities, and the
+  // newest epoch's timeline with its critical activities in the alarm colour
+  function renderCritical(d) {
+    $("bottleneck").textContent = d.bottleneck;
+    const palette = ["#b91c1c", "#0f766e", "#1d4ed8", "#a16207", "#7c3aed", "#be185d", "#9ca3af"];
+    draw("chart-critical", d.names.map((n, i) => ({ x: d.epochs, y: d.shares[n].map((v) => 100 * v), name: n,
+      type: "bar", marker: { color: palette[i % palette.length] },
+      hovertemplate: `%{y:.0f}% of epoch %{x}'s critical path<extra>${n}</extra>` })),
+      { barmode: "stack", title: { text: "Critical participation per epoch", font: { size: 13 }, x: 0 },
+        legend: { orientation: "v", x: 1.02, y: 1 }, margin: { l: 56, r: 190, t: 30, b: 36 }, hovermode: "closest",
+        xaxis: { title: "epoch", dtick: d.epochs.length > 20 ? 5 : 1 }, yaxis: { title: "% of the critical path", range: [0, 100] } });
+    const lanes = [...new Set(d.timeline.map((a) => a.timeline))];
+    draw("chart-timeline", [false, true].map((crit) => {
+      const acts = d.timeline.filter((a) => (a.cp > 0) === crit);
+      return { type: "bar", orientation: "h", y: acts.map((a) => a.timeline), x: acts.map((a) => a.ms), base: acts.map((a) => a.start_ms),
+        text: acts.map((a) => a.kind), textposition: "inside", insidetextanchor: "middle",
+        name: crit ? "on the critical path" : "off it (finished early, then waited)",
+        marker: { color: crit ? C.bad : "#cbd5e1" },
+        customdata: acts.map((a) => [a.kind, (100 * a.cp).toFixed(0)]),
+        hovertemplate: "%{customdata[0]}: %{base:.0f}–%{x:.0f} ms, CP %{customdata[1]}%<extra>%{y}</extra>" };
+    }), { title: { text: d.latest_epoch === null ? "Timeline" : `Epoch ${d.latest_epoch}: timeline`, font: { size: 13 }, x: 0 },
+      barmode: "overlay", xaxis: { title: "ms since the epoch's start" }, hovermode: "closest",
+      legend: { orientation: "h", x: 0, y: -0.3 }, margin: { l: 70, r: 20, t: 30, b: 70 },
+      yaxis: { categoryorder: "array", categoryarray: lanes.slice().reverse() } });
+  }
+
   // --------------------------------------------------------------------- bin map
   function renderBinmap(d) {
     S.binmap = d;
@@ -410,6 +437,7 @@
     binmap: { every: () => (planOpen() ? 3e3 : 15e3), job: true, run: async () =>
       renderBinmap(await api(jobPath("binmap"), { operator: S.operator, version: S.mapVersion })) },
     series: { every: seriesEvery, job: true, run: async () => renderSeries(await api(jobPath("series"), { operator: S.operator, window: S.window })) },
+    critical: { every: () => 15e3, job: true, run: async () => renderCritical(await api(jobPath("critical"), { operator: S.operator })) },
     decisions: { every: () => 15e3, job: true, run: async () => renderDecisions(await api(jobPath("decisions"), { operator: S.operator, window: S.window })) },
     events: { every: () => 15e3, job: true, run: async () => renderEvents(await api(jobPath("events"), { window: S.window, level: S.ev.level, kind: S.ev.kind, q: S.ev.q })) },
   };

@@ -6,8 +6,8 @@ the framework-free core: the data plane records traces, the console and the poli
 """
 
 from ballast.tracing.chrome import chrome_trace
-from ballast.tracing.cp import Participation, critical_participation, epochs_participation
-from ballast.tracing.graph import Activity, Message, Trace, snapshot
+from ballast.tracing.cp import Participation, critical_participation, epochs_participation, per_epoch
+from ballast.tracing.graph import Activity, Edge, Message, Trace, snapshot
 
-__all__ = ["Activity", "Message", "Participation", "Trace", "chrome_trace", "critical_participation",
-           "epochs_participation", "snapshot"]
+__all__ = ["Activity", "Edge", "Message", "Participation", "Trace", "chrome_trace", "critical_participation",
+           "epochs_participation", "per_epoch", "snapshot"]

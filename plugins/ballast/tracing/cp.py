@@ -32,25 +32,21 @@ class Participation:
     length_us: int  # L
 
     def by(self, key: str = "kind") -> dict[str, float]:
-        """Summed CP per `kind`, `timeline` or `both` ("kind on timeline"); messages count under
-        their kinds, on the timeline "sender -> receiver"."""
+        """Summed CP per `kind`, `timeline`, `both` ("kind on timeline"; a message's timeline is
+        "sender -> receiver") or `label` (as `both`, but a message by its kind alone), largest first."""
         out: dict[str, float] = defaultdict(float)
         for e, cp in self.edges:
-            name = {"kind": e.kind, "timeline": e.timeline, "both": f"{e.kind} on {e.timeline}"}[key]
+            name = {"kind": e.kind, "timeline": e.timeline, "both": f"{e.kind} on {e.timeline}", "label": e.label}[key]
             out[name] += cp
         return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
     def bottleneck(self) -> str:
-        """One sentence: the activity of one participant holding the largest share of the critical path."""
+        """One sentence: what holds the largest share of the critical path — an activity of one
+        participant, or a kind of message (Spark's source stage is one: its time is spent between
+        the driver's plan and the tasks' start)."""
         if not self.edges:
             return "nothing was on a critical path in this window"
-        work = {f"{e.kind} on {e.timeline}": 0.0 for e, _ in self.edges if e.activity is not None}
-        for e, cp in self.edges:
-            if e.activity is not None:
-                work[f"{e.kind} on {e.timeline}"] += cp
-        if not work:
-            return "only messages were on the critical path in this window"
-        name, share = max(work.items(), key=lambda kv: kv[1])
+        name, share = next(iter(self.by("label").items()))
         return f"{name} holds {share:.0%} of the critical path"
 
 
@@ -81,21 +77,27 @@ def critical_participation(g: Graph) -> Participation:
     return Participation(cps, paths, length)
 
 
+def per_epoch(trace: Trace) -> dict[int | None, Participation]:
+    """Each epoch's own CP (activities without an epoch form one group)."""
+    groups: dict[int | None, list[int]] = defaultdict(list)
+    for i, a in enumerate(trace.activities):
+        groups[a.epoch].append(i)
+    out = {}
+    for epoch, idx in groups.items():
+        keep = {old: new for new, old in enumerate(idx)}
+        sub = Trace(tuple(trace.activities[i] for i in idx),
+                    tuple(Message(keep[x.src], keep[x.dst], x.kind) for x in trace.messages
+                          if x.src in keep and x.dst in keep))
+        out[epoch] = critical_participation(snapshot(sub))
+    return out
+
+
 def epochs_participation(trace: Trace) -> Participation:
     """CP of a window of several epochs: each epoch's own (between epochs the driver waits for its
     trigger, and waiting is never critical, so no path crosses from one epoch to the next), weighted
     by the length of its critical path: the result is each activity's share of all the critical
     time in the window. `paths` is the sum of the epochs' counts."""
-    groups: dict[int | None, list[int]] = defaultdict(list)
-    for i, a in enumerate(trace.activities):
-        groups[a.epoch].append(i)
-    parts = []
-    for idx in groups.values():
-        keep = {old: new for new, old in enumerate(idx)}
-        sub = Trace(tuple(trace.activities[i] for i in idx),
-                    tuple(Message(keep[x.src], keep[x.dst], x.kind) for x in trace.messages
-                          if x.src in keep and x.dst in keep))
-        parts.append(critical_participation(snapshot(sub)))
+    parts = list(per_epoch(trace).values())
     total = sum(p.length_us for p in parts)
     if total == 0:
         return Participation((), sum(p.paths for p in parts), 0)

@@ -73,6 +73,11 @@ class Edge:
     def weight_us(self) -> int:
         return self.end_us - self.start_us
 
+    @property
+    def label(self) -> str:
+        """What summaries call it: `fold on worker 1`; a message by its kind (`source stage`)."""
+        return self.kind if self.activity is None else f"{self.kind} on {self.timeline}"
+
 
 @dataclass
 class Graph:
