@@ -22,13 +22,16 @@ path is what retries the task here; a speculative copy on another host meets the
 Oracle: the frozen task really was mid-transaction (its process in state T, the fault's line);
 the epoch committed while it was frozen; its late commit was refused (the worker's line "fenced
 and another attempt committed" for that epoch) and its records are in the topic as aborted copies
-(read_uncommitted sees them twice, read_committed once); every output once for a plain
-read_committed consumer; durable state, outputs, checkpoints and acks exactly as a pure-Python run.
+(read_uncommitted sees them twice, read_committed once); its worker's changelog object of the epoch
+is the one it wrote before the freeze (the retry re-emitted it), named by the manifest, and it
+wrote no other; every output once for a plain read_committed consumer; durable state, outputs,
+checkpoints and acks exactly as a pure-Python run.
 Measured: docs/dataplane.md, "Zombie executors".
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -126,6 +129,14 @@ class PipeTap:
             os.close(fd)
 
 
+def epoch_objects(durable: Path, epoch: int) -> tuple[list[str], dict[str, str]]:
+    """The changelog objects of `epoch` in the durable store and the ones its manifest names, by worker."""
+    d = durable / "changelog" / f"{epoch:012d}"
+    m = durable / "manifest" / f"{epoch:012d}.json"
+    return (sorted(o.name for o in d.glob("*.arrow")) if d.exists() else [],
+            json.loads(m.read_text())["changelog"] if m.exists() else {})
+
+
 def signal_all(pids: list[int], sig: int) -> None:
     for pid in pids:
         try:
@@ -206,6 +217,7 @@ def test_a_frozen_executors_late_writes_are_fenced(spark_cluster, kafka_bootstra
         assert stat(py) is not None and stat(py)[2] == "T", "the zombie Python worker ran or ended"
         assert all(stat(p) is not None and stat(p)[2] in "TZ" for p in frozen), "the host was not frozen throughout"
         frozen_s = time.monotonic() - t_frozen
+        objects, manifest = epoch_objects(ckpt / "durable", last_before + 1)  # before the zombie runs again
         # 3. thaw the Python worker alone and let it finish its late commit, then the rest of the host
         # (a woken JVM, which the driver gave up, exits, and its end would SIGHUP the zombie)
         tap = PipeTap(py)
@@ -221,6 +233,7 @@ def test_a_frozen_executors_late_writes_are_fenced(spark_cluster, kafka_bootstra
         late_s = time.monotonic() - t_thawed
         zombie_out = tap.read()
         tap.close()
+        objects_after, _ = epoch_objects(ckpt / "durable", last_before + 1)
         signal_all(frozen, signal.SIGCONT)
         frozen = []
 
@@ -252,6 +265,11 @@ def test_a_frozen_executors_late_writes_are_fenced(spark_cluster, kafka_bootstra
     fenced = {(int(e), int(w)) for e, w in FENCED.findall(zombie_out)}
     assert (last_before + 1) in {e for e, _ in fenced}, f"no fenced late commit of epoch {last_before + 1}: {fenced}"
     zombie = next((e, w) for e, w in fenced if e == last_before + 1)
+    # its state: the object it wrote before the freeze is the epoch's one (the retry found it and
+    # re-emitted it instead of writing a second), the manifest names it, and it wrote no other
+    mine = [o for o in objects if o.startswith(f"w{zombie[1]:04d}-")]
+    assert len(mine) == 1 and manifest.get(str(zombie[1])) == mine[0], (objects, manifest)
+    assert not objects_after or [o for o in objects_after if o.startswith(f"w{zombie[1]:04d}-")] == mine
 
     # exactly once: outputs for read_committed, state, step checkpoints and acks as a pure-Python run
     check_plan_applied(db_url, job, "plan-zombie", steps)
