@@ -9,6 +9,11 @@ worker_mid_move, worker_prepared, worker_before_commit, worker_before_output_com
 transaction holds its records, not committed), worker_after_output_commit (committed, the task not
 yet returned: spark_jobs.txn_output); relocate_copied (spark_jobs.relocate,
 after each file copied). Unset: no-op.
+
+A line `<point> <n> stop` SIGSTOPs the process instead (it goes on where it stopped after a
+SIGCONT): how the zombie-executor test freezes a Python worker at an exact point of its task
+before it freezes the rest of the executor — a stop from outside at a random moment could not say
+where the task was.
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ def hit(point: str) -> None:
     if path is None or not path.exists():
         return
     _counts[point] = _counts.get(point, 0) + 1
+    stop = False
     with open(path, "r+") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         lines = [ln.split() for ln in f.read().splitlines() if ln.strip()]
@@ -55,7 +61,13 @@ def hit(point: str) -> None:
                 f.write("".join(" ".join(p) + "\n" for p in lines))
                 f.flush()
                 os.fsync(f.fileno())
+                if parts[2:] == ["stop"]:
+                    stop = True
+                    break
                 print(f"[ballast-fault] killing pid {os.getpid()} at {point}", flush=True)
                 if opts.faults_kill_group:
                     os.killpg(os.getpgrp(), signal.SIGKILL)
                 os.kill(os.getpid(), signal.SIGKILL)
+    if stop:  # after the file's lock is released: the other processes' points must not wait on it
+        print(f"[ballast-fault] stopping pid {os.getpid()} at {point}", flush=True)
+        os.kill(os.getpid(), signal.SIGSTOP)  # returns after a SIGCONT

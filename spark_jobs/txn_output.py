@@ -262,11 +262,15 @@ def commit_outputs(t: TxnTarget, epoch: int, worker: int, records: list[Record])
     tid = transactional_id(t.job, t.operator, worker)
     deadline: float | None = None  # `outage_s` from the first error on (the budget of a broker outage)
     backoff = 0.2
+    was_fenced = False
     while True:
         try:
             s = _slot(t, worker)
             if s.last is not None and s.last.covers(t.store_id, epoch):
                 stats["skips"] += 1
+                if was_fenced:  # a zombie (or a losing copy): the one line that says its late commit was refused
+                    log.warning("transactional output of epoch %d worker %d: this attempt was fenced and another "
+                                "attempt committed the epoch; its %d records stay aborted", epoch, worker, len(records))
                 return False
             p = s.producer
             p.begin_transaction()
@@ -287,6 +291,7 @@ def commit_outputs(t: TxnTarget, epoch: int, worker: int, records: list[Record])
             _drop(tid)
             stats["retries"] += 1
             fenced = is_fenced(exc)
+            was_fenced = was_fenced or fenced
             if deadline is None:
                 deadline = time.time() + t.outage_s
             elif time.time() + backoff > deadline:

@@ -88,3 +88,37 @@ def _dead(pid: int) -> bool:
             return st.read().split()[2] == "Z"  # killed, not reaped yet
     except FileNotFoundError:
         return True
+
+
+def test_a_stop_line_stops_the_process_there_and_a_sigcont_resumes_it(tmp_path):
+    """`<point> <n> stop`: the n-th pass SIGSTOPs the process (the zombie-executor test freezes a
+    Python worker mid-transaction this way), after its line is removed and with the file's lock
+    released (other processes' points must not wait behind a frozen one); SIGCONT goes on."""
+    import fcntl
+
+    f = tmp_path / "faults"
+    f.write_text("after_apply 2 stop\nbefore_acks 1\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("BALLAST_FAULTS_FILE", "BALLAST_FAULTS_KILL_GROUP")}
+    child = subprocess.Popen([sys.executable, "-c", CHILD], stdout=subprocess.PIPE, text=True,
+                             env={**env, "BALLAST_FAULTS_FILE": str(f)}, start_new_session=True)
+    try:
+        wait_until(lambda: _state(child.pid) == "T", 30, "the child to stop itself", poll=0.1)
+        assert f.read_text() == "before_acks 1\n", "the stop line is consumed, the others stay"
+        with open(f) as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)  # raises if the frozen process held the lock
+        os.kill(child.pid, signal.SIGCONT)
+        out, _ = child.communicate(timeout=30)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert child.returncode == 0
+    lines = out.splitlines()
+    assert lines[:2] == ["1", "2"] and lines[2].endswith(" at after_apply") and "stopping pid" in lines[2]
+    assert lines[3:] == ["3", "4", "5", "survived"], "resumed where it stopped, and stops only once"
+
+
+def _state(pid: int) -> str:
+    with open(f"/proc/{pid}/stat") as st:
+        raw = st.read()
+    return raw[raw.rindex(")") + 2:].split()[0]

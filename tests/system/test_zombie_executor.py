@@ -1,0 +1,296 @@
+"""A zombie executor on the loopback standalone cluster: frozen mid-epoch, declared lost, its task
+retried elsewhere, thawed after the epoch committed; its late writes are fenced (issue 28, item 3).
+
+The key-count job (W = 2 on 2 one-core executors) runs a plan that moves bins between its workers.
+A fault line `worker_before_output_commit 3 stop` makes one Python worker SIGSTOP itself at an
+exact point: its changelog object durable, its cache committed, its Kafka transaction holding the
+epoch's outputs and marker, not committed. The test then SIGSTOPs the rest of that executor (the
+JVM, the PySpark daemon, its other workers) and its Spark worker daemon: the host is frozen
+mid-epoch, as a paused VM would be. Without heartbeats for 15 s the driver declares the executor
+lost and the task runs again on the other executor; that attempt's `init_transactions` fences the
+frozen producer. Once the frozen epoch and the next one are committed, the Python worker is thawed
+alone and goes on with its commit (the test reads its stdout and stderr pipes, which its frozen
+JVM would drain); once its commit is refused, the rest of the host is thawed. (Freezing
+the executor without its worker daemon lets the daemon kill the executor's JVM, and the JVM's end
+SIGHUPs its stopped Python processes: the zombie never runs again, and nothing is tested.)
+
+Speculation is on too (`spark.speculation`), but on a loopback cluster it cannot place a copy:
+every executor's host is 127.0.0.1 and Spark never speculates a task on a host where an attempt of
+it runs (the driver logs "Marking task ... as speculatable" and nothing more). The executor-loss
+path is what retries the task here; a speculative copy on another host meets the same fencing.
+
+Oracle: the frozen task really was mid-transaction (its process in state T, the fault's line);
+the epoch committed while it was frozen; its late commit was refused (the worker's line "fenced
+and another attempt committed" for that epoch) and its records are in the topic as aborted copies
+(read_uncommitted sees them twice, read_committed once); its worker's changelog object of the epoch
+is the one it wrote before the freeze (the retry re-emitted it), named by the manifest, and it
+wrote no other; every output once for a plain read_committed consumer; durable state, outputs,
+checkpoints and acks exactly as a pure-Python run.
+Measured: docs/dataplane.md, "Zombie executors".
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from scripts.spark_cluster import SparkCluster, spark_submit_cmd, submit_env
+from scripts.spark_cluster_procs import cmdline, descendants, stat
+from spark_jobs.bins import uniform_assignment
+from spark_jobs.offsets import committed_epochs, read_end_offsets
+from spark_jobs.output import parse_id, read_output, record_id, scan_topic
+from spark_jobs.runner import ensure_job_topics
+from spark_jobs.ship import job_archive
+from tests.helpers.dp_helpers import (
+    check_acks_follow_commits,
+    check_state,
+    outputs_as_set,
+    produce,
+    reference_by_epoch,
+    steps_from_maps,
+    zipf_keys,
+)
+from tests.helpers.kill_runs import StepSender, check_plan_applied
+from tests.helpers.procs import killpg
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+BINS = 16
+N_RECORDS = 16_000
+FENCED = re.compile(r"transactional output of epoch (\d+) worker (\d+): this attempt was fenced")
+
+
+def swap_maps(bins: int) -> list[tuple[int, list[int]]]:
+    """Three steps at W = 2 (both executors stay busy), each swapping two bins between the workers."""
+    a = uniform_assignment(bins, 2)
+    maps = []
+    for i in range(3):
+        a = list(a)
+        for b in (2 * i, bins - 1 - 2 * i):
+            a[b] = 1 - a[b]
+        maps.append((2, a))
+    return maps
+
+
+def frozen_worker(cluster: SparkCluster) -> tuple[int, int] | None:
+    """(pid of the Spark worker daemon, pid of the Python worker) when a Python worker of one of the
+    worker's executors stopped itself (state T), None while there is none."""
+    for ex in cluster.executors():
+        for pid in descendants(ex.pid):
+            st = stat(pid)
+            if st is not None and st[2] == "T" and any("python" in a for a in cmdline(pid)[:2]):
+                return cluster.workers[ex.worker_index].pid, pid
+    return None
+
+
+def executor_logs(cluster: SparkCluster) -> str:
+    return "\n".join(p.read_text(errors="replace") for p in sorted(cluster.base_dir.rglob("*"))
+                     if p.name in ("stdout", "stderr") and p.is_file())
+
+
+class PipeTap:
+    """Reads what a process writes to its stdout and stderr pipes (opened through /proc), while the
+    JVM that normally drains them is frozen: a full pipe would block the zombie at its first log line."""
+
+    def __init__(self, pid: int) -> None:
+        self.fds: list[int] = []
+        self.text = ""
+        seen = set()
+        for fd in (1, 2):
+            link = os.readlink(f"/proc/{pid}/fd/{fd}")
+            if link.startswith("pipe:") and link not in seen:
+                seen.add(link)
+                self.fds.append(os.open(f"/proc/{pid}/fd/{fd}", os.O_RDONLY | os.O_NONBLOCK))
+
+    def read(self) -> str:
+        for fd in self.fds:
+            while True:
+                try:
+                    chunk = os.read(fd, 65536)
+                except BlockingIOError:
+                    break
+                if not chunk:
+                    break
+                self.text += chunk.decode(errors="replace")
+        return self.text
+
+    def close(self) -> None:
+        for fd in self.fds:
+            os.close(fd)
+
+
+def epoch_objects(durable: Path, epoch: int) -> tuple[list[str], dict[str, str]]:
+    """The changelog objects of `epoch` in the durable store and the ones its manifest names, by worker."""
+    d = durable / "changelog" / f"{epoch:012d}"
+    m = durable / "manifest" / f"{epoch:012d}.json"
+    return (sorted(o.name for o in d.glob("*.arrow")) if d.exists() else [],
+            json.loads(m.read_text())["changelog"] if m.exists() else {})
+
+
+def signal_all(pids: list[int], sig: int) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+
+def test_a_frozen_executors_late_writes_are_fenced(spark_cluster, kafka_bootstrap, make_topics, unique_name,
+                                                   tmp_path, db_url):
+    t_start = time.monotonic()
+    cluster = spark_cluster
+    job, topic = unique_name, f"{unique_name}.in"
+    make_topics({topic: 2})
+    keys = zipf_keys(N_RECORDS, 3_000, seed=47)
+    produce(kafka_bootstrap, topic, keys, 2)
+    ensure_job_topics(kafka_bootstrap, job, 2)
+    steps = steps_from_maps(job, "keycount", "plan-zombie", BINS, swap_maps(BINS))
+    ckpt = tmp_path / "ckpt"
+    spark_ckpt = ckpt / "spark"
+    faults = tmp_path / "faults"
+    faults.write_text("worker_before_output_commit 3 stop\n")
+    cmd = spark_submit_cmd(
+        cluster, str(REPO / "spark_jobs" / "main.py"),
+        ["run", "--job", job, "--input-topic", topic, "--bins", str(BINS), "--workers", "2",
+         "--checkpoint-dir", f"file://{ckpt}", "--state-uri", f"file://{ckpt}/durable",
+         "--bootstrap", kafka_bootstrap, "--db-url", db_url, "--trigger-ms", "300",
+         "--max-offsets-per-trigger", "800", "--snapshot-every", "4", "--master-ui", cluster.ui_url],
+        py_files=[str(job_archive(tmp_path / "dist"))],
+        conf={"spark.locality.wait": "0", "spark.task.maxFailures": "4", "spark.sql.shuffle.partitions": "2",
+              "spark.speculation": "true", "spark.speculation.minTaskRuntime": "1s",
+              # a frozen executor is declared lost (and its task retried) ~15-17 s after its last heartbeat
+              "spark.executor.heartbeatInterval": "2s", "spark.storage.blockManagerHeartbeatTimeoutMs": "15000",
+              "spark.network.timeoutInterval": "2s",
+              "spark.executorEnv.BALLAST_FAULTS_FILE": str(faults)},
+        name=f"ballast-{job}")
+    sender = StepSender(kafka_bootstrap, job, "keycount", steps, spark_ckpt, db_url)
+    log = tmp_path / "driver.log"
+    with open(log, "wb") as f:
+        proc = subprocess.Popen(cmd, cwd=tmp_path, env={**submit_env(), "BALLAST_SPARK_LOG_LEVEL": "ERROR"},
+                                stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+
+    def alive() -> None:
+        assert proc.poll() is None, log.read_text(errors="replace")[-4000:]
+
+    frozen: list[int] = []
+    try:
+        # 1. a Python worker stops itself mid-transaction; freeze the rest of its host
+        deadline = time.time() + 300
+        found = None
+        while found is None:
+            assert time.time() < deadline, "no Python worker stopped at the fault:\n" + \
+                log.read_text(errors="replace")[-4000:]
+            alive()
+            sender()
+            found = frozen_worker(cluster)
+            time.sleep(0.2)
+        # the whole host freezes (a VM pause): the worker daemon too, or it would kill the executor's
+        # JVM once the driver gives it up, and the JVM's end hangs up its Python processes (SIGHUP to
+        # an orphaned process group with stopped members): nothing of the zombie would run again
+        host, py = found
+        frozen = [host, *(p for p in descendants(host) if p != py)]
+        signal_all(frozen, signal.SIGSTOP)
+        frozen.append(py)
+        t_frozen = time.monotonic()
+        eps = committed_epochs(spark_ckpt)
+        last_before = eps[-1] if eps else -1
+        steps_before = sender.sent
+        # 2. the frozen epoch (last_before + 1) and the next one commit on the other executor
+        deadline = time.time() + 240
+        while not (committed_epochs(spark_ckpt) and committed_epochs(spark_ckpt)[-1] >= last_before + 2):
+            assert time.time() < deadline, "the frozen task's epoch never committed elsewhere:\n" + \
+                log.read_text(errors="replace")[-4000:]
+            alive()
+            sender()
+            time.sleep(0.3)
+        # frozen throughout: no process of the host ran or ended meanwhile (Z: ended before the freeze)
+        assert stat(py) is not None and stat(py)[2] == "T", "the zombie Python worker ran or ended"
+        assert all(stat(p) is not None and stat(p)[2] in "TZ" for p in frozen), "the host was not frozen throughout"
+        frozen_s = time.monotonic() - t_frozen
+        objects, manifest = epoch_objects(ckpt / "durable", last_before + 1)  # before the zombie runs again
+        # 3. thaw the Python worker alone and let it finish its late commit, then the rest of the host
+        # (a woken JVM, which the driver gave up, exits, and its end would SIGHUP the zombie)
+        tap = PipeTap(py)
+        signal_all([py], signal.SIGCONT)
+        t_thawed = time.monotonic()
+        deadline = time.time() + 90
+        while not FENCED.search(tap.read()) and stat(py) is not None and stat(py)[2] not in "ZX":
+            assert time.time() < deadline, f"the thawed zombie (pid {py}, state {stat(py)}) neither logged nor " \
+                f"ended; its output:\n{tap.text[-3000:]}"
+            alive()
+            sender()
+            time.sleep(0.3)
+        late_s = time.monotonic() - t_thawed
+        zombie_out = tap.read()
+        tap.close()
+        objects_after, _ = epoch_objects(ckpt / "durable", last_before + 1)
+        signal_all(frozen, signal.SIGCONT)
+        frozen = []
+
+        # 4. run to the end of the input and the plan, then stop gracefully
+        def done() -> bool:
+            eps = committed_epochs(spark_ckpt)
+            end = read_end_offsets(spark_ckpt, eps[-1]) if eps else None
+            return bool(end) and sum(end.get(topic, {}).values()) == len(keys) and sender.all_applied
+
+        deadline = time.time() + 400
+        while time.time() < deadline and not done():
+            alive()
+            sender()
+            time.sleep(0.5)
+        assert done(), f"job did not finish input and plan; steps sent {sender.sent}:\n" + \
+            log.read_text(errors="replace")[-4000:]
+        subprocess.run([sys.executable, "-m", "spark_jobs.cli", "stop", "--checkpoint-dir", f"file://{ckpt}"],
+                       check=True, cwd=REPO)
+        rc = proc.wait(timeout=180)
+    finally:
+        signal_all(frozen, signal.SIGCONT)
+        if proc.poll() is None:
+            killpg(proc)
+    assert rc == 0, log.read_text(errors="replace")[-4000:]
+
+    # the freeze hit a task mid-transaction, and its late commit was refused
+    logs = executor_logs(cluster)
+    assert f"[ballast-fault] stopping pid {py} at worker_before_output_commit" in logs
+    fenced = {(int(e), int(w)) for e, w in FENCED.findall(zombie_out)}
+    assert (last_before + 1) in {e for e, _ in fenced}, f"no fenced late commit of epoch {last_before + 1}: {fenced}"
+    zombie = next((e, w) for e, w in fenced if e == last_before + 1)
+    # its state: the object it wrote before the freeze is the epoch's one (the retry found it and
+    # re-emitted it instead of writing a second), the manifest names it, and it wrote no other
+    mine = [o for o in objects if o.startswith(f"w{zombie[1]:04d}-")]
+    assert len(mine) == 1 and manifest.get(str(zombie[1])) == mine[0], (objects, manifest)
+    assert not objects_after or [o for o in objects_after if o.startswith(f"w{zombie[1]:04d}-")] == mine
+
+    # exactly once: outputs for read_committed, state, step checkpoints and acks as a pure-Python run
+    check_plan_applied(db_url, job, "plan-zombie", steps)
+    assert check_acks_follow_commits(kafka_bootstrap, db_url, job) >= len(steps)
+    epochs = committed_epochs(spark_ckpt)
+    ref_counts, ref_outputs = reference_by_epoch(kafka_bootstrap, topic, spark_ckpt, epochs)
+    outs, dups = read_output(kafka_bootstrap, f"{job}.output")
+    assert outputs_as_set(outs) == ref_outputs
+    check_state(f"file://{ckpt}/durable", 2, swap_maps(BINS)[-1][1], BINS, ref_counts)
+
+    def ids(isolation: str) -> Counter:
+        return Counter(parse_id(record_id(msg)) for msg in scan_topic(
+            kafka_bootstrap, f"{job}.output", 120.0, isolation_level=isolation, consumer_timeout_ms=1000))
+
+    committed = ids("read_committed")
+    assert max(committed.values()) == 1 and len(committed) == len(ref_outputs), "read_committed: not exactly once"
+    uncommitted = ids("read_uncommitted")
+    zombie_ids = [i for i in committed if i[:2] == zombie]
+    assert zombie_ids, f"(epoch, worker) {zombie} has no output"
+    assert all(uncommitted[i] >= 2 for i in zombie_ids), "the zombie's records are not in the log as aborted copies"
+    print(f"[timing] test {time.monotonic() - t_start:.0f}s; executor frozen {frozen_s:.1f}s at epoch "
+          f"{last_before + 1} (steps sent before: {steps_before}); fenced late commits {sorted(fenced)}; "
+          f"zombie's late commit refused {late_s:.1f}s after the thaw; "
+          f"epochs {len(epochs)}; outputs {len(outs)}; duplicates dropped {dups}")
