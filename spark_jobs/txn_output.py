@@ -316,7 +316,9 @@ def is_fenced(exc: BaseException) -> bool:
 
 
 def ensure_commit_partitions(bootstrap: str, topic: str, partitions: int, client_kwargs: dict[str, Any]) -> int:
-    """Give the marker topic at least `partitions` partitions (one per task slot); returns its count."""
+    """Give the marker topic at least `partitions` partitions (one per task slot); returns a count it
+    has at least (the metadata of a topic created a moment ago can still list only some of its
+    partitions: the caller asks again when an epoch needs more)."""
     from kafka import KafkaAdminClient
     from kafka.admin import NewPartitions
     from kafka.errors import InvalidPartitionsError

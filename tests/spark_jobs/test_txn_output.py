@@ -181,7 +181,8 @@ def test_the_marker_topic_grows_a_partition_per_task_slot(kafka_bootstrap, uniqu
     """An epoch with more task slots than the marker topic has partitions (a pre-copy warming a new
     worker, a W raised past 8) gets them before its tasks run, and the new slot commits there."""
     out, marks = _topics(kafka_bootstrap, unique_name)  # 4 partitions
-    assert tx.ensure_commit_partitions(kafka_bootstrap, marks, 3, {}) == 4
+    # enough already: nothing is created (a just-created topic's metadata may list fewer: a lower bound)
+    assert 3 <= tx.ensure_commit_partitions(kafka_bootstrap, marks, 3, {}) <= 4
     assert tx.ensure_commit_partitions(kafka_bootstrap, marks, 10, {}) == 10
     t = _target(kafka_bootstrap, unique_name, marks)
     assert tx.commit_outputs(t, 1, 9, [(out, b"k", b"1", [])]) is True
