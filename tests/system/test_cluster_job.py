@@ -2,7 +2,9 @@
 
 Master + 3 workers (1 core each, own work and local dirs), the job submitted in client mode with
 its code shipped as an archive (--py-files) and a user operator module the same way;
-`spark.locality.wait=0`, speculation on, `spark.task.maxFailures=4`. While a batched plan runs
+`spark.locality.wait=0`, speculation on (Spark starts no copy on the host of a running attempt, and
+every executor here is on 127.0.0.1: tests/system/test_zombie_executor.py covers a late attempt),
+`spark.task.maxFailures=4`. While a batched plan runs
 (some steps with pre-copy; W 2 -> 3 -> 2, which adds an executor and gives one back), executors are
 SIGKILLed at least 3 times (mid-epoch and right after a step, i.e. mid-move) and the driver 3 times.
 Oracle: every key's count, every output (deduplicated by id; read_committed: without
