@@ -57,6 +57,11 @@ class RebalanceConfig(BaseModel):
         description="a hot bin above a worker's fair share by more than skew_threshold is split (k raised) up "
                     "to this many bins",
     )
+    critical_min_gain: float = Field(
+        default=0.1, ge=0, le=1,
+        description="keep W when the critical path says a scale-up would shorten epochs by less than this "
+                    "(docs/tracing.md; 0: off)",
+    )
     strategy: Strategy = Field(
         default="batched", description="plan shape; `auto`: cheapest plan whose predicted pause fits"
     )

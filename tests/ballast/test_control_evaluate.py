@@ -142,3 +142,33 @@ def test_skewed_workers_at_equal_w_get_a_rebalance(db_url, jobs_file, unique_nam
     assert (a.action, a.current_workers, a.target_workers) == ("rebalance", 2, 2), a.reason
     assert "worker loads are skewed (max/mean 1.82" in a.reason and a.target_bins is None
     assert a.inputs["skew_before"] > 1.5 > a.inputs["skew_after"]
+
+
+def test_the_critical_path_holds_a_scale_up_that_would_barely_shorten_the_epochs(db_url, job):
+    """The decision that changes because of the trace: DS2 proposes more workers; the stored traces
+    say the epochs wait on Spark's source stage, not on the workers: W stays, and the reason says why."""
+    from ballast.store import traces, writer
+    from ballast.tracing import Activity, Message, Trace
+
+    snap = collect.collect(db_url, job)
+    assert isinstance(snap, Snapshot) and snap.critical == ()  # no trace stored: DS2 alone
+    before = evaluate.assess(job, snap, policy.GuardState(), datetime.now(UTC))
+    assert before.action == "scale_up"
+    for e in snap.epochs:  # each epoch: a short plan, a long source stage, a short fold, the commit
+        t0 = e.epoch * 10_000_000
+        with writer.epoch_transaction(db_url) as s:
+            traces.replace_trace(s, traces.trace_row(job.job, job.operator, e.epoch, Trace(
+                (Activity("driver", "plan", t0, t0 + 50_000), Activity("worker 0", "fold", t0 + 850_000, t0 + 950_000),
+                 Activity("driver", "db", t0 + 950_000, t0 + 1_000_000)),
+                (Message(0, 1, "source stage"), Message(1, 2, "task end")))))
+    traced = collect.collect(db_url, job)
+    assert isinstance(traced, Snapshot)
+    assert dict(traced.critical) == pytest.approx({"source stage": 0.8, "fold on worker 0": 0.1,
+                                                   "plan on driver": 0.05, "db on driver": 0.05})
+    assert Snapshot.from_dict(traced.to_dict()) == traced  # the hand-off survives XCom
+    after = evaluate.assess(job, traced, policy.GuardState(), datetime.now(UTC))
+    assert after.action == "no_change" and after.target_workers == before.target_workers
+    assert "the workers hold only 10% of the critical path (source stage 80%" in after.reason
+    assert after.inputs["critical.workers_share"] == pytest.approx(0.1)
+    off = job.model_copy(update={"rebalance": job.rebalance.model_copy(update={"critical_min_gain": 0.0})})
+    assert evaluate.assess(off, traced, policy.GuardState(), datetime.now(UTC)).action == "scale_up"

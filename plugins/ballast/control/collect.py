@@ -17,6 +17,8 @@ from ballast.store import (
     open_plans,
     take_over_plan,
 )
+from ballast.store.traces import read_trace
+from ballast.tracing import epochs_participation
 
 
 class NotReady(BallastError, RuntimeError):
@@ -89,7 +91,17 @@ def collect(url: str, cfg: JobConfig, owner: str | None = None) -> Snapshot | Re
                       for w in workers),
         latest_epoch=epochs[-1].epoch,
         flow=tuple(operator_sample(url, cfg, n) for n in names) if len(names) > 1 else (),
+        critical=critical_shares(url, cfg, epochs[0].epoch, epochs[-1].epoch),
     )
+
+
+def critical_shares(url: str, cfg: JobConfig, first: int, last: int) -> tuple[tuple[str, float], ...]:
+    """The window's critical participation by label (docs/tracing.md), largest first; () without
+    stored traces (a job started before schema 0005, or a window of one epoch)."""
+    trace = read_trace(url, cfg.job, cfg.operator, first, last)
+    if not trace.activities:
+        return ()
+    return tuple((k, round(v, 4)) for k, v in epochs_participation(trace).by("label").items())
 
 
 def _epoch_samples(rows: list[EpochRow]) -> tuple[EpochSample, ...]:

@@ -74,6 +74,18 @@ def assess(cfg: JobConfig, snap: Snapshot, state: policy.GuardState, now: dateti
     action: Action = verdict.action
     reason = verdict.reason
 
+    # a scale-up the critical path says would barely shorten the epochs is not worth its migration
+    critical = dict(snap.critical)
+    if critical:
+        proposed = verdict.target_workers
+        inputs_cp = {"critical.workers_share": round(policy.workers_share(critical), 4),
+                     "critical.scale_up_gain": round(policy.scale_up_gain(critical, cur, proposed), 4)}
+        note = (policy.critical_path_check(critical, cur, proposed, rb.critical_min_gain)
+                if action == "scale_up" else None)
+        if note:
+            action, reason = "no_change", f"{reason}; but {note}"
+    else:
+        inputs_cp = {}
     # "no change" alone would hide a growing backlog: say why and what the operator can do
     diagnosis = res.note if not res.feasible else None
     if diagnosis is None and action == "no_change":
@@ -87,7 +99,7 @@ def assess(cfg: JobConfig, snap: Snapshot, state: policy.GuardState, now: dateti
                               "ds2.model": res.model, "ds2.feasible": res.feasible,
                               "ds2.advised_budget_s": res.advised_budget_s, "diagnosis": diagnosis,
                               "ds2.note": res.note or target.note, "map_version": snap.map.version,
-                              "window_epochs": [e.epoch for e in snap.epochs]}
+                              "window_epochs": [e.epoch for e in snap.epochs], **inputs_cp}
     load = list(snap.bins.load)
     if action == "no_change" and cur > 1 and sum(load) > 0:
         old = list(snap.map.assignment)

@@ -106,6 +106,7 @@ class Snapshot:
     latest_epoch: int = 0
     status: Literal["ready"] = "ready"
     flow: tuple[OperatorSample, ...] = ()  # a multi-operator job: every operator, in chain order
+    critical: tuple[tuple[str, float], ...] = ()  # the window's CP by label (ballast.tracing), largest first
 
     def to_dict(self) -> dict[str, Any]:
         d = json_safe(asdict(self))
@@ -128,6 +129,7 @@ class Snapshot:
                                       tuple(_flat(EpochSample, e) for e in o.get("epochs", ())),
                                       tuple(_flat(WorkerSample, w) for w in o.get("samples", ())))
                        for o in d.get("flow", ())),
+            critical=tuple((str(k), float(v)) for k, v in d.get("critical", ())),
         )
 
 

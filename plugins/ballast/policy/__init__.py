@@ -1,8 +1,9 @@
 """Ballast policy: the pure-Python brain of the control plane.
 
-collect (DAG) -> `evaluate` (DS2) -> `evaluate_guards` -> `place` -> `plan_migration` -> emit (DAG).
+collect (DAG) -> `evaluate` (DS2) -> `evaluate_guards` -> `critical_path_check` -> `place` ->
+`plan_migration` -> emit (DAG).
 Module imports run one way: plan (the shapes) <- costmodel <- planner; dataflow (DS2's inputs)
-<- rates (its measurement) <- ds2; guards, placement, split stand alone
+<- rates (its measurement) <- ds2; guards, placement, split, critical stand alone
 (tests/policy/test_imports.py imports each one alone).
 No Airflow, Spark, Kafka or SQLAlchemy import here, on purpose: the policy is unit-tested in
 milliseconds and the DAGs stay thin. Formulas and their tests: docs/policy.md.
@@ -14,6 +15,7 @@ from ballast.policy.costmodel import (
     fit_cost_model,
     render_plan,
 )
+from ballast.policy.critical import critical_path_check, scale_up_gain, workers_share
 from ballast.policy.ds2 import (
     Dataflow,
     DS2Result,
@@ -56,6 +58,7 @@ from ballast.policy.split import SplitAdvice, split_advice
 
 __all__ = [
     "SplitAdvice", "split_advice", "split_plan",
+    "critical_path_check", "scale_up_gain", "workers_share",
     "CheckpointSample", "CostModel", "choose_plan", "fit_cost_model", "render_plan",
     "Dataflow", "DS2Result", "EpochMetrics", "OperatorNode", "OperatorRates", "OperatorTarget",
     "SourceLoad", "WorkerEpochMetrics", "backlog_growth", "bottleneck_outside_operators", "ds2_microbatch",

@@ -1,0 +1,38 @@
+"""ballast.policy.critical: the workers' share of the critical path, Amdahl's gain of a scale-up on
+it, and the check that keeps W when that gain is below what a migration is worth (or says nothing
+without a trace, for a scale-down, or when switched off)."""
+
+from __future__ import annotations
+
+import pytest
+
+from ballast.policy.critical import critical_path_check, scale_up_gain, workers_share
+
+pytestmark = pytest.mark.controlplane
+
+OUTSIDE = {"source stage": 0.55, "job end on driver": 0.2, "fold on worker 0": 0.1, "fold on worker 1": 0.05,
+           "read on worker 0": 0.05, "plan on driver": 0.05}
+INSIDE = {"fold on worker 0": 0.5, "fold on worker 1": 0.3, "source stage": 0.2}
+
+
+def test_the_workers_share_counts_their_timelines_only():
+    assert workers_share(OUTSIDE) == pytest.approx(0.2)
+    assert workers_share(INSIDE) == pytest.approx(0.8)
+    assert workers_share({"fold on worker 12": 0.3, "fold on workers": 0.2, "worker 1": 0.1}) == pytest.approx(0.3)
+
+
+def test_the_gain_is_amdahls_law_on_the_critical_path():
+    assert scale_up_gain(INSIDE, 2, 4) == pytest.approx(0.8 * 0.5)  # the workers' 80 % halves
+    assert scale_up_gain(OUTSIDE, 1, 2) == pytest.approx(0.1)
+    assert scale_up_gain(INSIDE, 4, 2) == 0.0 and scale_up_gain(INSIDE, 3, 3) == 0.0
+
+
+def test_a_scale_up_that_would_barely_shorten_epochs_is_held_and_says_where_the_time_goes():
+    note = critical_path_check(OUTSIDE, 2, 3, min_gain=0.1)
+    assert note is not None
+    assert note.startswith("the workers hold only 20% of the critical path (source stage 55%, job end on driver 20%)")
+    assert "2 -> 3 workers would shorten epochs by 7%, below the 10% worth a migration" in note
+    assert critical_path_check(INSIDE, 2, 3, min_gain=0.1) is None, "the workers' 80 % shrinks by a third"
+    assert critical_path_check(OUTSIDE, 2, 3, min_gain=0.0) is None, "off"
+    assert critical_path_check({}, 2, 3, min_gain=0.1) is None, "no trace: DS2 alone decides"
+    assert critical_path_check(OUTSIDE, 3, 2, min_gain=0.1) is None, "a scale-down is not this check's"
