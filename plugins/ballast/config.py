@@ -58,9 +58,9 @@ class RebalanceConfig(BaseModel):
                     "to this many bins",
     )
     critical_min_gain: float = Field(
-        default=0.1, ge=0, le=1,
-        description="keep W when the critical path says a scale-up would shorten epochs by less than this "
-                    "(docs/tracing.md; 0: off)",
+        default=0.0, ge=0, le=1,
+        description="keep W when the critical path says a scale-up would shorten epochs by less than this, "
+                    "e.g. 0.1 (docs/policy.md; 0: off, the default until the DS2 benchmark has run with it)",
     )
     strategy: Strategy = Field(
         default="batched", description="plan shape; `auto`: cheapest plan whose predicted pause fits"

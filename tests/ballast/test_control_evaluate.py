@@ -166,9 +166,9 @@ def test_the_critical_path_holds_a_scale_up_that_would_barely_shorten_the_epochs
     assert dict(traced.critical) == pytest.approx({"source stage": 0.8, "fold on worker 0": 0.1,
                                                    "plan on driver": 0.05, "db on driver": 0.05})
     assert Snapshot.from_dict(traced.to_dict()) == traced  # the hand-off survives XCom
-    after = evaluate.assess(job, traced, policy.GuardState(), datetime.now(UTC))
+    assert evaluate.assess(job, traced, policy.GuardState(), datetime.now(UTC)).action == "scale_up", "off by default"
+    on = job.model_copy(update={"rebalance": job.rebalance.model_copy(update={"critical_min_gain": 0.1})})
+    after = evaluate.assess(on, traced, policy.GuardState(), datetime.now(UTC))
     assert after.action == "no_change" and after.target_workers == before.target_workers
     assert "the workers hold only 10% of the critical path (source stage 80%" in after.reason
     assert after.inputs["critical.workers_share"] == pytest.approx(0.1)
-    off = job.model_copy(update={"rebalance": job.rebalance.model_copy(update={"critical_min_gain": 0.0})})
-    assert evaluate.assess(off, traced, policy.GuardState(), datetime.now(UTC)).action == "scale_up"
