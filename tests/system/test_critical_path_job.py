@@ -16,7 +16,7 @@ from spark_jobs.offsets import committed_epochs, read_end_offsets
 from spark_jobs.runner import RunConfig, start_job
 from tests.helpers.wait import wait_until
 
-pytestmark = [pytest.mark.dataplane]
+pytestmark = [pytest.mark.dataplane, pytest.mark.slow]
 HERE = Path(__file__).parent
 BINS, WORKERS = 8, 2
 LINE = re.compile(r"epoch (\d+) critical path (\d+) ms: (.*)")
