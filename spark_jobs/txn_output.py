@@ -198,7 +198,10 @@ def _marker_consumer(t: TxnTarget) -> Any:
 def read_last_marker(t: TxnTarget, worker: int, timeout_s: float = 30.0) -> Marker | None:
     """The last committed marker on partition `worker` of the marker topic (read_committed), None
     if there is none. Reads a window before the end, widened while it holds no committed marker
-    (aborted attempts leave records only a read_uncommitted reader sees)."""
+    (aborted attempts leave records only a read_uncommitted reader sees). Called after the slot's
+    init_transactions (`_Slot`), which completes a transaction of the id that was just committed:
+    Kafka writes a commit's markers after the commit call returns, so a read before the init could
+    miss a marker of a moment ago."""
     from kafka import TopicPartition
 
     tp = TopicPartition(t.commits_topic, worker)

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from spark_jobs.operators import KeyCount, Output
 
 SLOW_KEY = b"slow"
-SLEEP_S = 0.6
+SLEEP_S = 1.0
 
 
 class SlowKeyCount(KeyCount):
