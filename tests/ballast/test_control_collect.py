@@ -91,3 +91,18 @@ def test_an_operator_that_has_not_run_is_a_node_without_measurements(db_url, job
     assert collect.operator_sample(db_url, job, "counts") == OperatorSample("counts", 1)
     ran = collect.operator_sample(db_url, job, "keycount")
     assert ran.workers == 1 and [e.epoch for e in ran.epochs] == [1, 2, 3, 4, 5] and len(ran.samples) == 5
+
+
+def test_a_metrics_db_without_the_traces_table_collects_without_the_critical_path(db_url, job, caplog):
+    """A DB not upgraded to schema 0005 yet: the snapshot has no critical path (DS2 and the guards
+    decide alone) and the log says which command adds the table."""
+    import logging
+
+    from sqlalchemy import create_engine, text
+
+    with create_engine(db_url).begin() as c:
+        c.execute(text("DROP TABLE epoch_traces"))
+    with caplog.at_level(logging.WARNING, "ballast.control"):
+        snap = collect.collect(db_url, job)
+    assert isinstance(snap, Snapshot) and snap.critical == () and snap.epochs
+    assert "python -m ballast.store upgrade` adds their table" in caplog.text

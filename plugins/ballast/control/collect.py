@@ -3,6 +3,8 @@ this run must resume instead of deciding anew (its steps expect map versions a n
 
 from __future__ import annotations
 
+import logging
+
 from ballast.config import JobConfig
 from ballast.control.handoffs import BinLoad, EpochSample, MapState, OperatorSample, Resume, Snapshot, WorkerSample
 from ballast.errors import BallastError
@@ -19,6 +21,8 @@ from ballast.store import (
 )
 from ballast.store.traces import read_trace
 from ballast.tracing import epochs_participation
+
+log = logging.getLogger("ballast.control")
 
 
 class NotReady(BallastError, RuntimeError):
@@ -98,7 +102,12 @@ def collect(url: str, cfg: JobConfig, owner: str | None = None) -> Snapshot | Re
 def critical_shares(url: str, cfg: JobConfig, first: int, last: int) -> tuple[tuple[str, float], ...]:
     """The window's critical participation by label (docs/tracing.md), largest first; () without
     stored traces (a job started before schema 0005, or a window of one epoch)."""
-    trace = read_trace(url, cfg.job, cfg.operator, first, last)
+    try:
+        trace = read_trace(url, cfg.job, cfg.operator, first, last)
+    except Exception as exc:  # a metrics DB not upgraded to 0005 yet: DS2 and the guards decide alone
+        log.warning("job %s/%s: no epoch traces read (%s); `python -m ballast.store upgrade` adds their table",
+                    cfg.job, cfg.operator, str(exc).splitlines()[0][:200])
+        return ()
     if not trace.activities:
         return ()
     return tuple((k, round(v, 4)) for k, v in epochs_participation(trace).by("label").items())
