@@ -63,6 +63,9 @@ def parser() -> argparse.ArgumentParser:
                    help="keyed operators: write each task's outputs in a Kafka transaction with a commit marker "
                         "(exactly once for read_committed consumers), or through Spark's Kafka sink (at least "
                         "once: consumers drop seen ballast-ids); stateless queries are always at least once")
+    r.add_argument("--no-trace", dest="trace", action="store_false",
+                   help="build no epoch trace: no critical-path line, nothing stored for the console, the export "
+                        "and the controller (docs/tracing.md; to measure what tracing costs)")
     r.add_argument("--max-future-s", type=float, default=86400.0, help="reject steps effective later than this")
     r.add_argument("--max-control-bytes", type=int, default=MAX_MESSAGE_BYTES,
                    help="a control record larger than this is rejected before parsing (default 1 MiB)")
@@ -96,7 +99,7 @@ def config_from_args(a: argparse.Namespace) -> RunConfig:
         snapshot_every=a.snapshot_every, fail_on_data_loss=not a.allow_data_loss, max_workers=a.max_workers,
         master_ui=a.master_ui, bootstrap=a.bootstrap,
         db_url=a.db_url or default_url(), trigger_ms=a.trigger_ms, max_offsets_per_trigger=a.max_offsets_per_trigger,
-        output_partitions=a.output_partitions, output_mode=a.output_mode, max_future_s=a.max_future_s,
+        output_partitions=a.output_partitions, output_mode=a.output_mode, trace=a.trace, max_future_s=a.max_future_s,
         max_control_bytes=a.max_control_bytes,
         control_keyring=load_keyring(a.control_keys, max_age_s=a.control_max_age_s),
         kafka_security=KafkaSecurity.from_file(a.kafka_config) if a.kafka_config else KafkaSecurity.from_env(),

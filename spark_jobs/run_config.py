@@ -56,6 +56,9 @@ class RunConfig:
     # keyed operators: outputs in Kafka transactions, exactly once for read_committed readers
     # (spark_jobs.txn_output), or "at-least-once" (Spark's Kafka sink; readers deduplicate by ballast-id)
     output_mode: str = TRANSACTIONAL
+    # each epoch's trace: its critical path logged, the trace stored with the next commit
+    # (spark_jobs.epoch_trace, docs/tracing.md); off only to measure what tracing costs
+    trace: bool = True
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property

@@ -370,7 +370,7 @@ class JobRunner:
         self.last_epoch = epoch
         self.committer.log_epoch(report)
         log.info("epoch %d time ms: %s", epoch, times.text(spark_outside(self.query)))
-        trace = checked_trace(epoch, times.spans, report.workers)  # what held it back (docs/tracing.md)
+        trace = checked_trace(epoch, times.spans, report.workers) if self.cfg.trace else None  # docs/tracing.md
         self._trace = (epoch, trace) if trace is not None else None  # stored with the next epoch's commit
         cp = critical_participation(snapshot(trace)) if trace is not None else None
         if cp is not None and cp.length_us:

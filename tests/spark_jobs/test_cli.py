@@ -72,14 +72,15 @@ def test_flags_become_the_runs_config(clean_env):
     assert (cfg.job, cfg.operator, cfg.operator_path, cfg.path, cfg.input_topic) == ("j", "keycount", None,
                                                                                       "keycount", "t")
     assert (cfg.bins, cfg.workers, cfg.snapshot_every, cfg.trigger_ms, cfg.output_partitions) == (256, 2, 10, 1000, 2)
-    assert cfg.fail_on_data_loss and cfg.control_keyring is None and cfg.kafka_security.plaintext
+    assert cfg.fail_on_data_loss and cfg.control_keyring is None and cfg.kafka_security.plaintext and cfg.trace
     assert cfg.db_url == "sqlite:////nonexistent/metrics.db"  # BALLAST_DB_URL: never on the command line
     cfg = config_from_args(parser().parse_args(RUN + [
         "--operator", "counts=mod.sub:Counts", "--operator", "avg=keycount", "--bins", "1024", "--workers", "3",
-        "--allow-data-loss", "--db-url", "sqlite:///other.db", "--state-uri", "s3://b/j", "--kafka-outage-s", "45"]))
+        "--allow-data-loss", "--db-url", "sqlite:///other.db", "--state-uri", "s3://b/j", "--kafka-outage-s", "45",
+        "--no-trace"]))
     assert (cfg.operator, cfg.operator_path, cfg.path) == ("counts", "mod.sub:Counts", "mod.sub:Counts")
     assert (cfg.bins, cfg.workers, cfg.state_location, cfg.kafka_outage_s) == (1024, 3, "s3://b/j", 45.0)
-    assert not cfg.fail_on_data_loss and cfg.db_url == "sqlite:///other.db"
+    assert not cfg.fail_on_data_loss and cfg.db_url == "sqlite:///other.db" and not cfg.trace
 
 
 def test_key_and_kafka_files_are_read_into_the_config(clean_env, tmp_path):

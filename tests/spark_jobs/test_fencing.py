@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 import pytest
 
 from ballast.store import JobStore, fencing
+from ballast.store.traces import read_trace
 from spark_jobs.durable import DurableState
 from spark_jobs.offsets import committed_epochs, read_end_offsets
 from spark_jobs.runner import RunConfig, start_job
@@ -26,7 +27,7 @@ def test_an_epoch_after_a_newer_start_is_refused_whole(spark, kafka_bootstrap, m
     make_topics({topic: 2})
     ckpt = tmp_path / "ckpt"
     cfg = RunConfig(job=job, input_topic=topic, checkpoint_dir=str(ckpt), bootstrap=kafka_bootstrap, db_url=db_url,
-                    bins=BINS, workers=2, trigger_ms=100)
+                    bins=BINS, workers=2, trigger_ms=100, trace=False)  # --no-trace: nothing stored (below)
     first = zipf_keys(800, 300, seed=3)
     produce(kafka_bootstrap, topic, first, partitions=2)
     spark_ckpt = ckpt / "spark"
@@ -60,3 +61,4 @@ def test_an_epoch_after_a_newer_start_is_refused_whole(spark, kafka_bootstrap, m
     assert DurableState(str(ckpt / "state"), job, BINS).last_epoch == last, "a manifest was written"
     hb = store.heartbeat()
     assert hb is not None and hb.status == "running" and hb.last_epoch == last  # not "stopped" by the stale one
+    assert read_trace(db_url, job, "keycount").activities == (), "--no-trace stores no epoch trace"

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import functions as F
 
+from ballast.store.traces import read_trace
 from spark_jobs.bins import bin_of_hash, bits_for, uniform_assignment
 from spark_jobs.offsets import committed_epochs, read_end_offsets
 from spark_jobs.runner import RunConfig, start_job
@@ -45,6 +46,9 @@ def test_the_slow_workers_fold_leads_the_critical_path(spark, kafka_bootstrap, m
         finally:
             runner.stop()
     lines = [m.groups() for r in caplog.records if (m := LINE.match(r.getMessage()))]
+    stored = read_trace(db_url, job, cfg.operator)
+    assert {a.epoch for a in stored.activities} == {int(e) for e, _, _ in lines[:-1]}, \
+        "each epoch's trace is stored with the next epoch's commit (the last one's is not, yet)"
     slow_epochs = [(int(e), int(ms), text) for e, ms, text in lines if int(ms) >= 1000]
     print("\n".join(f"epoch {e} critical path {ms} ms: {text}" for e, ms, text in slow_epochs))
     assert len(slow_epochs) >= 3, f"too few epochs carried the slow key: {lines}"
