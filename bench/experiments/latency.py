@@ -107,7 +107,9 @@ class _Ballast:
         self.ctx, self.topic = ctx, topic
         self.spec = JobSpec(job=ctx.name(label), input_topic=topic, bins=P.latency_bins, workers=2,
                             db_url=ctx.db_url, bootstrap=ctx.bootstrap, run_dir=ctx.run_dir, trigger_ms=trigger_ms,
-                            max_offsets_per_trigger=P.latency_max_offsets, log_level="DEBUG")
+                            max_offsets_per_trigger=P.latency_max_offsets, log_level="DEBUG",
+                            # e.g. `--set 'extra={"latency_job_args": ["--no-trace"]}'`: what tracing costs
+                            extra_args=tuple(P.extra.get("latency_job_args", ())))
         self.job = BallastJob(self.spec)
         self.tail = OffsetLogTail(self.spec.checkpoint_dir, topic)
         self.log = ctx.run_dir / "logs" / f"{self.spec.job}.log"
