@@ -58,13 +58,14 @@ def epoch_trace(epoch: int, spans: list[tuple[str, int, int]], docs: list[dict[s
     return Trace(tuple(acts), tuple(msgs))
 
 
-def checked_trace(epoch: int, spans: list[tuple[str, int, int]], docs: list[dict[str, Any]] | None) -> Trace | None:
-    """`epoch_trace`, or None when the clocks disagree so much that the spans are not one trace
-    (overlapping phases): logged at DEBUG, never raised — a trace must not fail an epoch."""
+def epoch_critical_path(epoch: int, spans: list[tuple[str, int, int]],
+                        docs: list[dict[str, Any]] | None) -> tuple[Trace, Participation] | None:
+    """The epoch's trace and its CP; None when the clocks disagree so much that the spans are not one
+    trace (overlapping phases, a message back in time): logged at DEBUG, never raised — a trace
+    must not fail an epoch."""
     try:
         trace = epoch_trace(epoch, spans, docs)
-        critical_participation(snapshot(trace))  # a cycle shows only here
-        return trace
+        return trace, critical_participation(snapshot(trace))
     except ValueError as exc:
         log.debug("epoch %d: no trace (%s)", epoch, exc)
         return None
@@ -72,9 +73,9 @@ def checked_trace(epoch: int, spans: list[tuple[str, int, int]], docs: list[dict
 
 def epoch_participation(epoch: int, spans: list[tuple[str, int, int]],
                         docs: list[dict[str, Any]] | None) -> Participation | None:
-    """CP of the epoch's trace; None when there is no trace (`checked_trace`)."""
-    trace = checked_trace(epoch, spans, docs)
-    return critical_participation(snapshot(trace)) if trace is not None else None
+    """CP of the epoch's trace; None when there is no trace (`epoch_critical_path`)."""
+    found = epoch_critical_path(epoch, spans, docs)
+    return found[1] if found is not None else None
 
 
 def critical_path_text(cp: Participation, top: int = 3) -> str:

@@ -34,7 +34,7 @@ from ballast.protocol import acks_topic, control_topic, message_key, utcnow
 from ballast.store import writer as mx
 from ballast.store.fencing import Fence, Fenced
 from ballast.topics import create_missing_topics
-from ballast.tracing import Trace, critical_participation, snapshot
+from ballast.tracing import Trace
 from spark_jobs import faults
 from spark_jobs.binding import bind_state, check_job_row, job_row_config
 from spark_jobs.bins import bits_for
@@ -50,7 +50,7 @@ from spark_jobs.durable import DurableState
 from spark_jobs.epoch_apply import EpochApply, EpochWork
 from spark_jobs.epoch_commit import EpochCommit, EpochReport, summarize_moves
 from spark_jobs.epoch_times import EpochTimes, spark_outside
-from spark_jobs.epoch_trace import checked_trace, critical_path_text
+from spark_jobs.epoch_trace import critical_path_text, epoch_critical_path
 from spark_jobs.executors import ExecutorScaler
 from spark_jobs.fencing import DriverFence
 from spark_jobs.inputs import InputRows
@@ -370,9 +370,9 @@ class JobRunner:
         self.last_epoch = epoch
         self.committer.log_epoch(report)
         log.info("epoch %d time ms: %s", epoch, times.text(spark_outside(self.query)))
-        trace = checked_trace(epoch, times.spans, report.workers) if self.cfg.trace else None  # docs/tracing.md
-        self._trace = (epoch, trace) if trace is not None else None  # stored with the next epoch's commit
-        cp = critical_participation(snapshot(trace)) if trace is not None else None
+        found = epoch_critical_path(epoch, times.spans, report.workers) if self.cfg.trace else None  # docs/tracing.md
+        self._trace = (epoch, found[0]) if found is not None else None  # stored with the next epoch's commit
+        cp = found[1] if found is not None else None
         if cp is not None and cp.length_us:
             log.info("epoch %d critical path %.0f ms: %s", epoch, cp.length_us / 1000, critical_path_text(cp))
 

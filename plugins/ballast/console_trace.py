@@ -9,14 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 from ballast.store import traces
-from ballast.tracing import Participation, epochs_participation, per_epoch
+from ballast.tracing import epochs_participation, per_epoch
 
 TOP = 6  # activities named in the chart; the rest are summed as "other"
-
-
-def shares(cp: Participation) -> dict[str, float]:
-    """CP per label: `fold on worker 1`, a message by its kind (`source stage`)."""
-    return cp.by("label")
 
 
 def critical_view(url: str, job: str, operator: str, last: int = 30) -> dict[str, Any]:
@@ -27,14 +22,14 @@ def critical_view(url: str, job: str, operator: str, last: int = 30) -> dict[str
                 "bottleneck": "No trace stored yet: each epoch stores its trace with the next one's commit."}
     trace = traces.read_trace(url, job, operator, *window)
     overall = epochs_participation(trace)
-    total = shares(overall)
+    total = overall.by("label")
     names = sorted(total, key=lambda n: -total[n])[:TOP]
     parts = {e: p for e, p in per_epoch(trace).items() if e is not None}
     epochs = sorted(parts)
     series: dict[str, list[float]] = {n: [] for n in [*names, "other"]}
     lengths = []
     for e in epochs:
-        s = shares(parts[e])
+        s = parts[e].by("label")
         for n in names:
             series[n].append(round(s.get(n, 0.0), 4))
         series["other"].append(round(max(0.0, 1.0 - sum(s.get(n, 0.0) for n in names)), 4) if s else 0.0)

@@ -31,15 +31,12 @@ from ballast.protocol import (
     split_assignment,
     step_from_document,
 )
+from tests.helpers.control import control_step as _step
 
 pytestmark = pytest.mark.controlplane
 NOW = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 
 
-def _step(plan="p", step=1, steps=1, moves=((0, 0, 1),), workers=2, version=0, eff=NOW, job="j", op="keycount"):
-    return ControlStep(job=job, operator=op, plan_id=plan, step=step, steps=steps, kind="moves" if moves else "noop",
-                       moves=tuple(Move(*m) for m in moves), workers=workers, map_version=version,
-                       issued_at=NOW, effective_at=eff)
 
 
 def _split(bins, version=0, workers=2, plan="s"):

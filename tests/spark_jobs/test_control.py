@@ -21,16 +21,13 @@ from spark_jobs.control import (
     initial_state,
     tick_message,
 )
+from tests.helpers.control import control_step as _step
 
 pytestmark = pytest.mark.dataplane
 NOW = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 
 
 # ------------------------------------------------------------------ decisions ------------------
-def _step(plan="p", step=1, steps=1, moves=((0, 0, 1),), workers=2, version=0, eff=NOW, job="j", op="keycount"):
-    return ControlStep(job=job, operator=op, plan_id=plan, step=step, steps=steps, kind="moves" if moves else "noop",
-                       moves=tuple(Move(*m) for m in moves), workers=workers, map_version=version,
-                       issued_at=NOW, effective_at=eff)
 
 
 def _run(st, msgs, epoch=5, now=NOW):

@@ -15,13 +15,14 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-from ballast.protocol import ControlStep, Move, acks_topic, message_key
+from ballast.protocol import Move, acks_topic, message_key
 from ballast.store.event_log import CACHE_DEGRADED
 from migrations_db import models as m
 from migrations_db.db import session_scope
 from spark_jobs.control import AppliedStep, ControlRecord, decide, initial_state
 from spark_jobs.epoch_commit import EpochCommit, EpochReport, summarize_moves
 from spark_jobs.run_config import RunConfig
+from tests.helpers.control import control_step as _step
 
 pytestmark = pytest.mark.dataplane
 NOW = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
@@ -47,10 +48,6 @@ class Commit(EpochCommit):
         self.flushed += 1
 
 
-def _step(plan: str = "p", moves: tuple[tuple[int, int, int], ...] = ((0, 0, 1),)) -> ControlStep:
-    return ControlStep(job="j", operator="keycount", plan_id=plan, step=1, steps=1, kind="moves",
-                       moves=tuple(Move(*mv) for mv in moves), workers=2, map_version=0, issued_at=NOW,
-                       effective_at=NOW)
 
 
 def _decide(msgs: list[bytes], epoch: int = 4, st: Any = None) -> Any:
