@@ -28,11 +28,23 @@ def is_unreachable(exc: BaseException) -> bool:
 
 
 def _sqlite_pragmas(dbapi_conn, _record) -> None:
+    # the driver's own implicit BEGIN is turned off: `_sqlite_begin` opens every transaction instead
+    dbapi_conn.isolation_level = None
     cur = dbapi_conn.cursor()
     cur.execute("PRAGMA journal_mode=WAL")
     cur.execute("PRAGMA busy_timeout=30000")
     cur.execute("PRAGMA synchronous=NORMAL")
     cur.close()
+
+
+def _sqlite_begin(conn) -> None:
+    """BEGIN IMMEDIATE: take the write lock when the transaction starts, waiting up to the busy timeout.
+
+    A deferred transaction that reads and then writes cannot wait: if another connection committed
+    after its read, SQLite fails the upgrade to a writer at once with "database is locked", whatever
+    the busy timeout (a supervisor that read a heartbeat and then recorded a restart hit this).
+    """
+    conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
 @lru_cache(maxsize=16)
@@ -41,6 +53,7 @@ def get_engine(url: str) -> Engine:
     if url.startswith("sqlite"):
         engine = create_engine(url, connect_args={"timeout": 30})
         event.listen(engine, "connect", _sqlite_pragmas)
+        event.listen(engine, "begin", _sqlite_begin)
     else:
         engine = create_engine(url, pool_pre_ping=True)
     return engine

@@ -78,7 +78,10 @@ def airflow_ready() -> bool:
 
 
 def airflow_up() -> None:
-    if pid_alive(AIRFLOW_PID) and airflow_ready():
+    if pid_alive(AIRFLOW_PID):
+        # ours is running; on a loaded machine its API can take longer than one probe to answer, so wait
+        # for it instead of mistaking our own server for another process on the port
+        wait_healthy(airflow_ready, "Airflow api-server (already running)", 120, AIRFLOW_LOG, AIRFLOW_PID)
         log(f"airflow: already running at http://{HOST}:{AIRFLOW_PORT} (login {ADMIN_USER} / {ADMIN_PASSWORD})")
         return
     if port_open(AIRFLOW_PORT):
