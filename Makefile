@@ -40,7 +40,8 @@ lint: setup ## ruff (style, imports, bugbear, pyupgrade), mypy (strict on the fr
 	@$(VENV)/bin/lint-imports
 
 test: setup ## the whole suite, against real Kafka, Spark, SQLite, PostgreSQL and Airflow (TEST_WORKERS=N: on N xdist workers)
-	@$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=30 $(PYTEST_ARGS)
+	@mkdir -p .state && $(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=30 \
+	  --junitxml=.state/test-report.xml $(PYTEST_ARGS)
 
 test-fast: setup ## every test that needs no service and is not slow (the inner loop; a few minutes)
 	@$(PY) -m pytest -n $(FAST_WORKERS) -m "not services and not slow" $(PYTEST_ARGS)
