@@ -119,11 +119,13 @@ def plot_cdf(path: Path, hists: dict[str, LogHistogram], title: str) -> Path:
     return _save(fig, path)
 
 
-def plot_bars(path: Path, labels: list[str], panels: dict[str, list[float]], title: str) -> Path:
+def plot_bars(path: Path, labels: list[str], panels: dict[str, list[float]], title: str,
+              colors: list[str] | None = None) -> Path:
+    """One panel of bars per entry of `panels`; `colors`: one per label (default: a fixed cycle)."""
     fig, axes = plt.subplots(1, len(panels), figsize=(3.6 * len(panels), 3.4), squeeze=False)
     for ax, (name, vals) in zip(axes[0], panels.items()):
         ax.bar(labels, [0 if (v is None or (isinstance(v, float) and math.isnan(v))) else v for v in vals],
-               color=["C3", "C0", "C2", "C1", "C4", "C5"][: len(labels)])
+               color=colors or ["C3", "C0", "C2", "C1", "C4", "C5"][: len(labels)])
         ax.set_title(name, fontsize=9)
         ax.tick_params(axis="x", labelrotation=30, labelsize=7)
     fig.suptitle(title, fontsize=10)

@@ -59,14 +59,20 @@ def window_trace(window_s: float, trigger_ms: int, workers: int, seed: int = 7) 
     return Trace(tuple(acts), tuple(msgs))
 
 
-def measure(window_s: float, trigger_ms: int, workers: int, reps: int) -> dict[str, float | int]:
-    trace = window_trace(window_s, trigger_ms, workers)
+def time_cp(trace: Trace, reps: int) -> float:
+    """Median ms, over `reps`, of the window's CP as the console and the controller read it:
+    `epochs_participation` and its per-label sums."""
     times = []
     for _ in range(reps):
         t0 = time.perf_counter()
         epochs_participation(trace).by("label")
         times.append((time.perf_counter() - t0) * 1000)
-    cp_ms = statistics.median(times)
+    return statistics.median(times)
+
+
+def measure(window_s: float, trigger_ms: int, workers: int, reps: int) -> dict[str, float | int]:
+    trace = window_trace(window_s, trigger_ms, workers)
+    cp_ms = time_cp(trace, reps)
     return {"window_s": window_s, "trigger_ms": trigger_ms, "workers": workers,
             "epochs": len({a.epoch for a in trace.activities}), "activities": len(trace.activities),
             "cp_ms": round(cp_ms, 2), "cp_ms_over_epoch_ms": round(cp_ms / trigger_ms, 4)}

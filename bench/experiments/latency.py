@@ -102,14 +102,17 @@ class _Native:
 class _Ballast:
     """Ballast key-count as the latency run drives it; its job log at DEBUG has the epoch's phases."""
 
-    def __init__(self, ctx: Ctx, label: str, topic: str, trigger_ms: int) -> None:
+    def __init__(self, ctx: Ctx, label: str, topic: str, trigger_ms: int, *, extra_args: tuple[str, ...] | None = None,
+                 bins: int | None = None, max_offsets: int | None = None) -> None:
+        """`extra_args`, `bins`, `max_offsets`: None takes the profile's (the `trace` experiment sets its own)."""
         P = ctx.profile
         self.ctx, self.topic = ctx, topic
-        self.spec = JobSpec(job=ctx.name(label), input_topic=topic, bins=P.latency_bins, workers=2,
+        if extra_args is None:  # e.g. `--set 'extra={"latency_job_args": ["--no-trace"]}'`
+            extra_args = tuple(P.extra.get("latency_job_args", ()))
+        self.spec = JobSpec(job=ctx.name(label), input_topic=topic, bins=bins or P.latency_bins, workers=2,
                             db_url=ctx.db_url, bootstrap=ctx.bootstrap, run_dir=ctx.run_dir, trigger_ms=trigger_ms,
-                            max_offsets_per_trigger=P.latency_max_offsets, log_level="DEBUG",
-                            # e.g. `--set 'extra={"latency_job_args": ["--no-trace"]}'`: what tracing costs
-                            extra_args=tuple(P.extra.get("latency_job_args", ())))
+                            max_offsets_per_trigger=max_offsets or P.latency_max_offsets, log_level="DEBUG",
+                            extra_args=extra_args)
         self.job = BallastJob(self.spec)
         self.tail = OffsetLogTail(self.spec.checkpoint_dir, topic)
         self.log = ctx.run_dir / "logs" / f"{self.spec.job}.log"
@@ -183,6 +186,23 @@ def _caught_up(job: Any, since: float, rows: int, trigger_ms: int) -> bool:
     return read >= 0.99 * rows and time.time() - last > max(3.0, 4 * trigger_ms / 1000)
 
 
+def open_loop(ctx: Ctx, job: _Native | _Ballast, topic: str, keys: int, rates: str, label: str,
+              trigger_ms: int) -> tuple[float, Schedule, Path]:
+    """Start `job`, run the open-loop generator's `rates` ("rows/s:seconds,...") on `topic`, and wait
+    until every scheduled row is answered (a slow first epoch must not be cut short). The caller
+    stops the job. Returns the query's start time, the schedule and its file."""
+    t_started = job.start()
+    gen, sched_path = _start_gen(ctx, topic, keys, rates, label)
+    try:
+        gen.wait(timeout=sum(float(r.split(":")[1]) for r in rates.split(",")) + 300)
+        sched = Schedule.load(sched_path)
+        wait_until(lambda: _caught_up(job, t_started, sched.total, trigger_ms), ctx.profile.timeouts_s,
+                   f"{label} to answer the open loop", poll=1.0)
+    finally:
+        gen.stop(timeout=60)
+    return t_started, sched, sched_path
+
+
 def run_one(ctx: Ctx, system: str, trigger_ms: int) -> dict[str, Any]:
     P = ctx.profile
     label = f"lat-{system}-t{trigger_ms}"
@@ -190,23 +210,14 @@ def run_one(ctx: Ctx, system: str, trigger_ms: int) -> dict[str, Any]:
     ensure_topics({topic: 2}, ctx.bootstrap)
     job: _Native | _Ballast = (_Native if system == "native" else _Ballast)(ctx, label, topic, trigger_ms)
     rates = ",".join(f"{r}:{P.latency_segment_s}" for r in P.latency_rates)
-    gen = None
     try:
-        t_started = job.start()
-        gen, sched_path = _start_gen(ctx, topic, P.latency_keys, rates, label)
-        gen.wait(timeout=len(P.latency_rates) * P.latency_segment_s + 300)
-        sched = Schedule.load(sched_path)
-        # every scheduled row answered before the stop (a slow first epoch must not be cut short)
-        wait_until(lambda: _caught_up(job, t_started, sched.total, trigger_ms), P.timeouts_s,
-                   f"{label} to answer the open loop", poll=1.0)
+        t_started, sched, sched_path = open_loop(ctx, job, topic, P.latency_keys, rates, label, trigger_ms)
         job.stop()
         _prefill(ctx, topic, P.latency_backlog_rows)  # the backlog the restart catches up on
         t_restart = job.start()
         wait_until(lambda: _caught_up(job, t_restart, P.latency_backlog_rows, trigger_ms), P.timeouts_s,
                    f"{label} to catch up after the restart", poll=1.0)
     finally:
-        if gen is not None:
-            gen.stop(timeout=60)
         job.stop()
     lat = job.latencies(sched)
     eps = job.epochs()
