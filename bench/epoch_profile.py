@@ -19,24 +19,18 @@ import sys
 from pathlib import Path
 from typing import Any
 
-LINE = re.compile(r"epoch (\d+) time ms: (.*)$")
+from spark_jobs.epoch_times import parse_log
+
 ROWS = re.compile(r"epoch (\d+)(?: \(replay\))?: rows=(\d+)")
-PAIR = re.compile(r"([A-Za-z]+) (\d+(?:\.\d+)?)")
 
 
 def ballast_epochs(log: Path) -> list[dict[str, float]]:
     """Per epoch with input: its phases (inside) and Spark's outside durations of the epoch before,
     as {name: ms}, plus `rows`."""
-    rows: dict[int, int] = {}
-    times: dict[int, dict[str, float]] = {}
-    for line in log.read_text(errors="replace").splitlines():
-        if m := ROWS.search(line):
-            rows[int(m.group(1))] = int(m.group(2))
-        elif m := LINE.search(line):
-            inside, _, outside = m.group(2).partition("; Spark outside the batch before: ")
-            d = {k: float(v) for k, v in PAIR.findall(inside)}
-            d |= {f"spark.{k}": float(v) for k, v in PAIR.findall(outside)}
-            times[int(m.group(1))] = d
+    text = log.read_text(errors="replace")
+    rows = {int(m.group(1)): int(m.group(2)) for m in ROWS.finditer(text)}
+    times = {e: inside | {f"spark.{k}": v for k, v in outside.items()}
+             for e, (inside, outside) in parse_log(text).items()}
     return [times[e] | {"rows": float(rows[e])} for e in sorted(times) if rows.get(e)]
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import signal
 import statistics
 import subprocess
@@ -25,8 +24,6 @@ import uuid
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-LINE = re.compile(r"epoch (\d+) time ms: (.*?)(?:; Spark outside|$)")
-PAIR = re.compile(r"([A-Za-z]+) (\d+(?:\.\d+)?)")
 
 
 def run_job(bootstrap: str, topic: str, mode: str, records: int, per_epoch: int, work: Path) -> list[dict[str, float]]:
@@ -57,14 +54,10 @@ def run_job(bootstrap: str, topic: str, mode: str, records: int, per_epoch: int,
         finally:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
-    out = []
-    for line in log_path.read_text(errors="replace").splitlines():
-        if m := LINE.search(line):
-            d = {k: float(v) for k, v in PAIR.findall(m.group(2))}
-            d["total"] = sum(d.values())
-            d["epoch"] = float(m.group(1))
-            out.append(d)
-    return out
+    from spark_jobs.epoch_times import parse_log
+
+    return [inside | {"total": sum(inside.values()), "epoch": float(e)}
+            for e, (inside, _outside) in sorted(parse_log(log_path.read_text(errors="replace")).items())]
 
 
 def parts(bootstrap: str, n: int = 2000) -> None:

@@ -4,18 +4,24 @@ Two halves. Inside `foreachBatch` (Spark's `addBatch`) the runner laps its own p
 control records, the decision, building the epoch's DataFrame (`plan`), the Spark job that applies
 and writes it (`spark`), the durable manifest, the backlog lookup, the DB commit and the acks.
 Outside it, Spark's own per-batch work (`latestOffset`, `walCommit`, `queryPlanning`,
-`commitOffsets`), from the query's progress of the batch before. bench.epoch_profile reads these
-lines to say, per query, what a Ballast epoch pays that Spark's own query does not.
+`commitOffsets`), from the query's progress of the batch before. `parse_log` reads the lines back
+(the benchmarks: bench.epoch_profile says per query what a Ballast epoch pays that Spark's own
+query does not; the latency, cluster and spike experiments split an epoch into apply, DB and acks).
 """
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from typing import Any
 
 #: Spark's per-batch durations outside `addBatch` (StreamingQueryProgress.durationMs)
 SPARK_OUTSIDE = ("latestOffset", "walCommit", "queryPlanning", "getBatch", "commitOffsets")
+#: the runner's log line: `epoch N time ms: <phase ms, ...>[; Spark outside the batch before: <name ms, ...>]`
+OUTSIDE = "; Spark outside the batch before: "
+_LINE = re.compile(r"epoch (\d+) time ms: (.*)$", re.MULTILINE)
+_PAIR = re.compile(r"([A-Za-z]+) (\d+(?:\.\d+)?)")
 
 
 class EpochTimes:
@@ -46,7 +52,19 @@ class EpochTimes:
         if not spark_outside:
             return inside
         outside = ", ".join(f"{k} {v:.0f}" for k, v in spark_outside.items())
-        return f"{inside}; Spark outside the batch before: {outside}"
+        return f"{inside}{OUTSIDE}{outside}"
+
+
+def parse_log(text: str) -> dict[int, tuple[dict[str, float], dict[str, float]]]:
+    """epoch -> (its phases inside the batch, Spark's durations outside the batch before it), from a
+    job log's `epoch N time ms:` lines (what `EpochTimes.text` wrote; a later line of the same epoch,
+    a replay, wins)."""
+    out: dict[int, tuple[dict[str, float], dict[str, float]]] = {}
+    for m in _LINE.finditer(text):
+        inside, _, outside = m.group(2).partition(OUTSIDE)
+        out[int(m.group(1))] = ({k: float(v) for k, v in _PAIR.findall(inside)},
+                                {k: float(v) for k, v in _PAIR.findall(outside)})
+    return out
 
 
 def spark_outside(query: Any) -> dict[str, float]:

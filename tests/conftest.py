@@ -170,9 +170,10 @@ def pytest_configure(config: pytest.Config) -> None:
     """The xdist controller owns the smoke run: workers are told where it writes (below)."""
     if _is_controller(config):
         from bench.run import RESULTS
-        from tests.helpers.bench_smoke import BackgroundSmoke
+        from tests.helpers.bench_smoke import EXISTING_ENV, BackgroundSmoke
 
-        config.stash[_SMOKE] = BackgroundSmoke(RESULTS, Path(tempfile.mkdtemp(prefix="ballast-bench-smoke-")))
+        if not os.environ.get(EXISTING_ENV):  # the tests check a finished run: none is started
+            config.stash[_SMOKE] = BackgroundSmoke(RESULTS, Path(tempfile.mkdtemp(prefix="ballast-bench-smoke-")))
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -213,13 +214,18 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 def bench_smoke(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     """Starts `bench.run --smoke` in the background when any selected test reads its result (see
     tests/helpers/bench_smoke.py for why); stops it if the session ends first. Under xdist the
-    controller started it, and this is a handle to wait on it."""
+    controller started it, and this is a handle to wait on it. With BALLAST_BENCH_SMOKE_DIR set to a
+    finished run's result dir, that run is checked and nothing is started."""
     if not any(SMOKE_FIXTURE in getattr(i, "fixturenames", ()) for i in request.session.items):
         yield None
         return
     from bench.run import RESULTS
-    from tests.helpers.bench_smoke import BackgroundSmoke, SmokeRun
+    from tests.helpers.bench_smoke import BackgroundSmoke, SmokeRun, existing_run
 
+    finished = existing_run()
+    if finished is not None:  # BALLAST_BENCH_SMOKE_DIR: an earlier run's results, checked as they are
+        yield finished
+        return
     if _is_worker(request.config):
         yield BackgroundSmoke(RESULTS, RESULTS, SmokeRun(**request.config.workerinput["ballast_smoke"]))
         return

@@ -202,13 +202,14 @@ def local_session(ctx: Ctx, C: ClusterProfile, out: Path) -> dict[str, Any]:
 
 
 def epoch_phases(log: Path) -> dict[int, dict[str, float]]:
-    """epoch -> {apply_ms, db_ms, acks_ms} from the runner's DEBUG lines (driver side: decision, control
-    rows, the Spark job that applies the epoch and the durable commit; the metrics DB; the acks)."""
-    import re
+    """epoch -> {apply_ms, db_ms, acks_ms} from the runner's `epoch N time ms:` lines
+    (spark_jobs.epoch_times): apply is every driver phase before the metrics DB's commit (control
+    rows, the decision, the plan, the Spark job that applies the epoch, the durable manifest, the
+    backlog lookup), then the DB and the acks."""
+    from spark_jobs.epoch_times import parse_log
 
-    pat = re.compile(r"epoch (\d+) phases: pre-apply\+apply (\d+) ms, db (\d+) ms, acks (\d+) ms")
     out: dict[int, dict[str, float]] = {}
-    for m in pat.finditer(log.read_text(errors="replace") if log.exists() else ""):
-        out[int(m.group(1))] = {"apply_ms": float(m.group(2)), "db_ms": float(m.group(3)),
-                                "acks_ms": float(m.group(4))}
+    for e, (inside, _) in parse_log(log.read_text(errors="replace") if log.exists() else "").items():
+        out[e] = {"apply_ms": sum(v for k, v in inside.items() if k not in ("db", "acks")),
+                  "db_ms": inside.get("db", 0.0), "acks_ms": inside.get("acks", 0.0)}
     return out

@@ -43,7 +43,12 @@ class ClusterProfile:
     timeout_s: float = 900.0
 
 
-CLUSTER_SMOKE = ClusterProfile()
+# smoke: every figure measured on the fewest epochs, rows and seconds that still give it (the test checks
+# counts, not times; the full run's windows are below)
+CLUSTER_SMOKE = ClusterProfile(
+    keys=50_000, steady_s=4.0, min_epochs=4, cluster_keys=3_000, recovery_steady_s=3.0, observe_s=8.0,
+    scale_warm_s=2.0,
+)
 CLUSTER_FULL = ClusterProfile(
     keys=2_000_000, bins=256, rate=2_000.0, max_offsets=200_000, steady_s=40.0, skip_s=4.0, min_epochs=30,
     precopy_reps=3,

@@ -41,6 +41,7 @@ class Profile:
     # experiment 3
     reconfig_to_workers: int = 4
     native_trigger_ms: int = 500
+    native_reconfig_keys: int | None = None  # keys of the stop/repartition/restart run (None: `keys`)
     # experiment 4
     ds2_keys: int = 10_000
     ds2_bins: int = 64
@@ -82,7 +83,17 @@ class Profile:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-SMOKE = Profile(name="smoke", ds2_phase_s=(20.0, 30.0, 30.0))  # ds2 shortened for the latency run
+# The smoke (inside `make test`, tests/bench/test_smoke.py) checks shapes and counts, never times: its windows
+# and waits are as short as still measure every figure (a few seconds of steady load at 1 000 rows/s are
+# thousands of records), and the sizes that decide a shape stay (experiment 1's 200 k keys: all-at-once's
+# pause must stand out from a batched step's at smoke scale)
+SMOKE = Profile(
+    name="smoke", steady_s=3.0, settle_s=2.0, gap_s=1.0, catchup_max_offsets=50_000,
+    native_reconfig_keys=50_000,
+    ds2_phase_s=(10.0, 15.0, 15.0), ds2_probe_s=8.0,
+    latency_segment_s=12.0, latency_first_s=6.0,
+    nexmark_fill_s=6.0, nexmark_backlog_events=20_000,
+)
 FULL = Profile(
     name="full", keys=2_000_000, bins=(256, 1024), rate=5_000.0, batch_steps=8, gap_s=2.0, steady_s=10.0,
     settle_s=4.0, catchup_max_offsets=200_000, bins_sweep=(1, 16, 64, 256, 1024, 4096), sweep_keys=400_000,

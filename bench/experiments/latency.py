@@ -12,7 +12,6 @@ metrics DB and the runner's phase log line.
 from __future__ import annotations
 
 import math
-import re
 import statistics
 import time
 from bisect import bisect_right
@@ -25,9 +24,9 @@ from bench.experiments.common import Ctx, _gen_stats, _prefill, _prog_end, _read
 from bench.hist import LogHistogram
 from bench.infra import PY, Proc, ensure_topics, unix, wait_until
 from bench.loadgen import Schedule
+from spark_jobs.epoch_times import parse_log
 from spark_jobs.runner import QUERY_STARTED
 
-PHASES = re.compile(r"epoch (\d+) phases: pre-apply\+apply (\d+) ms, db (\d+) ms, acks (\d+) ms")
 NATIVE_PARTS = ("latestOffset", "queryPlanning", "addBatch", "walCommit", "commitOffsets")
 
 
@@ -137,7 +136,8 @@ class _Ballast:
         self.job.stop()
 
     def epochs(self) -> list[dict[str, Any]]:
-        phases = {int(m[1]): (float(m[3]), float(m[4])) for m in PHASES.finditer(self.log.read_text(errors="replace"))}
+        phases = {e: (inside.get("db", math.nan), inside.get("acks", math.nan))
+                  for e, (inside, _) in parse_log(self.log.read_text(errors="replace")).items()}
         eps = self.job.epochs()
         wk: dict[int, list[Any]] = {}
         for w in self.job.worker_rows([e.epoch for e in eps]):

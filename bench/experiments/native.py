@@ -172,7 +172,7 @@ def exp_native(ctx: Ctx) -> dict[str, Any]:
                 "keys_moved": m["keys_moved"], "epochs_total": len(ep), "t_emit_rel_s": t0,
             }
     try:
-        res["native_reconfig"] = native_reconfig(ctx, P.keys, P.rate)
+        res["native_reconfig"] = native_reconfig(ctx, P.native_reconfig_keys or P.keys, P.rate)
     except Exception:  # noqa: BLE001 - keep the throughput figures; run.py reports the error
         import traceback
 

@@ -146,6 +146,10 @@ class Settings(BaseSettings):
     bench_value_bytes: int = Field(
         default=1024, ge=8, description="bench only: bytes per key of the spike experiment's state (bench/padded.py)"
     )
+    bench_smoke_dir: Path | None = Field(
+        default=None, description="tests: a finished `bench.run --smoke` result dir that tests/bench/test_smoke.py "
+        "checks instead of starting a run (tests/helpers/bench_smoke.py)"
+    )
     faults_file: Path | None = Field(
         default=None, description="tests: file of `<point> <n>` lines, the n-th pass of a fault point kills the process"
     )

@@ -11,6 +11,7 @@ import pytest
 from bench.cluster import CLUSTER_SMOKE, report_section, summarize
 from bench.cluster.local import epoch_phases, precopy_moves
 from bench.cluster.writeup import write_files
+from spark_jobs.epoch_times import EpochTimes
 
 pytestmark = pytest.mark.bench
 
@@ -23,10 +24,18 @@ def test_precopy_moves_swap_a_fraction_of_the_bins_between_two_workers() -> None
     assert sum(1 for _, src, _ in moves if src == 0) == 8
 
 
-def test_epoch_phases_reads_the_runners_debug_lines(tmp_path: Path) -> None:
+def test_epoch_phases_reads_the_lines_the_runner_logs(tmp_path: Path) -> None:
+    """The lines come from spark_jobs.epoch_times as the runner writes them (a hand-written line in
+    an older format kept this test green while the experiment's phase columns were all NaN)."""
+    lines = ["noise"]
+    for epoch, laps in ((7, (2, 3, 40, 60, 10, 5, 30, 4)), (8, (1, 2, 30, 50, 5, 2, 25, 3))):
+        now = iter([0.0, *[sum(laps[: i + 1]) / 1000 for i in range(len(laps))]])
+        t = EpochTimes(clock=lambda now=now: next(now))
+        for phase in ("control", "decide", "plan", "spark", "manifest", "backlog", "db", "acks"):
+            t.lap(phase)
+        lines.append(f"INFO ballast.runner: epoch {epoch} time ms: {t.text({'walCommit': 9.0})}")
     log = tmp_path / "job.log"
-    log.write_text("noise\nepoch 7 phases: pre-apply+apply 120 ms, db 30 ms, acks 4 ms\n"
-                   "epoch 8 phases: pre-apply+apply 90 ms, db 25 ms, acks 3 ms\n")
+    log.write_text("\n".join(lines) + "\n")
     assert epoch_phases(log) == {7: {"apply_ms": 120.0, "db_ms": 30.0, "acks_ms": 4.0},
                                  8: {"apply_ms": 90.0, "db_ms": 25.0, "acks_ms": 3.0}}
     assert epoch_phases(tmp_path / "missing.log") == {}
