@@ -140,6 +140,7 @@ class _Slot:
 
         self.tid = transactional_id(t.job, t.operator, worker)
         timeout_ms = int(max(min(t.outage_s, 120.0), 10.0) * 1000)
+        self.timeout_s = timeout_ms / 1000  # what a flush or a commit may wait for the broker
         self.producer = KafkaProducer(
             bootstrap_servers=t.bootstrap, transactional_id=self.tid, acks="all",
             transaction_timeout_ms=TRANSACTION_TIMEOUT_MS, linger_ms=5, batch_size=512 * 1024,
@@ -281,9 +282,9 @@ def commit_outputs(t: TxnTarget, epoch: int, worker: int, records: list[Record])
                 p.send(topic, key=NULL_KEY if key is None and value is None else key, value=value, headers=headers)
             mark = Marker(t.store_id, epoch, worker)
             p.send(t.commits_topic, key=mark.key(), value=mark.value(), partition=worker)
-            p.flush()
+            p.flush(timeout=s.timeout_s)
             faults.hit("worker_before_output_commit")  # records in the log, the transaction open
-            p.commit_transaction()
+            _commit(p, s.timeout_s)
             s.last = mark
             stats["commits"] += 1
             break
@@ -309,6 +310,24 @@ def commit_outputs(t: TxnTarget, epoch: int, worker: int, records: list[Record])
                 backoff = min(backoff * 2, 5.0)
     faults.hit("worker_after_output_commit")
     return True
+
+
+def _commit(p: Any, timeout_s: float) -> None:
+    """`commit_transaction`, bounded. kafka-python's waits for the coordinator's answer without a
+    limit, and so does its `flush()` without a timeout: a broker that went away during either held
+    the Python worker, and with it the Spark task and its executor slot, for good (a test's session
+    then could not run its next job). A timeout raises KafkaTimeoutError, which the caller retries
+    with a new producer until its outage budget is spent, like any broker error."""
+    from kafka.errors import KafkaTimeoutError
+
+    tm = getattr(p, "_transaction_manager", None)
+    if tm is None or not hasattr(tm, "begin_commit"):  # another client version: its own commit
+        p.commit_transaction()
+        return
+    result = tm.begin_commit()  # what commit_transaction does (kafka-python 3.0), with a bounded wait
+    p._sender.wakeup()
+    if not result.wait(timeout_ms=timeout_s * 1000):
+        raise KafkaTimeoutError(f"the transaction's commit was not answered within {timeout_s:.0f} s")
 
 
 def is_fenced(exc: BaseException) -> bool:

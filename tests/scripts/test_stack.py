@@ -12,9 +12,18 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.procs import free_port
+from tests.helpers.wait import wait_until
 
 pytestmark = [pytest.mark.foundation, pytest.mark.services]  # `make up` / `make down` on ports of its own
 REPO = Path(__file__).resolve().parents[2]
+
+
+def _version(port: int) -> str | None:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v2/version", timeout=10) as r:
+            return str(json.load(r)["version"])
+    except OSError:
+        return None
 
 
 def _port_open(port: int) -> bool:
@@ -54,8 +63,9 @@ def test_make_up_status_down(isolated_env):
     for secret in (state / "secrets" / "control-signing.json", state / "kafka" / "scram-users.json"):
         assert secret.stat().st_mode & 0o777 == 0o600, secret
     port = int(env["BALLAST_AIRFLOW_PORT"])
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v2/version", timeout=10) as r:
-        assert json.load(r)["version"].startswith("3.3")
+    # the API answered `make up`; on a loaded machine its next answer can take longer than one probe
+    version = wait_until(lambda: _version(port), 120, "Airflow's API to answer", poll=1.0)
+    assert version.startswith("3.3")
     assert _port_open(int(env["BALLAST_KAFKA_PORT"]))
     assert (Path(env["BALLAST_STATE_DIR"]) / "metrics.db").exists()
 
