@@ -3,8 +3,8 @@ maps Spark's already parsed and verified classes from one file instead of loadin
 
 Why: every Ballast job, every restart after a crash and every test that runs a job as a process pays
 the driver's start-up; on 2 cores that is 10-30 s before the first epoch, much of it class loading.
-Measured: the driver JVM's CPU time up to its first query result is 9.5 s with the archive against
-17.6 s without (3 alternating pairs; docs/operations.md, "Start-up").
+Measured (`python -m bench.driver_startup`, quiet machine): up to a first SQL result, 5.9 s of wall
+time and 8.8 s of the driver JVM's CPU with the archive against 9.9 s and 15.3 s without.
 
 The archive is made once (`make setup` runs `python -m spark_jobs.jvm_archive`) by a driver that
 runs a small SQL, Arrow and streaming workload and dumps what it loaded at exit
