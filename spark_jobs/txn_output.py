@@ -320,11 +320,9 @@ def _commit(p: Any, timeout_s: float) -> None:
     with a new producer until its outage budget is spent, like any broker error."""
     from kafka.errors import KafkaTimeoutError
 
-    tm = getattr(p, "_transaction_manager", None)
-    if tm is None or not hasattr(tm, "begin_commit"):  # another client version: its own commit
-        p.commit_transaction()
-        return
-    result = tm.begin_commit()  # what commit_transaction does (kafka-python 3.0), with a bounded wait
+    # what commit_transaction does in the pinned kafka-python (constraints.txt), with a bounded wait;
+    # an upgrade that renames these fails here loudly instead of waiting without a limit again
+    result = p._transaction_manager.begin_commit()
     p._sender.wakeup()
     if not result.wait(timeout_ms=timeout_s * 1000):
         raise KafkaTimeoutError(f"the transaction's commit was not answered within {timeout_s:.0f} s")

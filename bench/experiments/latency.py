@@ -99,7 +99,7 @@ class _Native:
 
 
 class _Ballast:
-    """Ballast key-count as the latency run drives it; its job log at DEBUG has the epoch's phases."""
+    """Ballast key-count as the latency run drives it; its job log has each epoch's phases (`epoch N time ms:`)."""
 
     def __init__(self, ctx: Ctx, label: str, topic: str, trigger_ms: int, *, extra_args: tuple[str, ...] | None = None,
                  bins: int | None = None, max_offsets: int | None = None) -> None:

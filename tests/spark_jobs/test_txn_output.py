@@ -213,3 +213,30 @@ def test_a_record_with_neither_key_nor_value_is_written_as_such(kafka_bootstrap,
     assert sorted(((m.key, m.value) for m in got), key=repr) == sorted([(None, None), (b"k", None), (None, b"v")],
                                                                        key=repr)
     assert [dict(m.headers) for m in got if m.key is None and m.value is None] == [{"ballast-reason": b"null-key"}]
+
+
+def test_a_commit_the_coordinator_never_answers_times_out_instead_of_waiting_forever() -> None:
+    """The bound that keeps a gone broker from holding a Python worker (and its Spark slot) for good:
+    kafka-python's own commit waits without a limit; ours raises, and commit_outputs retries."""
+    import time
+
+    from kafka.errors import KafkaTimeoutError
+    from kafka.producer.transaction_manager import TransactionalRequestResult
+
+    from spark_jobs.txn_output import _commit
+
+    class _Sender:
+        def wakeup(self) -> None:
+            pass
+
+    class _Tm:
+        def begin_commit(self) -> TransactionalRequestResult:
+            return TransactionalRequestResult()  # never completed: no coordinator answers
+
+    class _Producer:
+        _transaction_manager, _sender = _Tm(), _Sender()
+
+    t0 = time.monotonic()
+    with pytest.raises(KafkaTimeoutError, match="not answered within"):
+        _commit(_Producer(), 0.3)
+    assert time.monotonic() - t0 < 5
