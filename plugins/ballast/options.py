@@ -141,6 +141,13 @@ class Settings(BaseSettings):
     cache_max_map_bytes: int = Field(
         default=1 << 40, ge=1 << 20, description="LMDB map size a worker's cache may grow to"
     )
+    storage_outage_s: float = Field(
+        default=300.0, ge=0, description="how long a read or write of an object store (s3://, gs://, ...) "
+        "waits through an unreachable server before it fails (as --kafka-outage-s, --db-outage-s do)"
+    )
+    s3_port: int = Field(
+        default=8014, description="port of the local S3-compatible server (`python scripts/stack.py up s3`: s3s-fs)"
+    )
     # logs, tests, demo
     log_level: str = Field(default="INFO", description="log level of the data-plane CLI")
     bench_value_bytes: int = Field(

@@ -149,3 +149,32 @@ def test_a_broker_formatted_in_the_other_auth_mode_refuses_to_start(tmp_path, fi
     with pytest.raises(stack.StackError, match=f"formatted with BALLAST_KAFKA_AUTH={first}, not {then}.*make clean"):
         again.up()
     assert not again.alive()
+
+
+def test_the_s3_server_comes_up_serves_its_bucket_with_its_keys_and_goes_down(isolated_env):
+    """`stack.py up s3`: s3s-fs healthy on its port with bucket `ballast`; `s3-env` exports the
+    AWS variables a job needs (the keys made once, 0600, and kept on a re-run); `down s3` stops it."""
+    env = {**isolated_env, "BALLAST_S3_PORT": str(free_port())}
+    stack = [sys.executable, "scripts/stack.py"]
+    up = subprocess.run([*stack, "up", "s3"], cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+    assert up.returncode == 0, up.stdout + up.stderr
+    try:
+        keys = Path(env["BALLAST_STATE_DIR"]) / "secrets" / "s3.json"
+        assert keys.stat().st_mode & 0o777 == 0o600
+        exports = subprocess.run([*stack, "s3-env"], cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+        aws = dict(line.removeprefix("export ").split("=", 1) for line in exports.stdout.splitlines())
+        assert aws["AWS_ENDPOINT_URL"] == f"http://127.0.0.1:{env['BALLAST_S3_PORT']}"
+        again = subprocess.run([*stack, "up", "s3"], cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+        assert again.returncode == 0 and "already running" in again.stdout, again.stdout + again.stderr
+        probe = ("from spark_jobs.storage import Location; l = Location.of('s3://ballast/probe.json'); "
+                 "l.write_json({'ok': 1}); print(l.read_json())")
+        res = subprocess.run([sys.executable, "-c", probe], cwd=REPO, env={**env, **aws}, capture_output=True,
+                             text=True, timeout=60)
+        assert res.stdout.strip() == "{'ok': 1}", res.stdout + res.stderr
+        status = subprocess.run([*stack, "status", "s3"], cwd=REPO, env=env, capture_output=True, text=True,
+                                timeout=60)
+        assert status.returncode == 0 and "up" in status.stdout
+    finally:
+        down = subprocess.run([*stack, "down", "s3"], cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert not _port_open(int(env["BALLAST_S3_PORT"]))

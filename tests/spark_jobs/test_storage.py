@@ -6,17 +6,20 @@ the worker's check for a finished attempt (`find_object`) and the driver's commi
 from __future__ import annotations
 
 import errno
+import logging
 import resource
 import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
 from spark_jobs.durable import DurableState, StateGap, find_object
 from spark_jobs.objects import OUTPUT, ObjectReader, ObjectWriter, epoch_name, object_name
-from spark_jobs.storage import Location
+from spark_jobs.storage import Location, StorageUnavailable
 from tests.helpers import disks
 
 pytestmark = pytest.mark.dataplane
@@ -116,3 +119,68 @@ def test_location_keeps_the_scheme_and_writes_atomically(tmp_path):
     assert Location.of(tmp_path / "a").list() == ["b.json"]
     with pytest.raises(ValueError, match="cannot open storage location"):
         Location.of("nosuchscheme://x/y")
+
+
+# -- an object store: a real S3-compatible server (s3s-fs, tests/conftest.py `s3_server`) ---------
+
+def test_on_an_object_store_the_data_plane_objects_round_trip_in_one_put_each(s3_server):
+    """Durable objects written and read back the way the worker and the driver do, on s3://; a
+    write is one PUT (no directory marker, no check of a parent: an object store has none)."""
+    root = "s3://ballast/job-a/state"
+    data, per_bin = _object(5)
+    before = s3_server.request_counts()
+    loc = Location.of(root) / "changelog" / epoch_name(EPOCH) / object_name(0, "s1a0")
+    loc.write_bytes(data)
+    wrote = s3_server.request_counts() - before
+    assert sum(wrote.values()) == wrote["PutObject"] == 1, wrote
+    assert find_object(root, "changelog", EPOCH, 0) == loc
+    r = ObjectReader(loc)  # a ranged read per batch, through the outage-patient file
+    try:
+        assert {b: r.bin_changes(b)[1] for b in r.bins} == per_bin
+        assert r.outputs() == [(OUTPUT, b"key", b"value", None)]
+    finally:
+        r.close()
+    (Location.of(root) / "changelog" / epoch_name(EPOCH)).delete_dir()
+    assert (Location.of(root) / "changelog" / epoch_name(EPOCH)).list() == []
+    assert (Location.of(root) / "missing.json").read_json() is None
+
+
+def test_an_object_store_outage_shorter_than_the_budget_costs_a_wait_not_an_error(s3_server, monkeypatch, caplog):
+    """The server is stopped before a write and started again 4 s later: the write waits (warning
+    each retry), then lands whole; reads after it see it."""
+    monkeypatch.setenv("BALLAST_STORAGE_OUTAGE_S", "60")
+    loc = Location.of("s3://ballast/job-b/state/store.json")
+    loc.write_json({"n": 1})
+    s3_server.down()
+    restart = threading.Timer(4.0, s3_server.up)
+    restart.start()
+    t0 = time.monotonic()
+    try:
+        with caplog.at_level(logging.WARNING, logger="spark_jobs.storage"):
+            loc.write_json({"n": 2})
+    finally:
+        restart.join()
+    assert time.monotonic() - t0 >= 3.0
+    assert loc.read_json() == {"n": 2}
+    assert any("object store unreachable" in r.getMessage() for r in caplog.records), caplog.text
+
+
+def test_an_object_store_outage_longer_than_the_budget_fails_with_what_to_do(s3_server, monkeypatch):
+    monkeypatch.setenv("BALLAST_STORAGE_OUTAGE_S", "3")
+    loc = Location.of("s3://ballast/job-c/state/store.json")
+    s3_server.down()
+    t0 = time.monotonic()
+    with pytest.raises(StorageUnavailable, match="BALLAST_STORAGE_OUTAGE_S") as err:
+        loc.read_json()
+    assert 3.0 <= time.monotonic() - t0 < 30, "the budget bounds the wait"
+    assert "AWS_ENDPOINT_URL" in str(err.value)
+
+
+def test_wrong_credentials_fail_at_once_without_waiting(s3_server, monkeypatch):
+    monkeypatch.setenv("BALLAST_STORAGE_OUTAGE_S", "60")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "not-the-secret")
+    t0 = time.monotonic()
+    with pytest.raises(OSError) as err:
+        Location.of("s3://ballast/job-d/x.json").write_json({"n": 1})
+    assert not isinstance(err.value, StorageUnavailable)
+    assert time.monotonic() - t0 < 10, "a refusal no wait cures is reported at once"

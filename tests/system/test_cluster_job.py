@@ -11,6 +11,11 @@ Oracle: every key's count, every output (deduplicated by id; read_committed: wit
 deduplication) and every checkpoint exactly as a pure-Python run without any of that; keys of 1
 byte to 100 kB; a record whose fold raises lands in `<job>.dlq`; the driver never opened a state
 cache.
+
+The durable state lives on a real S3-compatible server (s3s-fs, `s3_server`), which is stopped for
+30 s in the middle of the plan: the job waits (no driver exits, no epoch is lost) and resumes. The
+test prints the server's requests per committed epoch (docs/operations.md, "State on an object
+store").
 """
 
 from __future__ import annotations
@@ -58,7 +63,7 @@ POISON_KEY = b"poison-key"
 
 
 def test_keycount_on_a_cluster_survives_executor_and_driver_loss(kafka_bootstrap, make_topics, unique_name,
-                                                                  tmp_path, db_url):
+                                                                  tmp_path, db_url, s3_server):
     job, topic = unique_name, f"{unique_name}.in"
     make_topics({topic: 4})
     keys = zipf_keys(N_RECORDS, N_KEYS, seed=29)
@@ -76,6 +81,7 @@ def test_keycount_on_a_cluster_survives_executor_and_driver_loss(kafka_bootstrap
     spark_ckpt = ckpt / "spark"
     logs = tmp_path / "logs"
     logs.mkdir()
+    state_uri = f"s3://ballast/{job}/durable"  # the executors inherit the AWS_* variables from the workers
     cluster = start_cluster(tmp_path / "cluster", workers=3, cores_per_worker=1, memory_per_worker="1g",
                             start_timeout=120)
     try:
@@ -84,7 +90,7 @@ def test_keycount_on_a_cluster_survives_executor_and_driver_loss(kafka_bootstrap
             ["run", "--job", job, "--operator", "poison_operator:PoisonCount", "--input-topic", topic,
              # URIs, not paths: the driver reaches its checkpoint and the state through pyarrow.fs
              "--bins", str(BINS), "--workers", "2", "--checkpoint-dir", f"file://{ckpt}",
-             "--state-uri", f"file://{ckpt}/durable", "--bootstrap", kafka_bootstrap,
+             "--state-uri", state_uri, "--bootstrap", kafka_bootstrap,
              "--db-url", db_url, "--trigger-ms", "300", "--max-offsets-per-trigger", "1500",
              "--snapshot-every", "4", "--master-ui", cluster.ui_url],
             py_files=[str(job_archive(tmp_path / "dist")), str(Path(__file__).with_name("poison_operator.py"))],
@@ -156,13 +162,27 @@ def test_keycount_on_a_cluster_survives_executor_and_driver_loss(kafka_bootstrap
         try:
             deadline = time.time() + 900
             killed = False
+            outage_at: int | None = None  # the committed epoch count when the S3 server came back
             while time.time() < deadline and not done():
                 assert proc.poll() is None, log.read_text(errors="replace")[-4000:]
                 control_tick()
                 if not killed and len(committed_epochs(spark_ckpt)) > 5:
                     kill_an_executor("final run, mid-epoch")
                     killed = True
+                if outage_at is None and killed and 0 < next_step < len(steps):
+                    # mid-plan: the state's server goes away for 30 s; the job waits, nothing exits
+                    before = len(committed_epochs(spark_ckpt))
+                    s3_server.down()
+                    stopped = time.time()
+                    while time.time() - stopped < 30:
+                        assert proc.poll() is None, "the driver exited during the outage:\n" + \
+                            log.read_text(errors="replace")[-4000:]
+                        time.sleep(1)
+                    s3_server.up()
+                    outage_at = len(committed_epochs(spark_ckpt))
+                    assert outage_at <= before + 1, "epochs committed while their state could not be written"
                 time.sleep(0.5)
+            assert outage_at is not None, "the plan ended before the S3 outage could be staged"
             assert done(), f"job did not finish input and plan; steps sent {next_step}:\n" + \
                 log.read_text(errors="replace")[-4000:]
             subprocess.run([sys.executable, "-m", "spark_jobs.cli", "stop", "--checkpoint-dir", f"file://{ckpt}"],
@@ -196,7 +216,10 @@ def test_keycount_on_a_cluster_survives_executor_and_driver_loss(kafka_bootstrap
         got = outputs_as_set(outs)
         assert len(got) == len(outs), "one value per output id"
         assert got == ref_outputs, f"{len(got - ref_outputs)} unexpected, {len(ref_outputs - got)} missing outputs"
-        check_state(f"file://{ckpt}/durable", 2, plan_maps(BINS)[-1][1], BINS, ref_counts)
+        check_state(state_uri, 2, plan_maps(BINS)[-1][1], BINS, ref_counts)
+        assert "object store unreachable" in text or any(
+            "object store unreachable" in p.read_text(errors="replace") for p in cluster.base_dir.rglob("stderr")), \
+            "the outage was waited out (a warning per retry), not failed"
         dlq, _ = read_output(kafka_bootstrap, f"{job}.dlq")
         assert [(d.key, d.value) for d in dlq] == [(POISON_KEY, b"poison")]
         # transactional output (the default): a plain read_committed consumer, no deduplication,
@@ -210,6 +233,9 @@ def test_keycount_on_a_cluster_survives_executor_and_driver_loss(kafka_bootstrap
         caches = {p.relative_to(cluster.base_dir).parts[0] for p in cluster.base_dir.rglob("ballast-cache")}
         assert len(caches) >= 2, caches
         assert not list(ckpt.rglob("ballast-cache")) and not list(tmp_path.glob("ballast-cache"))
+        requests = s3_server.request_counts()
+        per_epoch = {op: round(n / len(epochs), 1) for op, n in sorted(requests.items())}
         print(f"epochs={len(epochs)} outputs={len(outs)} duplicates dropped={dups} executor kills={exec_kills}")
+        print(f"S3 requests per committed epoch (all runs, kills and retries included): {per_epoch}")
     finally:
         cluster.stop()
