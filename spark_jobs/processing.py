@@ -25,6 +25,7 @@ was before the call: a poisoned record cannot wedge the job.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -261,9 +262,11 @@ def _rows_of(item: Any) -> Iterator[dict[str, Any]]:
 
 
 def run_processor(cfg: Any, cache: Any, txn: Any, table: Any, n: int, owned: set[int], writer: Any,
-                  op: ProcessorOperator) -> tuple[int, dict[int, tuple[int, tuple[int, int] | None]], dict[str, Any]]:
+                  op: ProcessorOperator) -> tuple[int, dict[int, tuple[int, tuple[int, int] | None, int]],
+                                                  dict[str, Any]]:
     """One epoch of one worker (module docstring). Returns (dead letters, per-bin (records,
-    counters), extra metrics: max_event_ms, late_rows, next_timer_ms, next_expiry_ms, timers_fired)."""
+    counters, fold µs of its records), extra metrics: max_event_ms, late_rows, next_timer_ms,
+    next_expiry_ms, timers_fired)."""
     from pyspark.sql import Row
 
     k = cfg.bins_bits
@@ -276,6 +279,8 @@ def run_processor(cfg: Any, cache: Any, txn: Any, table: Any, n: int, owned: set
     dead = late = fired = 0
     max_et: int | None = None
     bin_records: dict[int, int] = {}
+    bin_ns: dict[int, int] = {}  # per bin, the wall time of its keys' handling (placement's weight)
+    clock = time.perf_counter_ns
     topics = input_topics(cfg.input_topic)
     if n:  # rows `keyed` rejected, or without a key: dead letters before any handler runs
         table, rejected = split_rejected(table, topics)
@@ -291,6 +296,7 @@ def run_processor(cfg: Any, cache: Any, txn: Any, table: Any, n: int, owned: set
         cols = {c: table.column(c).to_pylist() for c in ("h", "bin", "key", "value", "partition", "offset")}
         i = 0
         while i < n:
+            t0 = clock()
             j = i
             while j < n and cols["key"][j] == cols["key"][i] and cols["h"][j] == cols["h"][i]:
                 j += 1
@@ -327,6 +333,7 @@ def run_processor(cfg: Any, cache: Any, txn: Any, table: Any, n: int, owned: set
                 gk = tuple(json.loads(key).values())
                 sk = store_key(int(cols["h"][i - 1]), key)
                 dead += rt.call(b, sk, key, lambda gk=gk, rows=rows: rt.on_rows(gk, iter(rows), rt.tv), dl)
+            bin_ns[b] = bin_ns.get(b, 0) + clock() - t0
     due = cfg.clock.due(spec.time_mode)
     for b in sorted(owned):
         if due is not None:
@@ -353,4 +360,4 @@ def run_processor(cfg: Any, cache: Any, txn: Any, table: Any, n: int, owned: set
     extra = {"max_event_ms": max_et, "late_rows": late, "timers_fired": fired,
              "next_timer_ms": timers.first_due(txn, cache.data, sorted(owned), k, timers.USER),
              "next_expiry_ms": timers.first_due(txn, cache.data, sorted(owned), k, timers.TTL)}
-    return dead, {b: (rec, counters.get(b)) for b, rec in bin_records.items()}, extra
+    return dead, {b: (rec, counters.get(b), bin_ns.get(b, 0) // 1000) for b, rec in bin_records.items()}, extra

@@ -35,6 +35,7 @@ from typing import Any, TypeVar
 
 import pyarrow.fs as pafs
 
+from ballast.errors import BallastError
 from ballast.options import settings
 
 log = logging.getLogger(__name__)
@@ -48,7 +49,7 @@ _TRANSIENT = re.compile(
     re.IGNORECASE)
 
 
-class StorageUnavailable(OSError):
+class StorageUnavailable(BallastError, OSError):
     """An object store stayed unreachable for the whole outage budget."""
 
 

@@ -254,25 +254,27 @@ class BinRecords:
     bins: list[int]  # increasing
     records: list[int]
     counters: dict[int, tuple[int, int]]  # bin -> (keys, bytes) after the epoch; absent: unchanged
+    fold_us: list[int] = field(default_factory=list)  # per bin, the wall time of its records' fold
 
     @classmethod
     def empty(cls) -> BinRecords:
         return cls([], [], {})
 
     @classmethod
-    def of(cls, per_bin: dict[int, tuple[int, tuple[int, int] | None]]) -> BinRecords:
-        """From a {bin: (records, counters or None)} map (spark_jobs.processing)."""
+    def of(cls, per_bin: dict[int, tuple[int, tuple[int, int] | None, int]]) -> BinRecords:
+        """From a {bin: (records, counters or None, fold µs)} map (spark_jobs.processing)."""
         bins = sorted(per_bin)
         return cls(bins, [per_bin[b][0] for b in bins],
-                   {b: c for b in bins if (c := per_bin[b][1]) is not None})
+                   {b: c for b in bins if (c := per_bin[b][1]) is not None}, [per_bin[b][2] for b in bins])
 
     def metrics(self, cache: Any, txn: Any) -> dict[str, list[int]]:
-        """The task metrics' `bins`: str(bin) -> [records, keys, bytes]; one batched cache read
-        for the counters the epoch did not change."""
+        """The task metrics' `bins`: str(bin) -> [records, keys, bytes, fold µs]; one batched
+        cache read for the counters the epoch did not change."""
         c = self.counters
         unchanged = [b for b in self.bins if b not in c]
         c = {**c, **dict(zip(unchanged, cache.bin_counters(txn, unchanged)))}
-        return {str(b): [r, *c[b]] for b, r in zip(self.bins, self.records)}
+        us = self.fold_us or [0] * len(self.bins)
+        return {str(b): [r, *c[b], t] for b, r, t in zip(self.bins, self.records, us)}
 
 
 def fold_rows(cfg: ApplyConfig, cache: Any, txn: Any, table: Any, n: int,
@@ -330,7 +332,10 @@ def fold_rows(cfg: ApplyConfig, cache: Any, txn: Any, table: Any, n: int,
     ch_dk: list[int] = []
     ch_db: list[int] = []
     dead = len(rejected)
+    clock = time.perf_counter_ns
+    marks: list[int] = []  # each key's start on the clock, then the loop's end: a key's fold time
     for gi in range(len(starts) - 1):
+        marks.append(clock())
         i, j = starts[gi], starts[gi + 1]
         sk, key = sks[i], keys[i]
         raw = get(sk, db=data)
@@ -366,6 +371,7 @@ def fold_rows(cfg: ApplyConfig, cache: Any, txn: Any, table: Any, n: int,
             ch_vals.append(stored)
             ch_dk.append(0 if raw is not None else 1)
             ch_db.append(len(stored) - len(raw) if raw is not None else len(sk) + len(stored))
+    marks.append(clock())
     counters: dict[int, tuple[int, int]] = {}
     if ch_rows:  # rows are in signed-hash order: a stable sort by bin keeps each bin's fold order
         rows = np.asarray(ch_rows)
@@ -379,7 +385,8 @@ def fold_rows(cfg: ApplyConfig, cache: Any, txn: Any, table: Any, n: int,
         counters = cache.add_bin_counters(txn, dict(zip(cb[first][moved].tolist(),
                                                          zip(dk[moved].tolist(), db[moved].tolist()))))
     ub, recs = np.unique(bin_np, return_counts=True)
-    return dead, BinRecords(ub.tolist(), recs.tolist(), counters)
+    ns = np.bincount(bin_np[np.asarray(starts[:-1])], weights=np.diff(np.asarray(marks, dtype=np.int64)))
+    return dead, BinRecords(ub.tolist(), recs.tolist(), counters, (ns[ub] // 1000).astype(np.int64).tolist())
 
 
 def route(keyed: Any, k: int, assignment: Any, tasks: int, fn: Any) -> Any:

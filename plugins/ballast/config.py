@@ -62,6 +62,11 @@ class RebalanceConfig(BaseModel):
         description="keep W when the critical path says a scale-up would shorten epochs by less than this, "
                     "e.g. 0.1 (docs/policy.md; 0: off, the default until the DS2 benchmark has run with it)",
     )
+    critical_fold_share: float = Field(
+        default=0.5, ge=0,
+        description="weigh bins by their measured fold time instead of their records when the workers' folds "
+                    "hold at least this share of the critical path (docs/policy.md; above 1: always records)",
+    )
     strategy: Strategy = Field(
         default="batched", description="plan shape; `auto`: cheapest plan whose predicted pause fits"
     )

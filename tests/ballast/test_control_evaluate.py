@@ -172,3 +172,46 @@ def test_the_critical_path_holds_a_scale_up_that_would_barely_shorten_the_epochs
     assert after.action == "no_change" and after.target_workers == before.target_workers
     assert "the workers hold only 10% of the critical path (source stage 80%" in after.reason
     assert after.inputs["critical.workers_share"] == pytest.approx(0.1)
+
+
+def test_a_bin_hot_on_the_critical_path_gets_a_rebalance_that_its_records_would_not(db_url, jobs_file, unique_name):
+    """The planner's decision that changes because of the trace (docs/policy.md, "Hot bins on the
+    critical path"): the bins carry equal records, but one bin's folds take thirty times as long
+    (a key whose records cost more). By records the workers are even: no change. With stored traces
+    whose critical path is the folds, the bins are weighed by fold time: worker 0 is overloaded and
+    the hot bin gets a placement of its own."""
+    from sqlalchemy import update
+
+    from ballast.store import traces, writer
+    from ballast.tracing import Activity, Message, Trace
+
+    jobs_file(bins=16)
+    seed_job(db_url, unique_name, bins=16, workers=2, input_rate=10000.0, per_worker_rate=10000.0)
+    cfg = get_job(unique_name)
+    snap = _snapshot(db_url, cfg)
+    hot = snap.map.assignment.index(0)  # a bin of worker 0
+    bm = m.BinMetrics
+    with session_scope(db_url) as s:  # what the workers measured: 1 µs per record, the hot bin 30 µs
+        s.execute(update(bm).where(bm.job == unique_name).values(fold_us=bm.records))
+        s.execute(update(bm).where(bm.job == unique_name, bm.bin == hot).values(fold_us=bm.records * 30))
+    now = datetime.now(UTC)
+    untraced = _snapshot(db_url, cfg)
+    assert untraced.bins.basis == "records" and "no stored traces" in untraced.bins.basis_reason
+    even = evaluate.assess(cfg, untraced, policy.GuardState(), now)
+    assert even.action == "no_change" and even.inputs["placement.basis"] == "records", even.reason
+    for e in snap.epochs:  # each epoch: a short plan, worker 0's long fold, worker 1's short one, the commit
+        t0 = e.epoch * 10_000_000
+        with writer.epoch_transaction(db_url) as s:
+            traces.replace_trace(s, traces.trace_row(unique_name, cfg.operator, e.epoch, Trace(
+                (Activity("driver", "plan", t0, t0 + 50_000), Activity("worker 0", "fold", t0 + 60_000, t0 + 900_000),
+                 Activity("worker 1", "fold", t0 + 60_000, t0 + 300_000),
+                 Activity("driver", "db", t0 + 900_000, t0 + 950_000)),
+                (Message(0, 1, "source stage"), Message(0, 2, "source stage"), Message(1, 3, "task end")))))
+    traced = _snapshot(db_url, cfg)
+    assert traced.bins.basis == "fold time" and f"hottest: bin {hot}" in traced.bins.basis_reason
+    assert Snapshot.from_dict(traced.to_dict()) == traced  # the hand-off survives XCom
+    after = evaluate.assess(cfg, traced, policy.GuardState(), now)
+    assert after.action == "rebalance" and after.target_workers == 2, after.reason
+    assert after.inputs["placement.basis"] == "fold time" and after.inputs["skew_before"] > 1.5
+    new = policy.place(list(traced.map.assignment), 2, list(traced.bins.load), list(traced.bins.bytes))
+    assert [b for b, w in enumerate(new) if w == new[hot]] == [hot], "the hot bin gets a worker to itself"

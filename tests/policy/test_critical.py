@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from ballast.policy.critical import critical_path_check, scale_up_gain, workers_share
+from ballast.policy.critical import bin_weights, critical_path_check, folds_share, scale_up_gain, workers_share
 
 pytestmark = pytest.mark.controlplane
 
@@ -36,3 +36,20 @@ def test_a_scale_up_that_would_barely_shorten_epochs_is_held_and_says_where_the_
     assert critical_path_check(OUTSIDE, 2, 3, min_gain=0.0) is None, "off"
     assert critical_path_check({}, 2, 3, min_gain=0.1) is None, "no trace: DS2 alone decides"
     assert critical_path_check(OUTSIDE, 3, 2, min_gain=0.1) is None, "a scale-down is not this check's"
+
+
+def test_bins_are_weighed_by_fold_time_only_when_the_folds_hold_the_critical_path():
+    records = [100, 100, 100, 100]
+    fold_us = [1_000, 1_000, 40_000, 1_000]  # bin 2: as many records, forty times the time
+    w = bin_weights(records, fold_us, INSIDE, min_share=0.5)
+    assert folds_share(INSIDE) == pytest.approx(0.8) and w.basis == "fold time"
+    assert sum(w.load) == pytest.approx(400) and w.load[2] == pytest.approx(400 * 40 / 43), "in records' units"
+    assert "hottest: bin 2 with 93% of the time and 25% of the records" in w.reason
+    held = bin_weights(records, fold_us, OUTSIDE, min_share=0.5)
+    assert held.basis == "records" and held.load == (100.0,) * 4
+    assert "folds hold 15% of the critical path (< 50%)" in held.reason
+    assert bin_weights(records, fold_us, {}, 0.5).basis == "records", "no trace"
+    assert bin_weights(records, [0, 0, 0, 0], INSIDE, 0.5).basis == "records", "times not measured (old rows)"
+    assert bin_weights(records, [5, 0, 5, 5], INSIDE, 0.5).basis == "records", "a bin with records but no time"
+    assert bin_weights(records, fold_us, INSIDE, 1.5).basis == "records", "off"
+    assert bin_weights(records, fold_us, OUTSIDE, 0.0).basis == "fold time", "0: whenever measured"

@@ -6,6 +6,7 @@ the changes since, any key works, and a fold that raises sends its record to the
 from __future__ import annotations
 
 import struct
+import time
 
 import pytest
 
@@ -260,12 +261,38 @@ def test_owned_bins_follow_the_map():
 
 
 def test_bin_metrics_read_the_counters_the_epoch_did_not_change(tmp_path):
-    recs = BinRecords.of({5: (2, None), 1: (4, (3, 30)), 3: (1, None)})
+    recs = BinRecords.of({5: (2, None, 7), 1: (4, (3, 30), 9), 3: (1, None, 0)})
     assert recs.bins == [1, 3, 5] and recs.records == [4, 1, 2] and recs.counters == {1: (3, 30)}
     with WorkerCache(tmp_path, "s", "j", 0) as cache:
         cache.write(lambda txn: cache.add_bin_counters(txn, {1: (9, 90), 5: (2, 20)}))
         got = cache.write(lambda txn: recs.metrics(cache, txn))
-    assert got == {"1": [4, 3, 30], "3": [1, 0, 0], "5": [2, 2, 20]}
+    assert got == {"1": [4, 3, 30, 9], "3": [1, 0, 0, 0], "5": [2, 2, 20, 7]}, "records, keys, bytes, fold µs"
+
+
+class SlowOnOne(KeyCount):
+    """Counts; the key b"slow" takes 20 ms per fold (a key whose records cost more than others')."""
+
+    name = "slowonone"
+
+    def fold(self, key, state, values):  # type: ignore[no-untyped-def]
+        if key == b"slow":
+            time.sleep(0.02)
+        return super().fold(key, state, values)
+
+
+def test_each_bins_fold_time_is_measured_where_records_would_not_show_it(tmp_path, monkeypatch):
+    """One record of a slow key against 50 records of cheap keys: by records its bin is light, by
+    the fold time the worker measures it is the heaviest (ballast.policy.critical.bin_weights)."""
+    monkeypatch.setitem(OPERATORS, "slowonone", SlowOnOne)
+    hz = Harness(tmp_path, workers=1, operator="slowonone")
+    slow_bin = B.bin_of_hash(hz.h(b"slow"), K)
+    cheap = [k for k in (b"k%d" % i for i in range(200)) if B.bin_of_hash(hz.h(k), K) != slow_bin][:50]
+    with WorkerCache(tmp_path / "c", "s", "j", 0) as cache:
+        _, recs = _fold(hz, [b"slow", *cheap], [b"1"] * (1 + len(cheap)), cache)
+    us = dict(zip(recs.bins, recs.fold_us))
+    rec = dict(zip(recs.bins, recs.records))
+    assert rec[slow_bin] == 1 and max(rec.values()) > 1
+    assert us[slow_bin] >= 20_000 > sum(us.values()) - us[slow_bin], us
 
 
 def test_a_finished_attempts_outputs_are_found_and_re_emitted(tmp_path):

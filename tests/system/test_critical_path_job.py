@@ -1,20 +1,32 @@
 """A real job with one worker made slow on purpose (its operator sleeps on one key): every epoch
 that carries the key logs a critical path whose largest activity is that worker's fold, and that
-never names the other worker's fold (spark_jobs.epoch_trace, docs/tracing.md)."""
+never names the other worker's fold (spark_jobs.epoch_trace, docs/tracing.md). Its stored traces,
+exported by the command operators use, open in a real trace viewer in a real browser with one
+timeline per participant (tests/helpers/trace_viewer.py; a screenshot in $BALLAST_UI_SHOTS when set)."""
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from pyspark.sql import functions as F
 
+from ballast.policy import bin_weights
+from ballast.store import bin_stats
 from ballast.store.traces import read_trace
+from ballast.tracing import epochs_participation
 from spark_jobs.bins import bin_of_hash, bits_for, uniform_assignment
 from spark_jobs.offsets import committed_epochs, read_end_offsets
 from spark_jobs.runner import RunConfig, start_job
+from tests.helpers import console_stack as cs
+from tests.helpers.trace_viewer import open_trace
 from tests.helpers.wait import wait_until
 
 pytestmark = [pytest.mark.dataplane, pytest.mark.slow]
@@ -24,7 +36,7 @@ LINE = re.compile(r"epoch (\d+) critical path (\d+) ms: (.*)")
 
 
 def test_the_slow_workers_fold_leads_the_critical_path(spark, kafka_bootstrap, make_topics, unique_name, tmp_path,
-                                                        db_url, produce_with_spark, caplog):
+                                                        db_url, produce_with_spark, caplog, browser):
     spark.sparkContext.addPyFile(str(HERE / "slow_key_operator.py"))
     job, topic = unique_name, f"{unique_name}.in"
     make_topics({topic: 2})
@@ -57,3 +69,29 @@ def test_the_slow_workers_fold_leads_the_critical_path(spark, kafka_bootstrap, m
         activities = [part.rsplit(" ", 1)[0] for part in text.split(", ") if " on " in part]
         assert activities and activities[0] == f"fold on worker {slow}", f"epoch {epoch} ({ms} ms): {text}"
         assert f"fold on worker {fast} " not in text, f"epoch {epoch}: the fast worker finished early: {text}"
+
+    # the planner's input: by records the slow key's bin is light, by the measured fold time it is the
+    # hottest, and the stored traces' critical path (the folds) tells placement to weigh by time
+    stats = bin_stats(db_url, job, cfg.operator, BINS, last_epochs=1000)
+    slow_bin = bin_of_hash(h, bits_for(BINS))
+    assert max(range(BINS), key=lambda b: stats.fold_us[b]) == slow_bin, stats
+    assert stats.fold_us[slow_bin] / sum(stats.fold_us) > 2 * stats.load[slow_bin] / sum(stats.load), stats
+    shares = epochs_participation(stored).by("label")
+    weights = bin_weights(stats.load, stats.fold_us, shares, min_share=0.5)
+    assert weights.basis == "fold time" and f"hottest: bin {slow_bin}" in weights.reason, (weights.reason, shares)
+    print(weights.reason)
+
+    # the export command, then the file in a trace viewer: one timeline per participant, the slow fold critical
+    out = tmp_path / "trace.json"
+    res = subprocess.run([sys.executable, "-m", "ballast.store.traces", "export", "--job", job, "--last", "20",
+                          "-o", str(out), "--db-url", db_url], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0 and f"fold on worker {slow}" in res.stdout, res.stdout + res.stderr
+    events = json.loads(out.read_text())["traceEvents"]
+    timelines = {e["args"]["name"] for e in events if e["name"] == "thread_name"}
+    assert {"driver", f"worker {slow}", f"worker {fast}"} <= timelines, timelines
+    assert any(e["ph"] == "X" and e["name"] == "fold" and e["cat"] == "critical" for e in events)
+    text, shown = open_trace(browser, out, job)
+    assert shown == len(timelines), f"the viewer shows {shown} timelines of {len(timelines)}: {text[:300]}"
+    shot = cs.screenshot(browser, tmp_path / "trace-in-speedscope.png", full_page=False)
+    if os.environ.get("BALLAST_UI_SHOTS"):
+        shutil.copy(shot, Path(os.environ["BALLAST_UI_SHOTS"]) / shot.name)

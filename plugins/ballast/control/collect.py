@@ -3,11 +3,13 @@ this run must resume instead of deciding anew (its steps expect map versions a n
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 from ballast.config import JobConfig
 from ballast.control.handoffs import BinLoad, EpochSample, MapState, OperatorSample, Resume, Snapshot, WorkerSample
 from ballast.errors import BallastError
+from ballast.policy import bin_weights
 from ballast.store import (
     EpochRow,
     JobStore,
@@ -69,7 +71,7 @@ def current_state(url: str, cfg: JobConfig) -> tuple[MapSnapshot, BinLoad]:
         raise NotReady(f"job {cfg.job}/{cfg.operator} has no routing map in the metrics DB yet: it has not run. "
                        "Start it with the ballast_supervise DAG.")
     st = store.bin_stats(current.bins, cfg.rebalance.window_epochs)
-    return current, BinLoad(st.load, st.bytes, st.keys, st.epochs)
+    return current, BinLoad(st.load, st.bytes, st.keys, st.epochs, st.fold_us)
 
 
 def collect(url: str, cfg: JobConfig, owner: str | None = None) -> Snapshot | Resume:
@@ -87,6 +89,10 @@ def collect(url: str, cfg: JobConfig, owner: str | None = None) -> Snapshot | Re
                        "yet; waiting for metrics")
     workers = store.worker_window([e.epoch for e in epochs])
     names = cfg.operator_names()
+    critical = critical_shares(url, cfg, epochs[0].epoch, epochs[-1].epoch)
+    # bins hot on the critical path: weighed by their fold time when the workers' folds hold it
+    w = bin_weights(bins.load, bins.fold_us, dict(critical), cfg.rebalance.critical_fold_share)
+    bins = dataclasses.replace(bins, load=w.load, basis=w.basis, basis_reason=w.reason)
     return Snapshot(
         map=MapState(current.map_version, current.epoch, current.workers, current.assignment),
         bins=bins,
@@ -95,7 +101,7 @@ def collect(url: str, cfg: JobConfig, owner: str | None = None) -> Snapshot | Re
                       for w in workers),
         latest_epoch=epochs[-1].epoch,
         flow=tuple(operator_sample(url, cfg, n) for n in names) if len(names) > 1 else (),
-        critical=critical_shares(url, cfg, epochs[0].epoch, epochs[-1].epoch),
+        critical=critical,
     )
 
 

@@ -87,12 +87,17 @@ class OperatorSample:
 
 @dataclass(frozen=True)
 class BinLoad:
-    """Per-bin load over the window and latest size: what placement and planning weigh."""
+    """Per-bin load over the window and latest size: what placement and planning weigh. `load` is
+    records, or fold time in records' units when the critical path says so (`basis`;
+    ballast.policy.critical.bin_weights)."""
 
     load: tuple[float, ...]
     bytes: tuple[int, ...]
     keys: tuple[int, ...]
     epochs: int = 0
+    fold_us: tuple[int, ...] = ()
+    basis: str = "records"
+    basis_reason: str = ""
 
 
 @dataclass(frozen=True)
@@ -121,7 +126,9 @@ class Snapshot:
         return cls(
             map=MapState(int(m["version"]), int(m["epoch"]), int(m["workers"]), tuple(int(x) for x in m["assignment"])),
             bins=BinLoad(tuple(float(x) for x in b["load"]), tuple(int(x) for x in b["bytes"]),
-                         tuple(int(x) for x in b["keys"]), int(b.get("epochs", 0))),
+                         tuple(int(x) for x in b["keys"]), int(b.get("epochs", 0)),
+                         tuple(int(x) for x in b.get("fold_us", ())), str(b.get("basis", "records")),
+                         str(b.get("basis_reason", ""))),
             epochs=tuple(_flat(EpochSample, e) for e in d.get("epochs", ())),
             workers=tuple(_flat(WorkerSample, w) for w in d.get("workers", ())),
             latest_epoch=int(d.get("latest_epoch", 0)),

@@ -15,7 +15,14 @@ from ballast.policy.costmodel import (
     fit_cost_model,
     render_plan,
 )
-from ballast.policy.critical import critical_path_check, scale_up_gain, workers_share
+from ballast.policy.critical import (
+    BinWeights,
+    bin_weights,
+    critical_path_check,
+    folds_share,
+    scale_up_gain,
+    workers_share,
+)
 from ballast.policy.ds2 import (
     Dataflow,
     DS2Result,
@@ -58,7 +65,7 @@ from ballast.policy.split import SplitAdvice, split_advice
 
 __all__ = [
     "SplitAdvice", "split_advice", "split_plan",
-    "critical_path_check", "scale_up_gain", "workers_share",
+    "critical_path_check", "scale_up_gain", "workers_share", "BinWeights", "bin_weights", "folds_share",
     "CheckpointSample", "CostModel", "choose_plan", "fit_cost_model", "render_plan",
     "Dataflow", "DS2Result", "EpochMetrics", "OperatorNode", "OperatorRates", "OperatorTarget",
     "SourceLoad", "WorkerEpochMetrics", "backlog_growth", "bottleneck_outside_operators", "ds2_microbatch",

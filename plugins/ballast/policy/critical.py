@@ -1,19 +1,28 @@
-"""Whether more workers would shorten the epochs, read from their critical path (docs/tracing.md).
+"""What the critical path says about workers and bins (docs/tracing.md, docs/policy.md).
 
+**Whether more workers would shorten the epochs.**
 DS2 sizes the workers from their useful time; it cannot see that an epoch waits mostly on
 something else — Spark's source stage, the driver's commit. The critical participation (CP) of
 the window says how much of each epoch's critical path the workers hold (share s). Scaling W to
 W' divides only that part (Amdahl's law on the critical path): the epoch shrinks to
 (1 − s) + s·W/W' of its length. A scale-up whose predicted gain is below `min_gain` is not worth
 its migration; the controller then keeps W and says where the time goes instead.
+
+**Which bins are hot on it** (`bin_weights`). Placement balances each worker's load, counted in
+records. A record's cost differs by key, though (a key whose state is large, a fold that calls out);
+when the workers' folds hold the critical path, what must be balanced is their fold *time*, which
+each worker measures per bin. Below that share the records stay the weight: balancing fold time
+would shorten nothing that holds the epoch back, and records are exact where times are noisy.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 _WORKER = re.compile(r" on worker \d+$")
+_FOLD = re.compile(r"^fold on worker \d+$")
 
 
 def workers_share(shares: Mapping[str, float]) -> float:
@@ -41,3 +50,45 @@ def critical_path_check(shares: Mapping[str, float], current: int, proposed: int
     where = ", ".join(f"{k} {v:.0%}" for k, v in outside)
     return (f"the workers hold only {workers_share(shares):.0%} of the critical path ({where}): {current} -> "
             f"{proposed} workers would shorten epochs by {gain:.0%}, below the {min_gain:.0%} worth a migration")
+
+
+@dataclass(frozen=True)
+class BinWeights:
+    """Placement's weight per bin and what it was read from."""
+
+    load: tuple[float, ...]
+    basis: str  # "records" | "fold time"
+    reason: str
+
+
+def folds_share(shares: Mapping[str, float]) -> float:
+    """The workers' folds' part of the critical path (CP of `fold on worker N`)."""
+    return sum(v for k, v in shares.items() if _FOLD.match(k))
+
+
+def bin_weights(records: Sequence[float], fold_us: Sequence[int], shares: Mapping[str, float],
+                min_share: float) -> BinWeights:
+    """Each bin's measured fold time, scaled to the window's records (so a weight still reads as
+    records and hot-first orders and split thresholds keep their meaning), when the workers' folds
+    hold at least `min_share` of the critical path and the times cover the bins with records; else
+    the records. `min_share` above 1: always the records."""
+    rec = tuple(float(r) for r in records)
+    total_us, total_rec = sum(fold_us), sum(rec)
+    if min_share > 1:
+        return BinWeights(rec, "records", "weighing bins by fold time is off (rebalance.critical_fold_share > 1)")
+    if not shares:
+        return BinWeights(rec, "records", "no stored traces in the window: bins weighed by records")
+    share = folds_share(shares)
+    if share < min_share:
+        return BinWeights(rec, "records", f"the workers' folds hold {share:.0%} of the critical path (< "
+                          f"{min_share:.0%}): bins weighed by records")
+    if len(fold_us) != len(rec) or total_us <= 0 or total_rec <= 0 or any(
+            r > 0 and t <= 0 for r, t in zip(rec, fold_us)):
+        return BinWeights(rec, "records", "fold times not measured for every bin with records (a data plane "
+                          "before schema 0006): bins weighed by records")
+    scale = total_rec / total_us
+    hot = max(range(len(rec)), key=lambda b: fold_us[b])
+    return BinWeights(tuple(t * scale for t in fold_us), "fold time",
+                      f"the workers' folds hold {share:.0%} of the critical path: bins weighed by their fold "
+                      f"time (hottest: bin {hot} with {fold_us[hot] / total_us:.0%} of the time and "
+                      f"{rec[hot] / total_rec:.0%} of the records)")

@@ -76,12 +76,14 @@ def worker_window(url: str, job: str, operator: str, epochs: Iterable[int]) -> l
 
 @dataclass(frozen=True)
 class BinStats:
-    """Per-bin load (records over the window) and size (latest state bytes/keys seen)."""
+    """Per-bin load (records over the window), size (latest state bytes/keys seen) and the time
+    its folds took over the window (µs; zeros where the data plane did not measure it)."""
 
     load: tuple[float, ...]
     bytes: tuple[int, ...]
     keys: tuple[int, ...]
     epochs: int
+    fold_us: tuple[int, ...] = ()
 
 
 def bin_stats(url: str, job: str, operator: str, bins: int, last_epochs: int, since_epoch: int = 0) -> BinStats:
@@ -94,24 +96,26 @@ def bin_stats(url: str, job: str, operator: str, bins: int, last_epochs: int, si
         load = [0.0] * bins
         size = [0] * bins
         keys = [0] * bins
+        fold = [0] * bins
         if top is None:
-            return BinStats(tuple(load), tuple(size), tuple(keys), 0)
+            return BinStats(tuple(load), tuple(size), tuple(keys), 0, tuple(fold))
         lo = max(top - last_epochs + 1, since_epoch)
         rows = s.execute(
             select(m.BinMetrics.epoch, m.BinMetrics.bin, m.BinMetrics.records, m.BinMetrics.state_bytes,
-                   m.BinMetrics.state_keys)
+                   m.BinMetrics.state_keys, m.BinMetrics.fold_us)
             .where(m.BinMetrics.job == job, m.BinMetrics.operator == operator, m.BinMetrics.epoch >= lo)
             .order_by(m.BinMetrics.epoch)
         ).all()
     seen: set[int] = set()
-    for epoch, b, records, sbytes, skeys in rows:
+    for epoch, b, records, sbytes, skeys, fold_us in rows:
         if not 0 <= b < bins:
             continue  # a bin outside the job's range is a data-plane bug, not a reason to crash
         seen.add(epoch)
         load[b] += records
+        fold[b] += int(fold_us or 0)
         size[b] = int(sbytes or 0)  # ordered by epoch: the last one wins
         keys[b] = int(skeys or 0)
-    return BinStats(tuple(load), tuple(size), tuple(keys), len(seen))
+    return BinStats(tuple(load), tuple(size), tuple(keys), len(seen), tuple(fold))
 
 
 

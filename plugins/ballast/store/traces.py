@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
 
     ap = argparse.ArgumentParser(prog="python -m ballast.store.traces",
                                  description="Write a window of a job's epoch traces as Chrome/Perfetto JSON "
-                                             "(open it in ui.perfetto.dev or chrome://tracing).")
+                                             "(open it in ui.perfetto.dev or speedscope).")
     sub = ap.add_subparsers(dest="cmd", required=True)
     ex = sub.add_parser("export", help="a window of epochs, with each activity's critical participation")
     ex.add_argument("--job", required=True)

@@ -1,4 +1,4 @@
-"""A trace as Chrome trace-event JSON, which Perfetto's UI and chrome://tracing open.
+"""A trace as Chrome trace-event JSON, which Perfetto's UI, speedscope and chrome://tracing open.
 
 Why this format: it is the one every profiler viewer reads, so an operator can look at a slow
 window of a job with a tool they know. Each timeline is a thread of one process (the job);
