@@ -127,17 +127,20 @@ class ProcessorOperator(Operator):
             if ahead is not None:
                 why = F.when(why.isNull() & ahead, F.lit(AHEAD)).otherwise(why)
             rows = rows.withColumn("__reject", F.when(F.col("__reject").isNull() & late, F.lit(LATE)).otherwise(why))
-        bad = rows.where(F.col("__reject").isNotNull()).select(
-            F.lit(None).cast("binary").alias("key"), F.col("__raw").alias("value"), F.col("__p").alias("partition"),
-            F.col("__o").alias("offset"), F.col("__reject").alias(REJECT_COLUMN))
-        groups = rows.where(F.col("__reject").isNull()).groupBy(*pre.group_by).agg(
-            *[F.expr(e).alias(n) for n, e in pre.aggregates], F.min(F.struct("__p", "__o")).alias("__first"))
+        # one aggregation for both kinds of row, so the batch is read and parsed once (a union of a
+        # good and a rejected branch reads it twice): a rejected row is a group of its own, keyed by
+        # its (partition, offset), and carries its raw value and reason; good rows group as declared
+        rejected = F.col("__reject").isNotNull()
+        groups = rows.groupBy(*pre.group_by, F.when(rejected, F.struct("__p", "__o")).alias("__bad")).agg(
+            *[F.expr(e).alias(n) for n, e in pre.aggregates], F.min(F.struct("__p", "__o")).alias("__first"),
+            F.first(F.when(rejected, F.struct("__raw", "__reject")), ignorenulls=True).alias("__dead"))
         fields = [F.unix_millis(F.col(c)).alias(c) if c in self.ts_columns else F.col(c) for c in pre.columns]
-        good = groups.select(
-            F.to_json(F.struct(*[F.col(g) for g in spec.grouping_keys])).cast("binary").alias("key"),
-            F.to_json(F.struct(*fields)).cast("binary").alias("value"), F.col("__first.__p").alias("partition"),
-            F.col("__first.__o").alias("offset"), F.lit(None).cast("string").alias(REJECT_COLUMN))
-        return good.unionByName(bad)
+        good = F.col("__bad").isNull()
+        return groups.select(
+            F.when(good, F.to_json(F.struct(*[F.col(g) for g in spec.grouping_keys])).cast("binary")).alias("key"),
+            F.when(good, F.to_json(F.struct(*fields)).cast("binary")).otherwise(F.col("__dead.__raw")).alias("value"),
+            F.col("__first.__p").alias("partition"), F.col("__first.__o").alias("offset"),
+            F.col("__dead.__reject").alias(REJECT_COLUMN))
 
     def sources(self) -> tuple[int, ...] | None:
         return self.spec.sources

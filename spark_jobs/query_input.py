@@ -22,6 +22,8 @@ def _with_corrupt_column(schema: str) -> str:
 
 
 INTERNAL = ("__p", "__o", "__raw", "__reject", CORRUPT)  # parsed_rows' bookkeeping columns
+#: how the parse's one-row generator reads in a plan (it makes exactly one row per record)
+PARSE_ONCE = "inline(array(struct(__r, from_json("
 
 
 def parsed_rows(df: Any, spec: QuerySpec) -> Any:
@@ -39,7 +41,11 @@ def parsed_rows(df: Any, spec: QuerySpec) -> Any:
     if spec.input_schema:  # a value that does not parse is a dead letter, not a row of nulls
         parsed = F.from_json(F.col("value").cast("string"), _with_corrupt_column(spec.input_schema),
                              {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT})
-        rows = src.select(parsed.alias("__r"), F.col("value").alias("__raw"), *tail)
+        # parsed once per row: a generator is a wall Spark's optimizer pushes no filter through;
+        # over a plain projection it pushes `where`, the reject test and a late filter below it,
+        # inlining `from_json` into each (four to five parses of every row, and as many per branch)
+        rows = src.select(F.inline(F.array(F.struct(parsed.alias("__r"), F.col("value").alias("__raw"),
+                                                    *[F.col(c) for c in tail]))))
         reject = (F.when(F.col("__raw").isNull(), F.lit(NULL_VALUE))
                   .when(F.col(f"__r.{CORRUPT}").isNotNull(), F.lit(DECODE_ERROR)))
         rows = rows.select("__r.*", "__raw", *tail, reject.alias("__reject"))

@@ -106,6 +106,21 @@ def test_pre_aggregate_dead_letters_late_and_far_ahead_records_before_combining(
     assert good == {"w": 0, "auction": 1, "bids": 2, "t": 400}
 
 
+@pytest.mark.dataplane
+def test_a_pre_aggregating_epoch_reads_and_parses_its_input_once(spark):
+    """Rejected rows travel in the same aggregation as the good ones (no second branch that reads
+    the batch again), and the JSON parse is not copied into the pushed-down filters (`where`, the
+    reject test, the late filter): one scan, one `from_json` in the executed plan (issue 22)."""
+    from spark_jobs.processing import ProcessorOperator
+    from spark_jobs.timers import EpochClock
+
+    op = ProcessorOperator(_bids_query(max_ahead_ms=1_000))
+    df = op.keyed(_df(spark, [b'{"w": 0, "auction": 1, "t": 5}', b"{oops"]), EpochClock(1, 3_000, 2))
+    plan = df._jdf.queryExecution().executedPlan().toString()
+    assert plan.count("Scan") == 1 and plan.count("from_json(") == 1, plan
+    assert len(df.collect()) == 2
+
+
 def test_pre_aggregate_declarations_are_checked():
     from spark_jobs.processor import PreAggregate, QuerySpec
 
