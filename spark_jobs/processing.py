@@ -31,6 +31,7 @@ from typing import Any
 
 from spark_jobs import timers
 from spark_jobs.bins import decode_value, encode_value, store_key
+from spark_jobs.inputs import NO_EMPTY_PROPAGATION
 from spark_jobs.key_state import KeyState
 from spark_jobs.objects import DEAD_LETTER, OUTPUT
 from spark_jobs.operators import Operator
@@ -131,6 +132,9 @@ class ProcessorOperator(Operator):
         # good and a rejected branch reads it twice): a rejected row is a group of its own, keyed by
         # its (partition, offset), and carries its raw value and reason; good rows group as declared
         rejected = F.col("__reject").isNotNull()
+        # an epoch with no rows aggregates to an empty shuffle stage, from which AQE would propagate
+        # an empty relation through the routing: no task would run, and a commit needs all W
+        rows.sparkSession.conf.set("spark.sql.adaptive.optimizer.excludedRules", NO_EMPTY_PROPAGATION)
         groups = rows.groupBy(*pre.group_by, F.when(rejected, F.struct("__p", "__o")).alias("__bad")).agg(
             *[F.expr(e).alias(n) for n, e in pre.aggregates], F.min(F.struct("__p", "__o")).alias("__first"),
             F.first(F.when(rejected, F.struct("__raw", "__reject")), ignorenulls=True).alias("__dead"))

@@ -121,6 +121,38 @@ def test_a_pre_aggregating_epoch_reads_and_parses_its_input_once(spark):
     assert len(df.collect()) == 2
 
 
+@pytest.mark.dataplane
+def test_an_empty_pre_aggregated_epoch_still_runs_every_workers_task(spark, tmp_path):
+    """An epoch with no rows (a control-only epoch, a batch of other topics) still runs the W
+    routing tasks: each worker must write its changelog object for the commit (AQE would otherwise
+    propagate the empty aggregation through the routing and run none). NEXMark Q7's plan, as the
+    runner builds it (spark_jobs.stream_plan)."""
+    import pyarrow as pa
+
+    from spark_jobs.inputs import InputRows
+    from spark_jobs.operator_loader import get_operator
+    from spark_jobs.storage import Location
+    from spark_jobs.stream_plan import StreamPlan
+    from spark_jobs.timers import EpochClock
+    from spark_jobs.worker import route
+
+    spark.conf.unset("spark.sql.adaptive.optimizer.excludedRules")  # as a fresh session has it
+    batch = spark.createDataFrame([], "key binary, value binary, topic string, partition int, offset long, "
+                                      "headers array<struct<key:string,value:binary>>")
+    topics = ["p.person", "p.auction", "p.bid"]
+    plan = StreamPlan(get_operator("spark_jobs.nexmark.windows:Q7"), InputRows(topics, (), Location.of(tmp_path)),
+                      topics, "p.out", "p.dlq")
+    keyed = plan.epoch(plan.stream(batch), 5, EpochClock(5, 2_000_000, 900_000))
+    schema = pa.schema([("topic", pa.string()), ("key", pa.binary()), ("value", pa.binary()),
+                        ("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())])))])
+
+    def task(batches):  # type: ignore[no-untyped-def]
+        n = sum(b.num_rows for b in batches)
+        yield pa.RecordBatch.from_pylist([{"topic": "t", "key": None, "value": b"%d" % n, "headers": []}], schema)
+
+    assert len(route(keyed, 3, (0, 1, 2, 0, 1, 2, 0, 1), 3, task).collect()) == 3
+
+
 def test_pre_aggregate_declarations_are_checked():
     from spark_jobs.processor import PreAggregate, QuerySpec
 
