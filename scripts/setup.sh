@@ -89,8 +89,11 @@ S3S_VERSION=0.13.0
 if [ "$("$CACHE/s3s-fs/bin/s3s-fs" --version 2>/dev/null)" != "s3s-fs $S3S_VERSION" ]; then
   command -v cargo >/dev/null || die "cargo is missing (it builds the S3 server s3s-fs): install Rust with rustup"
   say "building the S3 server s3s-fs $S3S_VERSION from crates.io (a few minutes, once)"
-  cargo install -q --locked --version "$S3S_VERSION" --root "$CACHE/s3s-fs" s3s-fs \
+  # the crate's server binary is behind its `binary` feature: without it cargo builds the library,
+  # installs nothing and still succeeds
+  cargo install -q --locked --features binary --version "$S3S_VERSION" --root "$CACHE/s3s-fs" s3s-fs \
     || die "cargo could not build s3s-fs $S3S_VERSION"
+  [ -x "$CACHE/s3s-fs/bin/s3s-fs" ] || die "cargo built s3s-fs $S3S_VERSION but installed no binary"
 else
   say "s3s-fs up to date"
 fi

@@ -20,6 +20,7 @@ from ballast.store import fencing
 from spark_jobs.durable import DurableState, StateGap
 from spark_jobs.job_clients import JobClients
 from spark_jobs.run_config import RunConfig
+from spark_jobs.storage import object_store_uri
 
 log = logging.getLogger("ballast.runner")
 
@@ -40,9 +41,7 @@ class DriverFence:
     def take(self) -> None:
         """A new token for this start; from now on every older driver of the operator is fenced."""
         cfg = self.cfg
-        self.fence = fencing.take_token(cfg.db_url, cfg.job, cfg.operator, utcnow(),
-                                        outage_s=max(cfg.db_outage_s, cfg.kafka_outage_s,
-                                                     settings().storage_outage_s))
+        self.fence = fencing.take_token(cfg.db_url, cfg.job, cfg.operator, utcnow(), outage_s=outage_budget(cfg))
         log.info("driver token %d taken for job %s operator %s: older drivers of it are fenced from now on",
                  self.fence.token, cfg.job, cfg.operator)
 
@@ -95,3 +94,13 @@ class DriverFence:
             self.fenced = exc
             log.error("%s", exc)
         self._stopping.set()
+
+
+def outage_budget(cfg: RunConfig) -> float:
+    """The longest an epoch of this driver may wait out an outage, which the supervisor adds to the
+    heartbeat timeout: the metrics DB's and Kafka's budgets, and the object store's when the state
+    lives on one (BALLAST_STORAGE_OUTAGE_S; a file system does not wait)."""
+    budgets = [cfg.db_outage_s, cfg.kafka_outage_s]
+    if object_store_uri(cfg.state_location):
+        budgets.append(settings().storage_outage_s)
+    return max(budgets)

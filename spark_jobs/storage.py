@@ -49,6 +49,12 @@ _TRANSIENT = re.compile(
     re.IGNORECASE)
 
 
+def object_store_uri(uri: str) -> bool:
+    """Whether `uri` names an object store, read from its scheme alone (opening one may ask the
+    network, e.g. for an S3 bucket's region)."""
+    return uri.split("://", 1)[0].lower() in ("s3", "gs", "gcs", "abfs", "abfss") if "://" in uri else False
+
+
 class StorageUnavailable(BallastError, OSError):
     """An object store stayed unreachable for the whole outage budget."""
 

@@ -5,6 +5,7 @@ does not mark the newer driver's heartbeat stopped."""
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime
 
 import pytest
@@ -62,3 +63,16 @@ def test_an_epoch_after_a_newer_start_is_refused_whole(spark, kafka_bootstrap, m
     hb = store.heartbeat()
     assert hb is not None and hb.status == "running" and hb.last_epoch == last  # not "stopped" by the stale one
     assert read_trace(db_url, job, "keycount").activities == (), "--no-trace stores no epoch trace"
+
+
+def test_the_declared_outage_budget_counts_the_object_stores_only_when_the_state_is_on_one(monkeypatch, tmp_path):
+    """The supervisor adds the driver's declared budget to its heartbeat timeout: a job whose state
+    is on a file system does not wait for an object store, and must not be given its 300 s."""
+    from spark_jobs.fencing import outage_budget
+
+    monkeypatch.setenv("BALLAST_STORAGE_OUTAGE_S", "900")
+    base = RunConfig(job="j", operator="keycount", input_topic="t", checkpoint_dir=str(tmp_path), bootstrap="b",
+                     db_url="sqlite://", db_outage_s=40.0, kafka_outage_s=30.0)
+    assert outage_budget(base) == 40.0
+    on_s3 = dataclasses.replace(base, state_uri="s3://ballast/j/state")
+    assert outage_budget(on_s3) == 900.0
