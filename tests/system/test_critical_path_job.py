@@ -26,7 +26,7 @@ from spark_jobs.bins import bin_of_hash, bits_for, uniform_assignment
 from spark_jobs.offsets import committed_epochs, read_end_offsets
 from spark_jobs.runner import RunConfig, start_job
 from tests.helpers import console_stack as cs
-from tests.helpers.trace_viewer import open_trace
+from tests.helpers.trace_viewer import open_trace, show_timeline
 from tests.helpers.wait import wait_until
 
 pytestmark = [pytest.mark.dataplane, pytest.mark.slow]
@@ -92,6 +92,7 @@ def test_the_slow_workers_fold_leads_the_critical_path(spark, kafka_bootstrap, m
     assert any(e["ph"] == "X" and e["name"] == "fold" and e["cat"] == "critical" for e in events)
     text, shown = open_trace(browser, out, job)
     assert shown == len(timelines), f"the viewer shows {shown} timelines of {len(timelines)}: {text[:300]}"
+    show_timeline(browser, f"worker {slow}")  # the slow worker's folds, for the eye
     shot = cs.screenshot(browser, tmp_path / "trace-in-speedscope.png", full_page=False)
     if os.environ.get("BALLAST_UI_SHOTS"):
         shutil.copy(shot, Path(os.environ["BALLAST_UI_SHOTS"]) / shot.name)
