@@ -39,3 +39,23 @@ def test_without_participation_no_activity_is_marked_critical():
     doc = chrome_trace(Trace((Activity("driver", "plan", 0, 10),)), "j")
     [x] = [e for e in doc["traceEvents"] if e["ph"] == "X"]
     assert x["cat"] == "plan" and "critical_participation" not in x["args"]
+
+
+def test_over_several_epochs_each_activity_gets_its_own_participation():
+    """A window of two epochs (the export's `epochs_participation`): each epoch's critical fold is
+    marked critical in its own epoch. Each epoch's analysis numbers its activities from 0; they were
+    once attributed to the first epoch's activities, so only epoch 0 showed any CP."""
+    from ballast.tracing import epochs_participation
+
+    acts = []
+    for ep, t in ((0, 0), (1, 1_000)):
+        acts += [Activity("driver", "plan", t, t + 10, ep), Activity("worker 1", "fold", t + 10, t + 80, ep),
+                 Activity("worker 2", "fold", t + 10, t + 30, ep), Activity("driver", "commit", t + 80, t + 90, ep)]
+    msgs = tuple(Message(b + s, b + d) for b in (0, 4) for s, d in ((0, 1), (0, 2), (1, 3)))
+    doc = chrome_trace(Trace(tuple(acts), msgs), "clicks", epochs_participation(Trace(tuple(acts), msgs)))
+    cps = [(e["args"]["epoch"], e["tid"], e["name"], e["args"]["critical_participation"])
+           for e in doc["traceEvents"] if e["ph"] == "X"]
+    slow = [cp for ep, _, name, cp in cps if name == "fold" and cp > 0]
+    assert len(slow) == 2 and slow[0] == pytest.approx(slow[1]) == pytest.approx(70 / 90 / 2), cps
+    assert {ep for ep, _, _, cp in cps if cp > 0} == {0, 1}
+    assert sum(cp for *_, cp in cps) == pytest.approx(1.0, abs=1e-4)  # each rounded to 6 places

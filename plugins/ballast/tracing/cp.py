@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections import defaultdict, deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ballast.tracing.graph import Edge, Graph, Message, Trace, snapshot
 
@@ -77,13 +77,19 @@ def critical_participation(g: Graph) -> Participation:
     return Participation(cps, paths, length)
 
 
-def per_epoch(trace: Trace) -> dict[int | None, Participation]:
-    """Each epoch's own CP (activities without an epoch form one group)."""
+def _epoch_groups(trace: Trace) -> dict[int | None, list[int]]:
+    """Each epoch's activities (indices into `trace.activities`, in their order)."""
     groups: dict[int | None, list[int]] = defaultdict(list)
     for i, a in enumerate(trace.activities):
         groups[a.epoch].append(i)
+    return groups
+
+
+def per_epoch(trace: Trace) -> dict[int | None, Participation]:
+    """Each epoch's own CP (activities without an epoch form one group). An edge's `activity` is
+    its position among the epoch's own activities."""
     out = {}
-    for epoch, idx in groups.items():
+    for epoch, idx in _epoch_groups(trace).items():
         keep = {old: new for new, old in enumerate(idx)}
         sub = Trace(tuple(trace.activities[i] for i in idx),
                     tuple(Message(keep[x.src], keep[x.dst], x.kind) for x in trace.messages
@@ -96,13 +102,16 @@ def epochs_participation(trace: Trace) -> Participation:
     """CP of a window of several epochs: each epoch's own (between epochs the driver waits for its
     trigger, and waiting is never critical, so no path crosses from one epoch to the next), weighted
     by the length of its critical path: the result is each activity's share of all the critical
-    time in the window. `paths` is the sum of the epochs' counts."""
-    parts = list(per_epoch(trace).values())
-    total = sum(p.length_us for p in parts)
+    time in the window. `paths` is the sum of the epochs' counts. An edge's `activity` is its index
+    in `trace.activities` (each epoch's own analysis numbers them from 0: mapped back here)."""
+    groups = _epoch_groups(trace)
+    parts = per_epoch(trace)
+    total = sum(p.length_us for p in parts.values())
     if total == 0:
-        return Participation((), sum(p.paths for p in parts), 0)
-    edges = tuple((e, cp * p.length_us / total) for p in parts for e, cp in p.edges)
-    return Participation(edges, sum(p.paths for p in parts), total)
+        return Participation((), sum(p.paths for p in parts.values()), 0)
+    edges = tuple((e if e.activity is None else replace(e, activity=groups[epoch][e.activity]),
+                   cp * p.length_us / total) for epoch, p in parts.items() for e, cp in p.edges)
+    return Participation(edges, sum(p.paths for p in parts.values()), total)
 
 
 def _longest(order: list[int], near: list[list[Edge]], other: Callable[[Edge], int]) -> tuple[list[int], list[int]]:
