@@ -18,6 +18,7 @@ import os
 import re
 import secrets
 import shutil
+import signal
 from pathlib import Path
 
 from stack_procs import CACHE, HOST, STATE, StackError, log, pid_alive, port_open, spawn, stop, wait_healthy
@@ -80,6 +81,10 @@ class S3Server:
 
     def down(self) -> None:
         stop(self.name, self.pidfile, timeout=10)
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash or an OOM kill would end it (tests of an outage)."""
+        stop(self.name, self.pidfile, timeout=10, sig=signal.SIGKILL)
 
     def clean(self) -> None:
         """After `down`: remove its objects."""

@@ -253,7 +253,7 @@ def postgres_base_url(request: pytest.FixtureRequest) -> Iterator[str]:
 def s3_server(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     """A real S3-compatible server (s3s-fs, scripts/stack_s3.py) of this test alone, on its own port,
     logging every request, with bucket `ballast`; the AWS SDK variables point this process (and
-    what it starts) at it. The test may stop and restart it (`down()` / `up()`)."""
+    what it starts) at it. The test may kill or stop it and start it again (`kill()`, `down()`, `up()`)."""
     srv = stack.S3Server(tmp_path_factory.mktemp("s3"), stack.free_port(), log_requests=True)
     try:
         srv.up()

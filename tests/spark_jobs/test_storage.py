@@ -151,7 +151,7 @@ def test_an_object_store_outage_shorter_than_the_budget_costs_a_wait_not_an_erro
     monkeypatch.setenv("BALLAST_STORAGE_OUTAGE_S", "60")
     loc = Location.of("s3://ballast/job-b/state/store.json")
     loc.write_json({"n": 1})
-    s3_server.down()
+    s3_server.kill()
     restart = threading.Timer(4.0, s3_server.up)
     restart.start()
     t0 = time.monotonic()

@@ -12,8 +12,8 @@ deduplication) and every checkpoint exactly as a pure-Python run without any of 
 byte to 100 kB; a record whose fold raises lands in `<job>.dlq`; the driver never opened a state
 cache.
 
-The durable state lives on a real S3-compatible server (s3s-fs, `s3_server`), which is stopped for
-30 s in the middle of the plan: the job waits (no driver exits, no epoch is lost) and resumes. The
+The durable state lives on a real S3-compatible server (s3s-fs, `s3_server`), which is SIGKILLed
+and restarted 30 s later, in the middle of the plan: the job waits (no driver exits, no epoch is lost) and resumes. The
 test prints the server's requests per committed epoch (docs/operations.md, "State on an object
 store").
 """
@@ -172,7 +172,7 @@ def test_keycount_on_a_cluster_survives_executor_and_driver_loss(kafka_bootstrap
                 if outage_at is None and killed and 0 < next_step < len(steps):
                     # mid-plan: the state's server goes away for 30 s; the job waits, nothing exits
                     before = len(committed_epochs(spark_ckpt))
-                    s3_server.down()
+                    s3_server.kill()
                     stopped = time.time()
                     while time.time() - stopped < 30:
                         assert proc.poll() is None, "the driver exited during the outage:\n" + \
