@@ -80,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     expected = a.records // a.per_epoch
     log_path = work / "job.log"
     start: tuple[int, Counter[str]] | None = None
+    proc: subprocess.Popen[bytes] | None = None
     try:
         with open(log_path, "wb") as log:
             proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
@@ -99,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=120)
     finally:
-        if proc.poll() is None:
+        if proc is not None and proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
         srv.down()
     assert start is not None and end[0] > start[0], "no epochs counted"

@@ -78,6 +78,11 @@ class ProcessorOperator(Operator):
         """The epoch-free half of `keyed` (the runner applies it once, to the stream: spark_jobs.stream_plan):
         the parsed rows, checked against the grouping keys and the event-time column."""
         spec = self.spec
+        if spec.pre_aggregate is not None:
+            # an epoch with no rows aggregates to an empty shuffle stage, from which AQE would
+            # propagate an empty relation through the routing: no task would run, and a commit
+            # needs all W. Set once here, where the stream's plan is made, not in every epoch's key
+            df.sparkSession.conf.set("spark.sql.adaptive.optimizer.excludedRules", NO_EMPTY_PROPAGATION)
         rows = parsed_rows(df, spec)
         cols = [f for f in rows.schema.fields if f.name not in INTERNAL]
         missing = [g for g in spec.grouping_keys if g not in {f.name for f in cols}]
@@ -132,9 +137,6 @@ class ProcessorOperator(Operator):
         # good and a rejected branch reads it twice): a rejected row is a group of its own, keyed by
         # its (partition, offset), and carries its raw value and reason; good rows group as declared
         rejected = F.col("__reject").isNotNull()
-        # an epoch with no rows aggregates to an empty shuffle stage, from which AQE would propagate
-        # an empty relation through the routing: no task would run, and a commit needs all W
-        rows.sparkSession.conf.set("spark.sql.adaptive.optimizer.excludedRules", NO_EMPTY_PROPAGATION)
         groups = rows.groupBy(*pre.group_by, F.when(rejected, F.struct("__p", "__o")).alias("__bad")).agg(
             *[F.expr(e).alias(n) for n, e in pre.aggregates], F.min(F.struct("__p", "__o")).alias("__first"),
             F.first(F.when(rejected, F.struct("__raw", "__reject")), ignorenulls=True).alias("__dead"))
