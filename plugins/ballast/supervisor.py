@@ -152,13 +152,22 @@ def _alive(pid: int) -> bool:
 
 
 def _runs_job(pid: int, job: str) -> bool:
-    """Does `pid` still run this job (`--job <job>` in its argv)? Guards against a reused pid."""
-    try:
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
-    except FileNotFoundError:
-        return False
-    except OSError:
-        return True  # no /proc (macOS): trust the pid file
+    """Does `pid` still run this job (`--job <job>` in its argv)? Guards against a reused pid.
+
+    A process caught inside exec() shows an empty command line for a moment (Popen returns once
+    the close-on-exec pipe shuts, before the kernel has set up the new argv): read again then."""
+    deadline = time.monotonic() + 2.0
+    while True:
+        try:
+            raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except FileNotFoundError:
+            return False
+        except OSError:
+            return True  # no /proc (macOS): trust the pid file
+        if raw or time.monotonic() > deadline:
+            break
+        time.sleep(0.02)
+    argv = raw.decode(errors="replace").split("\0")
     return any(a == "--job" and b == job for a, b in zip(argv, argv[1:]))
 
 

@@ -237,6 +237,25 @@ def _wait_started(marks: Path, pid: int) -> int:
     return int((marks / f"{pid}.started").read_text())
 
 
+def test_a_driver_just_launched_is_recognised_as_ours(tmp_path):
+    """Popen returns while the kernel is still inside exec(): /proc/<pid>/cmdline reads empty for a
+    moment (about every second launch here). The supervisor must not take its own new driver for
+    a foreign process then (CI once did: the relaunched driver's pid file was judged not ours)."""
+    from ballast import supervisor
+
+    pid_file = tmp_path / supervisor.PID_FILE
+    for _ in range(200):
+        proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "--job", "j1"],
+                                start_new_session=True)
+        try:
+            pid_file.write_text(str(proc.pid))
+            assert supervisor.launched_pid(pid_file, "j1") == proc.pid
+            assert supervisor.launched_pid(pid_file, "j2") is None  # another job's name: not ours
+        finally:
+            proc.kill()
+            proc.wait()
+
+
 def test_supervise_relaunches_a_stale_job_and_stops_only_the_driver_it_launched(
         db_url, kafka_bootstrap, tmp_path, monkeypatch, unique_name):
     """Real processes, DB and broker; only the data-plane command is a stand-in (a real driver
