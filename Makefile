@@ -39,9 +39,11 @@ lint: setup ## ruff (style, imports, bugbear, pyupgrade), mypy (strict on the fr
 	@$(PY) -m mypy
 	@$(VENV)/bin/lint-imports
 
-test: setup ## the whole suite, against real Kafka, Spark, SQLite, PostgreSQL and Airflow (TEST_WORKERS=N: on N xdist workers)
-	@mkdir -p .state && $(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=30 \
-	  --junitxml=.state/test-report.xml $(PYTEST_ARGS)
+test: setup ## the whole suite, against real Kafka, Spark, SQLite, PostgreSQL and Airflow (TEST_WORKERS=N: on N xdist workers); then nothing it started may still run (scripts/leftovers.py)
+	@mkdir -p .state && tag=$$(date +%s%N) && rc=0 && \
+	  BALLAST_RUN_TAG=$$tag $(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=30 \
+	  --junitxml=.state/test-report.xml $(PYTEST_ARGS) || rc=$$?; \
+	  $(PY) scripts/leftovers.py --tag $$tag || { [ $$rc -ne 0 ] || rc=1; }; exit $$rc
 
 test-fast: setup ## every test that needs no service and is not slow (the inner loop; a few minutes)
 	@$(PY) -m pytest -n $(FAST_WORKERS) -m "not services and not slow" $(PYTEST_ARGS)

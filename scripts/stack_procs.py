@@ -67,24 +67,72 @@ def pid_alive(pidfile: Path) -> int | None:
     return pid
 
 
+# Every process a service starts carries this variable (inherited down its whole tree), set to the
+# service's pid file: `stop` finds children that left the group or outlived their parent by it.
+# Jobs the supervisor launches from inside Airflow drop it: they are not part of Airflow's tree.
+TAG_VAR = "BALLAST_SERVICE_TAG"
+
+
 def spawn(cmd: list[str], logfile: Path, pidfile: Path, env: dict[str, str] | None = None) -> int:
     """Start `cmd` in its own process group, output to `logfile`, its pid into `pidfile`."""
     logfile.parent.mkdir(parents=True, exist_ok=True)
+    env = {**(env or os.environ), TAG_VAR: service_tag(pidfile)}
     with open(logfile, "ab") as out:
         proc = subprocess.Popen(
             cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env=env or os.environ.copy(), start_new_session=True, cwd=REPO,
+            env=env, start_new_session=True, cwd=REPO,
         )
     pidfile.write_text(str(proc.pid))
     return proc.pid
 
 
+def service_tag(pidfile: Path) -> str:
+    """The tag of the service known by `pidfile` (its absolute path: unique per checkout and state dir)."""
+    return str(pidfile.resolve())
+
+
+def tagged(tag: str, var: str = TAG_VAR) -> list[int]:
+    """Pids of the running processes started under `tag` (`var=tag` in /proc/<pid>/environ; only
+    our own user's processes are readable, which are the only ones we could have started)."""
+    needle = f"{var}={tag}".encode()
+    found = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit() or int(d.name) == os.getpid():
+            continue
+        try:
+            if needle in (d / "environ").read_bytes().split(b"\0") and not _zombie(int(d.name)):
+                found.append(int(d.name))
+        except OSError:  # gone meanwhile, or another user's
+            continue
+    return found
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def _signal_all(pids: list[int], sig: int) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+
 def stop(name: str, pidfile: Path, timeout: float = 30.0, sig: int = signal.SIGTERM) -> None:
-    """Signal the process group of `pidfile`'s pid, SIGKILL it after `timeout`; remove the pid file."""
+    """Stop a service's whole process tree: signal its group, SIGKILL the group after `timeout`,
+    then end what is left under its tag (children that left the group, or that ignore SIGTERM and
+    outlived their parent: Airflow's scheduler leaves such workers re-parented to init) with
+    SIGTERM, then SIGKILL. Removes the pid file."""
     pid = pid_alive(pidfile)
+    tag = service_tag(pidfile)
     if pid is None:
-        log(f"{name}: not running")
         pidfile.unlink(missing_ok=True)
+        if not _end_leftovers(name, tag, grace_s=5.0):
+            log(f"{name}: not running")
         return
     os.killpg(pid, sig)
     deadline = time.time() + timeout
@@ -94,7 +142,28 @@ def stop(name: str, pidfile: Path, timeout: float = 30.0, sig: int = signal.SIGT
         log(f"{name}: did not stop in {timeout:.0f}s, killing")
         os.killpg(pid, signal.SIGKILL)
     pidfile.unlink(missing_ok=True)
+    _end_leftovers(name, tag, grace_s=min(timeout, 10.0))
     log(f"{name}: stopped")
+
+
+def _end_leftovers(name: str, tag: str, grace_s: float) -> list[int]:
+    """SIGTERM the processes still under `tag`, SIGKILL them after `grace_s`; the pids it found."""
+    left = tagged(tag)
+    if not left:
+        return []
+    log(f"{name}: {len(left)} process(es) of it still run (pids {', '.join(map(str, left))}): stopping them")
+    _signal_all(left, signal.SIGTERM)
+    deadline = time.time() + grace_s
+    while time.time() < deadline and tagged(tag):
+        time.sleep(0.2)
+    rest = tagged(tag)
+    if rest:
+        log(f"{name}: pids {', '.join(map(str, rest))} ignored SIGTERM for {grace_s:.0f}s: killing them")
+        _signal_all(rest, signal.SIGKILL)
+        deadline = time.time() + 10
+        while time.time() < deadline and tagged(tag):
+            time.sleep(0.1)
+    return left
 
 
 def wait_healthy(check: Callable[[], bool], what: str, timeout: float, logfile: Path, pidfile: Path) -> None:

@@ -197,7 +197,10 @@ def launch(cfg: JobConfig, bootstrap: str, db_url: str, reason: str, security: K
     state = cfg.state_dir()
     state.mkdir(parents=True, exist_ok=True)
     logfile = state / "driver.log"
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "BALLAST_DB_URL": db_url,
+    # the driver outlives whoever launched it (an Airflow task, `stack.py`): it does not carry the
+    # launcher's service tag, so stopping the local Airflow does not stop the jobs it launched
+    inherited = {k: v for k, v in os.environ.items() if k != "BALLAST_SERVICE_TAG"}
+    env = {**inherited, "PYSPARK_PYTHON": sys.executable, "BALLAST_DB_URL": db_url,
            "BALLAST_KAFKA_BOOTSTRAP": bootstrap, **(security.env() if security else {}), **extra_env}
     with open(logfile, "ab") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from scripts import stack_procs
 from tests.helpers.procs import free_port
 from tests.helpers.wait import wait_until
 
@@ -76,12 +77,67 @@ def test_make_up_status_down(isolated_env):
     status = subprocess.run(["make", "status"], cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
     assert status.returncode == 0 and "kafka     up" in status.stdout and "airflow   up" in status.stdout
 
+    tree = _service_processes(state)
+    assert len(tree) > 2, tree  # Kafka, Airflow standalone and its children (scheduler, api-server, ...)
     down = subprocess.run(["make", "down"], cwd=REPO, env=env, capture_output=True, text=True, timeout=180)
     assert down.returncode == 0, down.stdout + down.stderr
+    assert not _service_processes(state), "stopped means stopped: processes of the stack still run"
     assert not _port_open(port) and not _port_open(int(env["BALLAST_KAFKA_PORT"]))
     assert not list(Path(env["BALLAST_STATE_DIR"]).glob("*.pid"))
     status = subprocess.run(["make", "status"], cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
     assert status.returncode != 0 and "kafka     down" in status.stdout
+
+
+def _service_processes(state: Path) -> list[int]:
+    """Running processes started by the stack whose state dir is `state` (by their service tag)."""
+    prefix = f"{stack_procs.TAG_VAR}={state.resolve()}/".encode()
+    found = []
+    for d in Path("/proc").iterdir():
+        try:
+            if d.name.isdigit() and any(v.startswith(prefix) for v in (d / "environ").read_bytes().split(b"\0")) \
+                    and (d / "stat").read_text().rpartition(")")[2].split()[0] != "Z":
+                found.append(int(d.name))
+        except OSError:
+            continue
+    return found
+
+
+DEAF_TREE = """
+import os, signal, subprocess, sys, time
+deaf = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); time.sleep(300)"
+kids = [subprocess.Popen([sys.executable, "-c", deaf], stdout=subprocess.PIPE, text=True),  # same group
+        subprocess.Popen([sys.executable, "-c", deaf], stdout=subprocess.PIPE, text=True,
+                         start_new_session=True)]  # left the group
+for k in kids:
+    k.stdout.readline()
+open(sys.argv[1], "w").write(" ".join(str(k.pid) for k in kids))
+signal.signal(signal.SIGTERM, lambda *_: os._exit(0))  # the parent goes at once; its children stay
+time.sleep(300)
+"""
+
+
+def test_stop_ends_the_whole_tree_even_children_that_ignore_sigterm_or_left_the_group(tmp_path):
+    """Airflow's scheduler left workers re-parented to init and deaf to SIGTERM after `make down`:
+    `stop` ends every process started under the service's tag, and nothing else."""
+    pidfile, kids_file = tmp_path / "svc.pid", tmp_path / "kids"
+    stranger = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    pid = stack_procs.spawn([sys.executable, "-c", DEAF_TREE, str(kids_file)], tmp_path / "svc.log", pidfile)
+    try:
+        wait_until(kids_file.exists, 30, "the service's children to start", poll=0.1)
+        kids = [int(k) for k in kids_file.read_text().split()]
+        assert sorted(stack_procs.tagged(stack_procs.service_tag(pidfile))) == sorted([pid, *kids])
+        stack_procs.stop("svc", pidfile, timeout=2)
+        assert not stack_procs.tagged(stack_procs.service_tag(pidfile))
+        assert stranger.poll() is None  # untagged: never signalled
+        assert not pidfile.exists()
+    finally:
+        for k in [pid, *(int(k) for k in kids_file.read_text().split())] if kids_file.exists() else [pid]:
+            try:
+                os.kill(k, 9)
+            except ProcessLookupError:
+                pass
+        stranger.kill()
+        stranger.wait()
 
 
 def test_taken_port_is_a_clear_error(isolated_env):
