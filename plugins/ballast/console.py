@@ -251,14 +251,37 @@ def plan_summary(p: store.PlanRecord) -> dict[str, Any]:
             "strategy": p.strategy, "created_at": _iso(p.created_at), "finished_at": _iso(p.finished_at),
             "source_workers": p.source_workers, "target_workers": p.target_workers,
             "workers": f"{p.source_workers}->{p.target_workers}", "steps": p.steps,
-            "source_map_version": p.source_map_version, "predicted_ms": p.predicted_ms, "reason": p.reason,
+            "source_map_version": p.source_map_version, "duration_predicted_ms": p.predicted_ms, "reason": p.reason,
             "source": p.params.get("source"), "emit_mode": p.params.get("emit_mode"),
             "gap_seconds": p.params.get("gap_seconds"), "decision_id": p.params.get("decision_id"),
             "predicted_max_pause_ms": p.params.get("predicted_max_pause_ms")}
 
 
+def _predicted_vs_measured(p: store.PlanRecord, steps: list[store.StepRecord],
+                           cps: dict[int, store.CheckpointRow]) -> dict[str, Any]:
+    """The cost model's two predictions, each beside the measurement of the same quantity.
+
+    Pause: the steps' predicted pauses against the measured ones, over the applied steps (a plan
+    in flight compares what has happened). Duration: the plan's predicted total (pauses, epochs
+    and the gaps between steps) against first emit → last checkpoint, once the plan has ended.
+    Mixing the two (the whole duration "predicted" beside the pauses "measured") misled operators."""
+    applied = {n: c for n, c in cps.items() if c.status == "applied"}
+    pred_pause = [s.predicted_ms for s in steps if s.step in applied and s.predicted_ms is not None]
+    emitted = [s.emitted_at for s in steps if s.emitted_at]
+    done = [c.completed_at for c in cps.values()]
+    ended = p.status not in ("planned", "emitting")
+    wall_ms = (max(done) - min(emitted)).total_seconds() * 1000 if done and emitted and ended else None
+    return {
+        "pause_predicted_ms": sum(pred_pause) if applied and len(pred_pause) == len(applied) else None,
+        "pause_measured_ms": sum(c.migration_ms for c in applied.values()) if applied else None,
+        "duration_predicted_ms": p.predicted_ms,
+        "duration_measured_ms": wall_ms,
+    }
+
+
 def plans(url: str, job: str, operator: str | None = None, limit: int = 20) -> list[dict[str, Any]]:
-    """Recent plans of a job, newest first, with how many steps applied."""
+    """Recent plans of a job, newest first, with how many steps applied and the cost model's
+    predictions beside the measurements."""
     out = []
     for p in store.recent_plans(url, limit, job):
         if operator and p.operator != operator:
@@ -266,9 +289,29 @@ def plans(url: str, job: str, operator: str | None = None, limit: int = 20) -> l
         cps = store.checkpoints(url, p.plan_id)
         out.append({**plan_summary(p), "applied": sum(1 for c in cps.values() if c.status == "applied"),
                     "rejected": sum(1 for c in cps.values() if c.status != "applied"),
-                    "measured_ms": sum(c.migration_ms for c in cps.values() if c.status == "applied"),
-                    "bytes_moved": sum(c.bytes_moved for c in cps.values() if c.status == "applied")})
+                    "bytes_moved": sum(c.bytes_moved for c in cps.values() if c.status == "applied"),
+                    **_predicted_vs_measured(p, store.plan_steps(url, p.plan_id), cps)})
     return out
+
+
+def prediction_accuracy(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """How far the cost model was off over recent plans (rows of `plans`), per quantity: the median
+    of measured ÷ predicted (above 1: the model is optimistic) and the median absolute relative
+    error, over the plans that have both figures. Tells operators whether to trust a dry run."""
+    out: dict[str, Any] = {}
+    for q in ("pause", "duration"):
+        ratios = sorted(r[f"{q}_measured_ms"] / r[f"{q}_predicted_ms"] for r in rows
+                        if r.get(f"{q}_measured_ms") is not None and r.get(f"{q}_predicted_ms"))
+        errors = sorted(abs(x - 1.0) for x in ratios)
+        out[q] = {"plans": len(ratios), "median_ratio": _median(ratios), "median_abs_error": _median(errors)}
+    return out
+
+
+def _median(xs: list[float]) -> float | None:
+    if not xs:
+        return None
+    mid = len(xs) // 2
+    return xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2
 
 
 def step_status(step: store.StepRecord, cp: store.CheckpointRow | None) -> str:
@@ -279,7 +322,7 @@ def step_status(step: store.StepRecord, cp: store.CheckpointRow | None) -> str:
 
 def plan(url: str, plan_id: str) -> dict[str, Any] | None:
     """One plan with its per-step timeline: emitted, applied, checkpoint; pause and bytes; predicted
-    vs measured pause per step, and the plan's predicted pause total vs measured and its wall time."""
+    vs measured pause per step, and the plan's pause and duration, each predicted vs measured."""
     p = store.get_plan(url, plan_id)
     if p is None:
         return None
@@ -308,9 +351,10 @@ def plan(url: str, plan_id: str) -> dict[str, Any] | None:
     return {
         **plan_summary(p), "step_rows": rows, "applied": len(applied),
         "open": p.status in ("planned", "emitting"),
-        "measured_ms": sum(c.migration_ms for c in applied), "bytes_moved": sum(c.bytes_moved for c in applied),
+        "bytes_moved": sum(c.bytes_moved for c in applied),
         "keys_moved": sum(c.keys_moved for c in applied), "wall_s": wall,
         "first_emitted_at": _iso(min(emitted)) if emitted else None,
+        **_predicted_vs_measured(p, steps, cps),
     }
 
 

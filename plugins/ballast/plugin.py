@@ -195,6 +195,14 @@ def api_job_plans(job: str, operator: str | None = None, limit: int = Query(20, 
     return _with_run_links(console.plans(url, job, _operator(url, job, operator), limit), job, "created_at")
 
 
+@app.get("/api/jobs/{job}/plan-accuracy")
+def api_plan_accuracy(job: str, operator: str | None = None,
+                      limit: int = Query(20, ge=1, le=200)) -> dict[str, Any]:
+    """How far the cost model's pause and duration predictions were off over the recent plans."""
+    url = _url()
+    return console.prediction_accuracy(console.plans(url, job, _operator(url, job, operator), limit))
+
+
 @app.get("/api/jobs/{job}/decisions")
 def api_decisions(job: str, operator: str | None = None, window: str = "1h") -> list[dict[str, Any]]:
     url = _url()
@@ -357,7 +365,7 @@ def index(request: Request, job: str | None = None, operator: str | None = None,
   <div id="plan-detail"></div>
   <div class="two" id="plan-charts"><div id="plan-timeline" class="chart"></div><div id="plan-pause" class="chart"></div></div>
   <table class="grid" id="plan-steps"></table>
-  <details id="recent-plans-box" open><summary>Recent plans</summary><table class="grid" id="recent-plans"></table></details>
+  <details id="recent-plans-box" open><summary>Recent plans</summary><p class="sub" id="plan-accuracy"></p><table class="grid" id="recent-plans"></table></details>
 </section>
 <section class="card">
   <h2>Bin map <span class="sub" id="map-sub"></span></h2>

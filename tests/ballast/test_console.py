@@ -90,7 +90,11 @@ def test_console_api_shows_job_map_plan_decisions_events(client, db_url, jobs_fi
     assert client.get(f"/api/jobs/{job}/binmap", params={"version": 0}).json()["map"]["version"] == 0
 
     plans = client.get(f"/api/jobs/{job}/plans").json()
-    assert plans[0]["plan_id"] == plan_id and plans[0]["applied"] == 1 and plans[0]["measured_ms"] == 42.0
+    assert plans[0]["plan_id"] == plan_id and plans[0]["applied"] == 1
+    # pause against pause over the applied step, duration against duration (none yet: the plan is open)
+    assert plans[0]["pause_measured_ms"] == 42.0 and plans[0]["pause_predicted_ms"] == steps[0].predicted_ms
+    assert plans[0]["duration_predicted_ms"] == store.get_plan(db_url, plan_id).predicted_ms  # type: ignore[union-attr]
+    assert plans[0]["duration_measured_ms"] is None
     detail = client.get(f"/api/plans/{plan_id}").json()
     assert [r["status"] for r in detail["step_rows"]] == ["applied"] + ["pending"] * (len(steps) - 1)
     first = detail["step_rows"][0]
@@ -200,3 +204,47 @@ def test_a_rebuilt_cache_shows_the_job_degraded_for_15_minutes(db_url, unique_na
     later = next(r for r in console.jobs(db_url, now=datetime.now(UTC) + timedelta(minutes=16)) if r["job"] == job)
     assert not later["degraded"]
     assert CACHE_DEGRADED in console.events(db_url, job, "1h")["kinds"]
+
+
+def test_plan_rows_compare_like_with_like_and_accuracy_spans_recent_plans(client, db_url, jobs_file, unique_name):
+    """A finished plan shows its pause (predicted vs measured, same steps) and its duration
+    (predicted vs first emit → last checkpoint); the accuracy line summarises recent plans."""
+    job = unique_name
+    jobs_file(bins=16)
+    seed_job(db_url, job, bins=16, workers=2, epochs=6)
+    _running(db_url, job)
+    plan_id = controller.plan_manual(db_url, get_job(job), {"target_workers": 3, "strategy": "fluid",
+                                                          "dry_run": False})["plan_id"]
+    steps = store.plan_steps(db_url, plan_id)
+    t0 = datetime.now(UTC)
+    with session_scope(db_url) as s:
+        for i, st in enumerate(steps):
+            s.add(m.StepCheckpoint(job=job, operator="keycount", plan_id=plan_id, step=st.step, status="applied",
+                                   applied_epoch=7 + i, applied_at=t0 + timedelta(seconds=2 * i + 1),
+                                   completed_at=t0 + timedelta(seconds=2 * i + 1), bins_moved=1, keys_moved=1,
+                                   bytes_moved=1, migration_ms=2.0 * (st.predicted_ms or 0), map_version_after=i + 1,
+                                   reason=""))
+        s.execute(update(m.Plan).where(m.Plan.plan_id == plan_id).values(status="completed"))
+    for i, st in enumerate(steps):
+        store.mark_step_emitted(db_url, plan_id, st.step, t0 + timedelta(seconds=2 * i), 0, 20 + i)
+
+    [row] = client.get(f"/api/jobs/{job}/plans").json()
+    predicted_pause = sum(st.predicted_ms or 0 for st in steps)
+    assert row["pause_predicted_ms"] == pytest.approx(predicted_pause)
+    assert row["pause_measured_ms"] == pytest.approx(2 * predicted_pause)
+    assert row["duration_measured_ms"] == pytest.approx(1000.0 * (2 * (len(steps) - 1) + 1))
+    acc = client.get(f"/api/jobs/{job}/plan-accuracy").json()
+    assert acc["pause"] == {"plans": 1, "median_ratio": pytest.approx(2.0), "median_abs_error": pytest.approx(1.0)}
+    assert acc["duration"]["plans"] == 1
+    assert acc["duration"]["median_ratio"] == pytest.approx(row["duration_measured_ms"] / row["duration_predicted_ms"])
+
+
+def test_prediction_accuracy_medians():
+    rows = [{"pause_predicted_ms": 10.0, "pause_measured_ms": m_, "duration_predicted_ms": None,
+             "duration_measured_ms": 5.0} for m_ in (5.0, 10.0, 30.0, None)]
+    acc = console.prediction_accuracy(rows)
+    assert acc["pause"] == {"plans": 3, "median_ratio": 1.0, "median_abs_error": 0.5}  # ratios 0.5, 1, 3
+    assert acc["duration"] == {"plans": 0, "median_ratio": None, "median_abs_error": None}
+    rows.pop()
+    rows.pop(1)  # ratios 0.5 and 3: an even count averages the middle two
+    assert console.prediction_accuracy(rows)["pause"]["median_ratio"] == pytest.approx(1.75)

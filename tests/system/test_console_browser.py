@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import shutil
 import sys
 import threading
@@ -190,6 +191,14 @@ def test_console_shows_a_live_migration(console_stack, live_job, browser, tmp_pa
     # the timeline drew every step; the bin map shows the new map on 2 workers, still B cells
     wait.until(lambda d: _plan_state(d)["status"] == "completed")
     assert _plan_state(drv)["bars"] == n
+    # like with like: the pauses of the applied steps, and the plan's duration, each predicted vs
+    # measured; the cost model's record over recent plans above the plan list
+    head = drv.find_element(By.CSS_SELECTOR, "#plan-detail .plan-head").text
+    assert "pause (applied steps) predicted" in head and "duration predicted" in head, head
+    dur = re.search(r"duration predicted (\S+)( s| ms)? · measured (\S+)", head)
+    assert dur and "–" not in (dur.group(1), dur.group(3)) and "so far" not in head, head
+    wait.until(lambda d: "pause: measured ÷ predicted median" in d.find_element(By.ID, "plan-accuracy").text)
+    assert "duration: measured ÷ predicted median" in drv.find_element(By.ID, "plan-accuracy").text
     wait.until(lambda d: d.find_element(By.ID, "heatmap").get_attribute("data-workers") == "2")
     cells = _js(drv, "return document.getElementById('heatmap').data[0].z.map(r => r.filter(v => v !== null).length)")
     assert sum(cells) == bins and len(cells) == 2 and all(cells), cells

@@ -237,12 +237,20 @@
   function renderPlans(list) {
     S.plans = list;
     $("recent-plans").innerHTML = `<tr><th>created</th><th>plan</th><th>status</th><th>strategy</th><th>W</th><th class="num">steps</th>
-      <th class="num">pause predicted / measured</th><th class="num">moved</th><th>source</th><th></th></tr>` + (list.map((p) =>
+      <th class="num">pause predicted / measured</th><th class="num">duration predicted / measured</th><th class="num">moved</th><th>source</th><th></th></tr>` + (list.map((p) =>
       `<tr class="clickable${S.plan && S.plan.plan_id === p.plan_id ? " selected" : ""}" data-plan="${esc(p.plan_id)}">
        <td>${when(p.created_at)}</td><td><code>${esc(p.plan_id)}</code></td><td>${badge(p.status)}</td><td>${esc(p.strategy)}</td>
        <td><code>${esc(p.workers)}</code></td><td class="num">${p.applied}/${p.steps}</td>
-       <td class="num">${ms(p.predicted_ms)} / ${ms(p.measured_ms)}</td><td class="num">${bytes(p.bytes_moved)}</td>
-       <td>${esc(p.source || "")}</td><td>${runLink(p.run)}</td></tr>`).join("") || `<tr><td colspan="10" class="muted">No plan yet.</td></tr>`);
+       <td class="num">${ms(p.pause_predicted_ms)} / ${ms(p.pause_measured_ms)}</td>
+       <td class="num">${ms(p.duration_predicted_ms)} / ${ms(p.duration_measured_ms)}</td><td class="num">${bytes(p.bytes_moved)}</td>
+       <td>${esc(p.source || "")}</td><td>${runLink(p.run)}</td></tr>`).join("") || `<tr><td colspan="11" class="muted">No plan yet.</td></tr>`);
+  }
+  // the cost model's track record: whether to trust a dry run's figures
+  function renderAccuracy(a) {
+    const one = (name, q) => q.plans
+      ? `${name}: measured ÷ predicted median <b>${num(q.median_ratio, 2)}×</b>, typical error <b>${Math.round(100 * q.median_abs_error)}%</b> (${q.plans} plan${q.plans > 1 ? "s" : ""})`
+      : `${name}: no finished plan to compare yet`;
+    $("plan-accuracy").innerHTML = `Cost model over recent plans · ${one("pause", a.pause)} · ${one("duration", a.duration)}`;
   }
   function currentPlanId() {
     if (S.pinnedPlan) return S.pinnedPlan;
@@ -264,8 +272,9 @@
       <span><code>${esc(p.plan_id)}</code> ${badge(p.status)}</span>
       <span>${esc(p.strategy)} · ${esc(p.emit_mode || "")} · W <b>${esc(p.workers)}</b> · ${p.steps} steps from map v${p.source_map_version}</span>
       <span><span class="progress"><div style="width:${pct}%"></div></span> ${p.applied}/${p.steps} applied</span>
-      <span>pause predicted <b>${ms(p.predicted_ms)}</b> · measured <b>${ms(p.measured_ms)}</b></span>
-      <span>wall time <b>${secs(p.wall_s)}</b> · moved ${bytes(p.bytes_moved)}, ${num(p.keys_moved)} keys</span>
+      <span>pause (applied steps) predicted <b>${ms(p.pause_predicted_ms)}</b> · measured <b>${ms(p.pause_measured_ms)}</b></span>
+      <span>duration predicted <b>${ms(p.duration_predicted_ms)}</b> · measured <b>${p.open ? `${secs(p.wall_s)} so far` : ms(p.duration_measured_ms)}</b></span>
+      <span>moved ${bytes(p.bytes_moved)}, ${num(p.keys_moved)} keys</span>
       <span>${esc(p.source || "")} ${runLink(p.run)}</span></div>
       ${p.reason ? `<div class="sub">reason: ${esc(p.reason)}</div>` : ""}`;
     const rows = p.step_rows, label = (s) => `step ${s.step}`;
@@ -425,7 +434,10 @@
       if (j && j.open_plan && !S.pinnedPlan && (!S.plan || S.plan.plan_id !== j.open_plan.plan_id)) now("plans", "binmap");
     } },
     plans: { every: () => (planOpen() ? 4e3 : 15e3), job: true, run: async () => {
-      renderPlans(await api(jobPath("plans"), { operator: S.operator }));
+      const [list, accuracy] = await Promise.all([api(jobPath("plans"), { operator: S.operator }),
+        api(jobPath("plan-accuracy"), { operator: S.operator })]);
+      renderPlans(list);
+      renderAccuracy(accuracy);
       const id = currentPlanId();
       renderPlan(id ? await api(`/api/plans/${encodeURIComponent(id)}`) : null);
       renderPlans(S.plans);
