@@ -1,5 +1,9 @@
 """ballast_rebalance__<job>: scheduled DS2 → placement → plan → emit → await (deferrable) → verify.
 
+Runs on its cron schedule OR at once when the job signals (an asset watching `<job>.signals`:
+the backlog grew, or the epochs stayed outside the utilization band, for `signal_epochs` epochs;
+ballast.policy.signals). The guards still rule either way; the schedule is the safety net.
+
 One DAG per job of dags/ballast_jobs.yaml (tags `ballast`, `job:<job>`; a multi-operator job: one
 task group per operator, each with its own DS2 decision and plan), so autoscaling is paused
 per job (pause its DAG) and one job's long migration (max_active_runs=1) does not hold the others.
@@ -11,11 +15,13 @@ and await may take comes from the plan (ballast.deadlines), not from a fixed tim
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import Any
 
-from airflow.sdk import DAG, TaskGroup, task
+from airflow.sdk import DAG, Asset, AssetOrTimeSchedule, AssetWatcher, CronTriggerTimetable, TaskGroup, task
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from ballast.config import JobConfig, load_jobs, schedules
+from ballast.protocol import signals_topic
 from ballast.sensors import CheckpointSensor
 from ballast.tasks import EmitPlanOperator
 
@@ -25,11 +31,16 @@ def _rebalance_group(cfg: JobConfig) -> None:
     rb = cfg.rebalance
 
     @task(task_id="collect")
-    def collect(job: str = cfg.job, op: str = cfg.operator) -> dict:
+    def collect(job: str = cfg.job, op: str = cfg.operator, **context: Any) -> dict:
         from ballast import controller
         from ballast.config import get_job
         from ballast.hooks import BallastMetricsDbHook
 
+        for events in (context.get("triggering_asset_events") or {}).values():  # woken by the job's signal
+            for ev in events:
+                sig = (ev.extra or {}).get("payload") or {}
+                print(f"woken by {sig.get('job')}/{sig.get('operator')}'s signal at epoch {sig.get('epoch')}: "
+                      f"{sig.get('detail')}")
         try:
             return controller.collect(BallastMetricsDbHook().url(), get_job(job).for_operator(op))
         except controller.NotReady as exc:
@@ -84,12 +95,31 @@ def dag_id(job: str) -> str:
     return f"ballast_rebalance__{job}"
 
 
+def signals_asset(cfg: JobConfig) -> Asset:
+    """The job's signals as an Airflow asset: a watcher (the Kafka provider's trigger, in the
+    triggerer) turns each accepted record of `<job>.signals` into an asset event at once."""
+    from airflow.providers.apache.kafka.triggers.await_message import AwaitMessageTrigger
+
+    trigger = AwaitMessageTrigger(topics=[signals_topic(cfg.job)], apply_function="ballast.watch.accept_signal",
+                                  kafka_config_id=cfg.rebalance.watch_conn_id, poll_timeout=1, poll_interval=1)
+    return Asset(name=f"ballast_signals__{cfg.job}", uri=f"ballast://{cfg.job}/signals",
+                 watchers=[AssetWatcher(name=f"ballast_signals__{cfg.job}", trigger=trigger)])
+
+
+def dag_schedule(cfg: JobConfig, cron: str | None) -> str | AssetOrTimeSchedule | None:
+    """The cron schedule (the safety net) or'ed with the job's signals, unless signals are off. A
+    null schedule stays manual only: no signal starts a DAG its owner runs by hand."""
+    if cfg.rebalance.signal_epochs == 0 or cron is None:
+        return cron
+    return AssetOrTimeSchedule(timetable=CronTriggerTimetable(cron, timezone="UTC"), assets=[signals_asset(cfg)])
+
+
 def make_dag(cfg: JobConfig, schedule: str | None) -> DAG:
     """The rebalance DAG of one job."""
     with DAG(
         dag_id=dag_id(cfg.job),
         description=f"DS2 autoscaling and skew rebalancing of Ballast job {cfg.job} by live bin migration",
-        schedule=schedule,
+        schedule=dag_schedule(cfg, schedule),
         start_date=datetime(2026, 1, 1),
         catchup=False,
         max_active_runs=1,

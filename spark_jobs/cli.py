@@ -14,10 +14,12 @@ import argparse
 import logging
 import signal
 import sys
+from typing import Any
 
 from ballast.errors import BallastError
 from ballast.kafka_security import ENV_CONFIG, KafkaSecurity
 from ballast.options import settings
+from ballast.policy.signals import SignalConfig
 from ballast.protocol import MAX_MESSAGE_BYTES
 from ballast.signing import DEFAULT_MAX_AGE_S, ENV_KEYS, load_keyring
 from ballast.store.fencing import Fenced
@@ -66,6 +68,18 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--no-trace", dest="trace", action="store_false",
                    help="build no epoch trace: no critical-path line, nothing stored for the console, the export "
                         "and the controller (docs/tracing.md; to measure what tracing costs)")
+    r.add_argument("--signal-epochs", type=int, default=5,
+                   help="wake the rebalance DAG (a record on <job>.signals) when the backlog grows, or the epochs "
+                        "stay outside the busy band, for this many epochs in a row (0: never; docs/airflow.md)")
+    r.add_argument("--signal-hold-s", type=float, default=60.0, help="at most one signal per this many seconds")
+    r.add_argument("--signal-idle-hold-s", type=float, default=600.0,
+                   help="at most one `idle` signal per this many seconds (the guards' scale-down delay)")
+    r.add_argument("--signal-band", default="0.5,0.9", metavar="LOW,HIGH",
+                   help="busy band: batch time / budget below LOW (idle) or above HIGH (busy) signals")
+    r.add_argument("--signal-budget-ms", type=float, default=None,
+                   help="the batch budget busy is measured against (default: --trigger-ms)")
+    r.add_argument("--signal-workers", default=None, metavar="MIN,MAX",
+                   help="the job's worker bounds: no idle signal at MIN, no busy one at MAX")
     r.add_argument("--max-future-s", type=float, default=86400.0, help="reject steps effective later than this")
     r.add_argument("--max-control-bytes", type=int, default=MAX_MESSAGE_BYTES,
                    help="a control record larger than this is rejected before parsing (default 1 MiB)")
@@ -103,8 +117,27 @@ def config_from_args(a: argparse.Namespace) -> RunConfig:
         max_control_bytes=a.max_control_bytes,
         control_keyring=load_keyring(a.control_keys, max_age_s=a.control_max_age_s),
         kafka_security=KafkaSecurity.from_file(a.kafka_config) if a.kafka_config else KafkaSecurity.from_env(),
-        db_outage_s=a.db_outage_s, kafka_outage_s=a.kafka_outage_s,
+        db_outage_s=a.db_outage_s, kafka_outage_s=a.kafka_outage_s, signal=signal_from_args(a),
     )
+
+
+def signal_from_args(a: argparse.Namespace) -> SignalConfig:
+    """The `--signal-*` flags as thresholds; a malformed pair is a usage error that names the flag."""
+    def pair(flag: str, text: str, cast: type) -> tuple[Any, Any]:
+        try:
+            lo, hi = (cast(x) for x in text.split(","))
+        except ValueError:
+            raise SystemExit(f"ballast-job: {flag} wants two comma-separated numbers, got {text!r}") from None
+        return lo, hi
+
+    low, high = pair("--signal-band", a.signal_band, float)
+    wmin, wmax = pair("--signal-workers", a.signal_workers, int) if a.signal_workers else (1, 1 << 16)
+    try:
+        return SignalConfig(epochs=a.signal_epochs, hold_s=a.signal_hold_s, idle_hold_s=a.signal_idle_hold_s,
+                            busy_low=low, busy_high=high, budget_ms=a.signal_budget_ms or float(a.trigger_ms or 1000),
+                            min_workers=wmin, max_workers=wmax)
+    except ValueError as exc:
+        raise SystemExit(f"ballast-job: {exc}") from None
 
 
 def run(cfg: RunConfig, master: str | None = None, spark=None, chain: list[str] | None = None) -> int:

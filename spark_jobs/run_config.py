@@ -11,7 +11,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ballast.kafka_security import KafkaSecurity
-from ballast.protocol import MAX_MESSAGE_BYTES, acks_topic, control_topic
+from ballast.policy.signals import SignalConfig
+from ballast.protocol import MAX_MESSAGE_BYTES, acks_topic, control_topic, signals_topic
 from ballast.signing import Keyring
 from ballast.topics import create_missing_topics
 from spark_jobs.output import dlq_topic, output_topic
@@ -59,7 +60,15 @@ class RunConfig:
     # each epoch's trace: its critical path logged, the trace stored with the next commit
     # (spark_jobs.epoch_trace, docs/tracing.md); off only to measure what tracing costs
     trace: bool = True
+    # when the job wakes its rebalance DAG (ballast.policy.signals; None: thresholds from the
+    # trigger interval and the rebalance defaults)
+    signal: SignalConfig | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def signal_config(self) -> SignalConfig:
+        """This run's signal thresholds: as configured, else the defaults with the trigger as budget."""
+        return self.signal or SignalConfig(budget_ms=float(self.trigger_ms or 1000))
 
     @property
     def security(self) -> KafkaSecurity:
@@ -106,13 +115,14 @@ def tick_topic(job: str) -> str:
 
 def ensure_job_topics(bootstrap: str, job: str, output_partitions: int, security: KafkaSecurity | None = None) -> None:
     """Create `<job>.control` (1 partition: steps stay ordered), acks (1), output (N), the
-    dead-letter topic (1), the ticks topic (1) and the output's commit-marker topic (compacted,
+    dead-letter topic (1), the ticks topic (1), the signals topic (1) and the output's commit-marker topic (compacted,
     one partition per task slot: spark_jobs.txn_output) if missing; output and dead letters take
     records up to MAX_RECORD_BYTES (spark_jobs.records)."""
     big = {"max.message.bytes": str(MAX_RECORD_BYTES)}
     out = output_topic(job)
     create_missing_topics(bootstrap, {control_topic(job): 1, acks_topic(job): 1, out: output_partitions,
-                                      dlq_topic(job): 1, tick_topic(job): 1, commits_topic(out): COMMITS_PARTITIONS},
+                                      dlq_topic(job): 1, tick_topic(job): 1, commits_topic(out): COMMITS_PARTITIONS,
+                                      signals_topic(job): 1},
                           security=security,
                           configs={out: big, dlq_topic(job): big, commits_topic(out): COMMITS_TOPIC_CONFIG})
 

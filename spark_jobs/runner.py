@@ -60,6 +60,7 @@ from spark_jobs.operator_loader import get_operator
 from spark_jobs.output import dlq_topic
 from spark_jobs.processing import ProcessorOperator
 from spark_jobs.run_config import COMMITS_TOPIC_CONFIG, RunConfig, ensure_job_topics, tick_topic
+from spark_jobs.signals import RebalanceSignals
 from spark_jobs.stream_plan import StreamPlan
 from spark_jobs.timers import ClockLog, TimerSchedule
 from spark_jobs.txn_output import COMMITS_PARTITIONS, commits_topic
@@ -104,6 +105,7 @@ class JobRunner:
         self.fencing = DriverFence(cfg, self.clients, self._stopping)
         self.applier = EpochApply(cfg, self.op, self.stream_plan, self.clients, self.fencing, self.timers)
         self.committer = EpochCommit(cfg, self.clients, self.fencing, self._stopping, self.started_at)
+        self.signals = RebalanceSignals(cfg, self.clients)
         self.warmup = WarmUp(spark, cfg, self.op, self.stream_plan, self.inputs, self.clients)
         self.durable: DurableState | None = None
         self.scaler: ExecutorScaler | None = None
@@ -369,6 +371,7 @@ class JobRunner:
         self.epochs_done += 1
         self.last_epoch = epoch
         self.committer.log_epoch(report)
+        self.signals.after_commit(epoch, backlog, report.batch_ms, st.workers)
         log.info("epoch %d time ms: %s", epoch, times.text(spark_outside(self.query)))
         found = epoch_critical_path(epoch, times.spans, report.workers) if self.cfg.trace else None  # docs/tracing.md
         self._trace = (epoch, found[0]) if found is not None else None  # stored with the next epoch's commit

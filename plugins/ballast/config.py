@@ -87,6 +87,16 @@ class RebalanceConfig(BaseModel):
         "past the deadline the plan fails and nothing more is sent",
     )
     poll_interval_s: float = Field(default=2.0, gt=0, description="how often the await task polls the metrics DB")
+    signal_epochs: int = Field(
+        default=5, ge=0,
+        description="the job wakes this DAG (a record on `<job>.signals`, an asset watcher) when its backlog grows, "
+        "or its epochs stay outside the utilization band, for this many epochs in a row; 0: the schedule only",
+    )
+    signal_hold_s: float = Field(default=60.0, ge=0, description="at most one signal per this many seconds")
+    watch_conn_id: str = Field(
+        default="ballast_kafka_watch",
+        description="Airflow connection (the Kafka provider's, with `group.id`) the signals watcher consumes with",
+    )
 
 
 class OperatorEntry(BaseModel):

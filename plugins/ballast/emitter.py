@@ -36,7 +36,7 @@ from ballast import store
 from ballast.errors import BallastError
 from ballast.kafka_security import KafkaSecurity, client_kwargs
 from ballast.options import EMIT_MODES, EmitMode
-from ballast.protocol import ControlStep, acks_topic, control_topic, message_key, parse_control
+from ballast.protocol import ControlStep, acks_topic, control_topic, message_key, parse_control, signals_topic
 from ballast.signing import SigningKey, signed_step
 from ballast.topics import create_missing_topics
 
@@ -79,11 +79,13 @@ class EmitOutcome:
 
 
 def ensure_control_topics(bootstrap: str, job: str, partitions: int = 1, security: KafkaSecurity | None = None) -> None:
-    """Create `<job>.control` and `<job>.control.acks` if missing.
+    """Create `<job>.control`, `<job>.control.acks` and `<job>.signals` if missing (the signals
+    topic before the job first runs: the rebalance DAG's asset watcher subscribes to it).
 
     One partition is enough: every step of a (job, operator) goes to one partition by key anyway.
     """
-    create_missing_topics(bootstrap, {control_topic(job): partitions, acks_topic(job): partitions}, security=security)
+    create_missing_topics(bootstrap, {control_topic(job): partitions, acks_topic(job): partitions,
+                                      signals_topic(job): 1}, security=security)
 
 
 class ControlEmitter:

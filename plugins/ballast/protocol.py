@@ -358,3 +358,50 @@ class CheckpointMessage:
         d["applied_at"] = _parse_ts(d["applied_at"], "applied_at") if d.get("applied_at") else None
         d["completed_at"] = _parse_ts(d["completed_at"], "completed_at")
         return cls(**d)
+
+
+# ------------------------------------------------------------------------------ signals
+
+SIGNAL_SCHEMA = "ballast.signal/v1"
+MAX_SIGNAL_BYTES = 4096
+
+
+def signals_topic(job: str) -> str:
+    """Where a job asks for a rebalance now (ballast.policy.signals); an Airflow asset watches it."""
+    return f"{job}.signals"
+
+
+@dataclass(frozen=True)
+class RebalanceSignal:
+    """"Look at me now": DS2's inputs crossed a threshold in epoch `epoch`. It only wakes the
+    rebalance DAG; DS2 and the guards decide, so a forged or stale one costs a DAG run, no more."""
+
+    job: str
+    operator: str
+    epoch: int
+    reason: str  # backlog_growing | busy | idle
+    detail: str
+    backlog: int
+    busy: float
+    at: datetime
+    schema: str = SIGNAL_SCHEMA
+
+    def to_json(self) -> bytes:
+        d = asdict(self)
+        d["at"] = _iso(self.at)
+        return json.dumps(d, separators=(",", ":")).encode()
+
+
+def parse_signal(raw: bytes | bytearray | str | None) -> RebalanceSignal:
+    """A signal record, checked (schema, names, types); ProtocolError with a storable reason."""
+    doc = parse_document(raw, MAX_SIGNAL_BYTES)
+    if doc.get("schema") != SIGNAL_SCHEMA:
+        raise ProtocolError(f"not a {SIGNAL_SCHEMA} message (schema {brief(doc.get('schema'))})")
+    epoch = _req(doc, "epoch", int)
+    backlog = _req(doc, "backlog", int)
+    busy = _req(doc, "busy", (int, float))
+    if isinstance(epoch, bool) or isinstance(backlog, bool) or isinstance(busy, bool) or epoch < 0 or backlog < 0:
+        raise ProtocolError("epoch and backlog must be non-negative integers, busy a number")
+    return RebalanceSignal(job=_text(doc, "job", MAX_NAME_CHARS), operator=_text(doc, "operator", MAX_NAME_CHARS),
+                           epoch=epoch, reason=_text(doc, "reason", 40), detail=_text(doc, "detail", 500),
+                           backlog=backlog, busy=float(busy), at=_parse_ts(doc.get("at"), "at"))

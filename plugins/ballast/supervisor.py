@@ -65,8 +65,19 @@ def data_plane_args(cfg: JobConfig, bootstrap: str) -> list[str]:
         "--job", cfg.job, *cfg.operator_args(), "--input-topic", cfg.input_topic,
         "--bins", str(cfg.bins), "--workers", str(cfg.initial_workers),
         "--checkpoint-dir", cfg.resolved_checkpoint_dir(), "--bootstrap", bootstrap,
-        *cfg.extra_args,
+        *signal_args(cfg), *cfg.extra_args,
     ]
+
+
+def signal_args(cfg: JobConfig) -> list[str]:
+    """The job's signal thresholds (ballast.policy.signals) from its `rebalance:` section: the
+    same band, budget, bounds and scale-down delay the guards and DS2 use."""
+    rb = cfg.rebalance
+    low, high = rb.target_utilization - rb.utilization_band, rb.target_utilization + rb.utilization_band
+    return ["--signal-epochs", str(rb.signal_epochs), "--signal-hold-s", f"{rb.signal_hold_s:g}",
+            "--signal-idle-hold-s", f"{rb.scale_down_delay_s:g}", "--signal-band", f"{max(low, 0.0):g},{high:g}",
+            "--signal-budget-ms", f"{rb.batch_budget_s * 1000:g}",
+            "--signal-workers", f"{cfg.min_workers},{cfg.max_workers}"]
 
 
 def cli_command(cfg: JobConfig, bootstrap: str) -> list[str]:

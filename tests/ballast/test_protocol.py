@@ -225,3 +225,19 @@ def test_an_offset_far_from_utc_is_still_one_instant() -> None:
     east = datetime(2026, 11, 21, 23, 0, tzinfo=timezone(timedelta(hours=11)))
     s = dataclasses.replace(_step(), issued_at=east)
     assert parse_control(s.to_json()).issued_at == east
+
+
+def test_a_signal_round_trips_and_malformed_ones_are_refused():
+    from ballast.protocol import RebalanceSignal, parse_signal
+
+    at = datetime(2026, 11, 26, 14, 0, tzinfo=UTC)
+    sig = RebalanceSignal(job="j", operator="op", epoch=7, reason="busy", detail="d", backlog=3, busy=0.95, at=at)
+    assert parse_signal(sig.to_json()) == sig
+    doc = json.loads(sig.to_json())
+    for bad, why in ((dict(doc, schema="ballast.control/v1"), "not a ballast.signal/v1"),
+                     (dict(doc, epoch=True), "must be int"), (dict(doc, backlog=-1), "must be in"),
+                     (dict(doc, job="x" * 300), "longer than"), ({k: v for k, v in doc.items() if k != "at"}, "at")):
+        with pytest.raises(ProtocolError, match=why):
+            parse_signal(json.dumps(bad))
+    with pytest.raises(ProtocolError, match="larger than"):
+        parse_signal(json.dumps(dict(doc, detail="x" * 5000)))

@@ -80,6 +80,17 @@ def test_data_plane_command_line(jobs_file, unique_name):
     cmd = supervisor.cli_command(get_job(unique_name), "127.0.0.1:9092")
     assert cmd[1:4] == ["-m", "spark_jobs.cli", "run"] and "--db-url" not in cmd
     assert cmd[cmd.index("--bins") + 1] == "16" and cmd[cmd.index("--input-topic") + 1] == f"{unique_name}.in"
+    # the signal thresholds reach the driver as the guards use them (band around the target, budget, bounds)
+    from spark_jobs.cli import parser, signal_from_args
+
+    cfg = get_job(unique_name)
+    sig = signal_from_args(parser().parse_args(cmd[3:]))
+    rb = cfg.rebalance
+    assert sig.epochs == rb.signal_epochs == 5 and sig.hold_s == rb.signal_hold_s
+    assert sig.busy_low == pytest.approx(rb.target_utilization - rb.utilization_band)
+    assert sig.busy_high == pytest.approx(rb.target_utilization + rb.utilization_band)
+    assert sig.budget_ms == rb.batch_budget_s * 1000 and sig.idle_hold_s == rb.scale_down_delay_s
+    assert (sig.min_workers, sig.max_workers) == (cfg.min_workers, cfg.max_workers)
 
 
 def test_redact_masks_url_passwords_and_secret_flags():

@@ -32,8 +32,32 @@ def test_one_dag_per_job_named_after_it_on_the_files_schedule(bag):
     assert ids == {"ballast_rebalance__clicks", "ballast_rebalance__orders"}
     for job in ("clicks", "orders"):
         dag = bag.dags[f"ballast_rebalance__{job}"]
-        assert dag.schedule == "*/7 * * * *" and dag.max_active_runs == 1 and not dag.catchup
+        # the file's cron OR the job's signals (an asset watched on <job>.signals)
+        sched = dag.schedule
+        assert sched.timetable.expression == "*/7 * * * *" and dag.max_active_runs == 1 and not dag.catchup
+        [asset] = sched.asset_condition.objects
+        [watcher] = asset.watchers
+        assert asset.name == f"ballast_signals__{job}" and watcher.trigger.topics == [f"{job}.signals"]
+        assert watcher.trigger.apply_function == "ballast.watch.accept_signal"
+        assert watcher.trigger.kafka_config_id == "ballast_kafka_watch"
         assert dag.dagrun_timeout == timedelta(hours=2) and dag.tags == {"ballast", "rebalance", f"job:{job}"}
+
+
+def test_signals_off_or_a_manual_only_dag_keep_their_schedule(tmp_path):
+    from ballast.config import load_jobs
+
+    spec = importlib.util.spec_from_file_location("rebalance_dag", REPO / "dags" / "ballast_rebalance.py")
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    jobs = tmp_path / "jobs.yaml"
+    jobs.write_text("jobs:\n  - {job: quiet, operator: keycount, input_topic: q.in, rebalance: {signal_epochs: 0}}\n"
+                    "  - {job: loud, operator: keycount, input_topic: l.in}\n")
+    cfgs = load_jobs(jobs)
+    assert mod.dag_schedule(cfgs["quiet"], "*/2 * * * *") == "*/2 * * * *"
+    assert mod.dag_schedule(cfgs["loud"], None) is None  # manual only: no signal starts it either
+    [asset] = mod.dag_schedule(cfgs["loud"], "*/2 * * * *").asset_condition.objects
+    assert asset.uri == "ballast://loud/signals"
 
 
 def test_a_job_is_collected_decided_planned_emitted_awaited_and_verified_in_that_order(bag):

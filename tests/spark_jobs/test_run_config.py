@@ -72,7 +72,7 @@ def test_the_jobs_own_topics_are_created_with_their_sizes_and_limits(monkeypatch
     [((bootstrap, topics), kw)] = calls
     assert bootstrap == "b:9092" and kw["security"] is sec
     assert topics == {"clicks.control": 1, "clicks.control.acks": 1, "clicks.output": 6, "clicks.dlq": 1,
-                      "clicks.control.ticks": 1, "clicks.output.commits": COMMITS_PARTITIONS}, \
+                      "clicks.control.ticks": 1, "clicks.output.commits": COMMITS_PARTITIONS, "clicks.signals": 1}, \
         "control steps stay ordered on one partition"
     big = {"max.message.bytes": str(MAX_RECORD_BYTES)}
     assert kw["configs"] == {"clicks.output": big, "clicks.dlq": big, "clicks.output.commits": COMMITS_TOPIC_CONFIG}
