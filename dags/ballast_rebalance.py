@@ -106,11 +106,13 @@ def signals_asset(cfg: JobConfig) -> Asset:
                  watchers=[AssetWatcher(name=f"ballast_signals__{cfg.job}", trigger=trigger)])
 
 
-def dag_schedule(cfg: JobConfig, cron: str | None) -> str | AssetOrTimeSchedule | None:
-    """The cron schedule (the safety net) or'ed with the job's signals, unless signals are off. A
-    null schedule stays manual only: no signal starts a DAG its owner runs by hand."""
-    if cfg.rebalance.signal_epochs == 0 or cron is None:
+def dag_schedule(cfg: JobConfig, cron: str | None) -> str | list[Asset] | AssetOrTimeSchedule | None:
+    """The cron schedule (the safety net) or'ed with the job's signals. A null schedule: the
+    signals only; a job with `signal_epochs: 0`: the cron only (both: manual runs only)."""
+    if cfg.rebalance.signal_epochs == 0:
         return cron
+    if cron is None:
+        return [signals_asset(cfg)]
     return AssetOrTimeSchedule(timetable=CronTriggerTimetable(cron, timezone="UTC"), assets=[signals_asset(cfg)])
 
 

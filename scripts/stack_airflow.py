@@ -35,6 +35,7 @@ from stack_secrets import ensure_signing_key, signing_enabled, signing_env
 AIRFLOW_HOME = STATE / "airflow"
 AIRFLOW_PID = STATE / "airflow.pid"
 AIRFLOW_LOG = STATE / "logs" / "airflow.log"
+WATCH_GROUP = "ballast-watch"  # the consumer group of the signals watchers (stack_kafka.grant_job's ACLs)
 
 
 def airflow_env() -> dict[str, str]:
@@ -65,6 +66,11 @@ def airflow_env() -> dict[str, str]:
         for conn, user in (("BALLAST_KAFKA", "controller"), ("BALLAST_KAFKA_JOB", "job")):
             env[f"AIRFLOW_CONN_{conn}"] = json.dumps({"conn_type": "kafka", "host": HOST, "port": KAFKA_PORT,
                                                       "extra": broker.client_config(user)})
+    # the rebalance DAGs' asset watchers (the Kafka provider's trigger: its connection extra is the
+    # consumer's whole config) read the jobs' <job>.signals as the controller, in one group
+    env["AIRFLOW_CONN_BALLAST_KAFKA_WATCH"] = json.dumps({"conn_type": "kafka", "extra": {
+        "bootstrap.servers": kafka_bootstrap(), "group.id": WATCH_GROUP, "auto.offset.reset": "latest",
+        **broker.client_config("controller")}})
     env.update(signing_env(STATE))  # the emitter signs, the jobs the supervisor launches verify
     return env
 

@@ -191,8 +191,9 @@ class KafkaBroker:
 
     def grant_job(self, job: str, input_topic: str) -> None:
         """ACLs of one job (SCRAM mode): `controller` may write `<job>.control` and nothing else of the
-        job; `job` may read its input and control topics and write its acks, outputs, DLQ and
-        ticks, never `<job>.control`, and use the transactional ids `ballast.<job>.*` of its tasks'
+        job, and read (and create) `<job>.signals` in the watchers' group; `job` may read its input
+        and control topics and write its acks, outputs, DLQ, ticks and signals, never
+        `<job>.control`, and use the transactional ids `ballast.<job>.*` of its tasks'
         transactional output (spark_jobs.txn_output), whose marker topics it may add partitions
         to. Idempotent."""
         if self.auth != "scram":
@@ -216,6 +217,10 @@ class KafkaBroker:
             ("controller", ACLOperation.CREATE, ResourcePattern(topic, ctl, lit), allow),
             ("controller", ACLOperation.CREATE, ResourcePattern(topic, f"{ctl}.acks", lit), allow),
             ("controller", ACLOperation.READ, ResourcePattern(topic, f"{ctl}.acks", lit), allow),
+            # the rebalance DAG's asset watcher reads the job's signals (stack_airflow's watch connection)
+            ("controller", ACLOperation.READ, ResourcePattern(topic, f"{job}.signals", lit), allow),
+            ("controller", ACLOperation.CREATE, ResourcePattern(topic, f"{job}.signals", lit), allow),
+            ("controller", ACLOperation.READ, ResourcePattern(group, "ballast-watch", lit), allow),
             ("job", ACLOperation.READ, ResourcePattern(topic, input_topic, lit), allow),
             ("job", ACLOperation.READ, ResourcePattern(topic, f"{job}.", pre), allow),
             ("job", ACLOperation.WRITE, ResourcePattern(topic, f"{job}.", pre), allow),

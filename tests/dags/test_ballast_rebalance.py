@@ -43,7 +43,7 @@ def test_one_dag_per_job_named_after_it_on_the_files_schedule(bag):
         assert dag.dagrun_timeout == timedelta(hours=2) and dag.tags == {"ballast", "rebalance", f"job:{job}"}
 
 
-def test_signals_off_or_a_manual_only_dag_keep_their_schedule(tmp_path):
+def test_signals_off_keep_the_cron_and_a_null_cron_leaves_the_signals(tmp_path):
     from ballast.config import load_jobs
 
     spec = importlib.util.spec_from_file_location("rebalance_dag", REPO / "dags" / "ballast_rebalance.py")
@@ -55,8 +55,8 @@ def test_signals_off_or_a_manual_only_dag_keep_their_schedule(tmp_path):
                     "  - {job: loud, operator: keycount, input_topic: l.in}\n")
     cfgs = load_jobs(jobs)
     assert mod.dag_schedule(cfgs["quiet"], "*/2 * * * *") == "*/2 * * * *"
-    assert mod.dag_schedule(cfgs["loud"], None) is None  # manual only: no signal starts it either
-    [asset] = mod.dag_schedule(cfgs["loud"], "*/2 * * * *").asset_condition.objects
+    assert mod.dag_schedule(cfgs["quiet"], None) is None  # manual runs only
+    [asset] = mod.dag_schedule(cfgs["loud"], None)  # no periodic runs: the signals only
     assert asset.uri == "ballast://loud/signals"
 
 
@@ -89,5 +89,6 @@ def test_a_null_schedule_is_manual_only():
     spec.loader.exec_module(mod)
     from ballast.config import JobConfig
 
-    dags = mod.make_dags({"a": JobConfig(job="a", operator="keycount", input_topic="a")}, None)
+    dags = mod.make_dags({"a": JobConfig(job="a", operator="keycount", input_topic="a",
+                                         rebalance={"signal_epochs": 0})}, None)  # type: ignore[arg-type]
     assert list(dags) == [mod.dag_id("a")] == ["ballast_rebalance__a"] and dags["ballast_rebalance__a"].schedule is None

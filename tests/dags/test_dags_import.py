@@ -51,7 +51,9 @@ def test_one_rebalance_and_one_supervise_dag_per_job(airflow_db, tmp_path, monke
             assert {"ballast", kind, f"job:{job}"} <= set(dag.tags)
             # a job's DAG drives only that job
             assert all(t.op_kwargs.get("job", job) == job for t in dag.tasks if hasattr(t, "op_kwargs"))
-    assert bag.get_dag("ballast_rebalance__orders").schedule is None  # rebalance: null = manual only
+    # rebalance: null = no periodic runs; the job's signals still start it
+    [signals] = bag.get_dag("ballast_rebalance__orders").schedule
+    assert signals.uri == "ballast://orders/signals"
     assert bag.get_dag("ballast_supervise__orders").schedule == "*/1 * * * *"
     migrate = bag.get_dag("ballast_migrate")
     assert migrate.params.get_param("job").schema["enum"] == ["clicks", "orders"]  # single, job is a param

@@ -21,6 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
+
+from ballast.emitter import ensure_control_topics
 from tests.helpers.jobs import write_jobs_file
 from tests.helpers.procs import free_port
 
@@ -69,6 +72,11 @@ class ConsoleStack:
         return p.read_text(errors="replace")[-chars:] if p.exists() else "(no airflow.log)"
 
 
+def signal_job(job: str) -> str:
+    """The stack's second job, whose rebalance DAG an asset watcher on `<job>.signals` starts."""
+    return f"{job}-sig"
+
+
 def start(base: Path, job: str, bins: int, kafka_bootstrap: str, timeout_s: float = 420) -> ConsoleStack:
     """Migrate a metrics DB and a decoy, write the jobs file, start Airflow (returns when healthy)."""
     from migrations_db.db import migrate
@@ -78,11 +86,19 @@ def start(base: Path, job: str, bins: int, kafka_bootstrap: str, timeout_s: floa
     migrate(f"sqlite:///{db_path}")
     migrate(f"sqlite:///{decoy}")
     jobs_file = base / "jobs.yaml"
+    # the console's job runs no rebalance DAG of its own (no schedule, signals off: the tests plan
+    # by hand); a second job, never launched, has its signals watched (test_rebalance_signals)
     write_jobs_file(
         jobs_file, job, bins, schedules={"supervise": None, "rebalance": None}, checkpoint_dir=base / "ckpt",
         extra_args=["--trigger-ms", "700", "--max-offsets-per-trigger", "6000"], heartbeat_timeout_s=60,
-        rebalance={"target_utilization": 0.5, "await_timeout_s": 300, "poll_interval_s": 0.5},
+        rebalance={"target_utilization": 0.5, "await_timeout_s": 300, "poll_interval_s": 0.5, "signal_epochs": 0},
     )
+    doc = yaml.safe_load(jobs_file.read_text())
+    doc["jobs"].append({**doc["jobs"][0], "job": signal_job(job), "input_topic": f"{signal_job(job)}.in",
+                        "checkpoint_dir": str(base / "ckpt-signals"),
+                        "rebalance": {**doc["jobs"][0]["rebalance"], "signal_epochs": 5}})
+    jobs_file.write_text(yaml.safe_dump(doc, sort_keys=False))
+    ensure_control_topics(kafka_bootstrap, signal_job(job))  # as the supervisor's launch would
     port = free_port()
     # nothing of the caller's Airflow settings (a test session's throwaway home, unit-test mode) leaks in
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW__", "AIRFLOW_CONN_", "AIRFLOW_HOME"))}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from datetime import UTC, datetime
 
 import ballast_stack as stack  # loaded by tests/conftest.py (scripts/stack.py)
@@ -18,7 +19,7 @@ from kafka.errors import KafkaError, TopicAuthorizationFailedError
 from sqlalchemy import select
 
 from ballast.kafka_security import KafkaSecurity
-from ballast.protocol import ControlStep, Move, acks_topic, control_topic, message_key
+from ballast.protocol import ControlStep, Move, acks_topic, control_topic, message_key, signals_topic
 from ballast.signing import Keyring, SigningKey, signed_step
 from migrations_db import models as m
 from migrations_db.db import session_scope
@@ -70,6 +71,27 @@ def _send(p: KafkaProducer, topic: str, value: bytes = b"x") -> None:
         p.close(timeout=5)
 
 
+def _watch(broker, group: str, topic: str) -> bytes:  # type: ignore[no-untyped-def]
+    """One record of `topic` read as the asset watcher reads it (confluent-kafka, the controller)."""
+    from confluent_kafka import Consumer
+
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+                  **broker.client_config("controller")})
+    c.subscribe([topic])
+    try:
+        end = time.monotonic() + 30
+        while time.monotonic() < end:
+            m = c.poll(1.0)
+            if m is None:
+                continue
+            if m.error():
+                raise RuntimeError(str(m.error()))
+            return bytes(m.value())
+        raise RuntimeError(f"nothing read from {topic} in 30 s")
+    finally:
+        c.close()
+
+
 def test_principals_and_acls(sasl_broker, unique_name):
     job = unique_name
     sasl_broker.grant_job(job, f"{job}.in")
@@ -103,6 +125,14 @@ def test_principals_and_acls(sasl_broker, unique_name):
     with pytest.raises(KafkaError):  # and a wrong password does not produce either
         _send(_producer(sasl_broker, "job", "wrong-password"), output_topic(job))
     assert _consume(sasl_broker, sasl_broker.client_config("job"), control_topic(job)) == 1  # the job reads it
+    # the job signals its rebalance DAG; the asset watcher reads them as the controller, in the
+    # watchers' group, with the Kafka provider's client (confluent-kafka) and stack_airflow's config
+    _send(_producer(sasl_broker, "job"), signals_topic(job), b"signal")
+    with pytest.raises(TopicAuthorizationFailedError):
+        _send(_producer(sasl_broker, "controller"), signals_topic(job))  # the controller only reads them
+    assert _watch(sasl_broker, "ballast-watch", signals_topic(job)) == b"signal"
+    with pytest.raises(RuntimeError, match="GROUP_AUTHORIZATION_FAILED|Group authorization failed"):
+        _watch(sasl_broker, "another-group", signals_topic(job))
     admin = KafkaAdminClient(bootstrap_servers=sasl_broker.bootstrap, **sasl_broker.client_kwargs("admin"))
     try:
         assert control_topic(job) in admin.list_topics()
