@@ -59,8 +59,8 @@ from spark_jobs.journal import KEEP_EPOCHS, Journal
 from spark_jobs.operator_loader import get_operator
 from spark_jobs.output import dlq_topic
 from spark_jobs.processing import ProcessorOperator
+from spark_jobs.rebalance_signals import RebalanceSignals
 from spark_jobs.run_config import COMMITS_TOPIC_CONFIG, RunConfig, ensure_job_topics, tick_topic
-from spark_jobs.signals import RebalanceSignals
 from spark_jobs.stream_plan import StreamPlan
 from spark_jobs.timers import ClockLog, TimerSchedule
 from spark_jobs.txn_output import COMMITS_PARTITIONS, commits_topic

@@ -87,7 +87,7 @@ def start(base: Path, job: str, bins: int, kafka_bootstrap: str, timeout_s: floa
     migrate(f"sqlite:///{decoy}")
     jobs_file = base / "jobs.yaml"
     # the console's job runs no rebalance DAG of its own (no schedule, signals off: the tests plan
-    # by hand); a second job, never launched, has its signals watched (test_rebalance_signals)
+    # by hand); a second job, never launched, has its signals watched (tests/system/test_signals_watcher_job.py)
     write_jobs_file(
         jobs_file, job, bins, schedules={"supervise": None, "rebalance": None}, checkpoint_dir=base / "ckpt",
         extra_args=["--trigger-ms", "700", "--max-offsets-per-trigger", "6000"], heartbeat_timeout_s=60,

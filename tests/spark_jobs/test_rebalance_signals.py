@@ -1,4 +1,4 @@
-"""spark_jobs.signals → Kafka → ballast.watch: a driver's rebalance signal, sent after committed
+"""spark_jobs.rebalance_signals → Kafka → ballast.watch: a driver's rebalance signal, sent after committed
 epochs, read back the way the Airflow asset watcher reads it (confluent-kafka, the Kafka
 provider's client) and accepted; records that are not signals of the topic's job are skipped."""
 
@@ -15,8 +15,8 @@ from ballast.protocol import RebalanceSignal, signals_topic
 from ballast.watch import accept_signal
 from spark_jobs.job_clients import JobClients
 from spark_jobs.journal import Journal
+from spark_jobs.rebalance_signals import RebalanceSignals
 from spark_jobs.run_config import RunConfig, ensure_job_topics
-from spark_jobs.signals import RebalanceSignals
 
 pytestmark = pytest.mark.dataplane
 
