@@ -66,6 +66,9 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--no-trace", dest="trace", action="store_false",
                    help="build no epoch trace: no critical-path line, nothing stored for the console, the export "
                         "and the controller (docs/tracing.md; to measure what tracing costs)")
+    r.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
+                   help="serve the job's Prometheus metrics on 127.0.0.1:PORT/metrics (0: a free port, logged); "
+                        "default: no endpoint (docs/operations.md, 'Prometheus metrics')")
     r.add_argument("--max-future-s", type=float, default=86400.0, help="reject steps effective later than this")
     r.add_argument("--max-control-bytes", type=int, default=MAX_MESSAGE_BYTES,
                    help="a control record larger than this is rejected before parsing (default 1 MiB)")
@@ -100,7 +103,7 @@ def config_from_args(a: argparse.Namespace) -> RunConfig:
         master_ui=a.master_ui, bootstrap=a.bootstrap,
         db_url=a.db_url or default_url(), trigger_ms=a.trigger_ms, max_offsets_per_trigger=a.max_offsets_per_trigger,
         output_partitions=a.output_partitions, output_mode=a.output_mode, trace=a.trace, max_future_s=a.max_future_s,
-        max_control_bytes=a.max_control_bytes,
+        max_control_bytes=a.max_control_bytes, metrics_port=a.metrics_port,
         control_keyring=load_keyring(a.control_keys, max_age_s=a.control_max_age_s),
         kafka_security=KafkaSecurity.from_file(a.kafka_config) if a.kafka_config else KafkaSecurity.from_env(),
         db_outage_s=a.db_outage_s, kafka_outage_s=a.kafka_outage_s,

@@ -59,6 +59,8 @@ class RunConfig:
     # each epoch's trace: its critical path logged, the trace stored with the next commit
     # (spark_jobs.epoch_trace, docs/tracing.md); off only to measure what tracing costs
     trace: bool = True
+    # the driver's Prometheus endpoint on 127.0.0.1 (spark_jobs.prom_metrics); None: none, 0: a free port
+    metrics_port: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
