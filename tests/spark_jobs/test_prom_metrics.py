@@ -190,3 +190,52 @@ def test_jobs_file_key_reaches_the_command_line() -> None:
     on = JobConfig(job="j", operator="keycount", input_topic="t", metrics_port=9464)
     args = data_plane_args(on, "b:9092")
     assert args[args.index("--metrics-port") + 1] == "9464"
+
+
+def _served_names() -> set[str]:
+    """Every metric family name the endpoint serves (counters with `_total`), after one epoch."""
+    m = prom_metrics.JobMetrics()
+    m.observe("j", "keycount", report(1, entries=(entry("apply"),), moves={"bins": 1, "bytes": 1}))
+    from prometheus_client import generate_latest
+
+    out = set()
+    for fam in text_string_to_metric_families(generate_latest(m.registry).decode()):
+        if not fam.name.endswith("_created"):  # prometheus_client's start time of each counter and histogram
+            out.add(f"{fam.name}_total" if fam.type == "counter" else fam.name)
+    return out
+
+
+def test_operations_doc_lists_exactly_the_served_metrics() -> None:
+    import re
+
+    from ballast.options import REPO
+
+    text = (REPO / "docs/operations.md").read_text()
+    section = text[text.index("## Prometheus metrics"):]
+    section = section[:section.index("\n## ", 1)]
+    documented = set(re.findall(r"^\| `(ballast_[a-z_]+)` \|", section, re.M))
+    assert documented == _served_names() == EXPOSED
+    assert "honor_labels: true" in section and "127.0.0.1" in section
+    assert (REPO / "docs/img/prometheus-backlog-migration.png").is_file()
+
+
+def test_grafana_dashboard_queries_only_served_metrics() -> None:
+    import json
+    import re
+
+    from ballast.options import REPO
+
+    dash = json.loads((REPO / "docs/grafana/ballast-jobs.json").read_text())
+    served = _served_names()
+    series = served | {f"{n}_bucket" for n in served} | {f"{n}_count" for n in served} | {f"{n}_sum" for n in served}
+    exprs = [t["expr"] for p in dash["panels"] for t in p["targets"]]
+    used = {n for e in exprs for n in re.findall(r"\b(ballast_[a-z_]+)", e)}
+    assert used <= series, used - series
+    # every figure the issue asks for has a panel
+    for name in ("ballast_input_rate_records_per_second", "ballast_backlog_records",
+                 "ballast_last_epoch_duration_seconds",
+                 "ballast_epoch_duration_seconds_bucket", "ballast_workers", "ballast_bins_moved_total",
+                 "ballast_plan_progress_ratio", "ballast_dead_letters_total", "ballast_fencing_refusals_total"):
+        assert name in used, name
+    assert all('job=~"$job"' in e and 'operator=~"$operator"' in e for e in exprs)
+    assert [v["name"] for v in dash["templating"]["list"]] == ["datasource", "job", "operator"]
