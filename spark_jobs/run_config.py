@@ -63,6 +63,8 @@ class RunConfig:
     # when the job wakes its rebalance DAG (ballast.policy.signals; None: thresholds from the
     # trigger interval and the rebalance defaults)
     signal: SignalConfig | None = None
+    # the driver's Prometheus endpoint on 127.0.0.1 (spark_jobs.prom_metrics); None: none, 0: a free port
+    metrics_port: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property

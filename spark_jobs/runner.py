@@ -35,7 +35,7 @@ from ballast.store import writer as mx
 from ballast.store.fencing import Fence, Fenced
 from ballast.topics import create_missing_topics
 from ballast.tracing import Trace
-from spark_jobs import faults
+from spark_jobs import faults, prom_metrics
 from spark_jobs.binding import bind_state, check_job_row, job_row_config
 from spark_jobs.bins import bits_for
 from spark_jobs.control import (
@@ -119,6 +119,7 @@ class JobRunner:
         self.epochs_done = 0
         self.last_epoch: int | None = None
         self._trace: tuple[int, Trace] | None = None  # the last epoch's, until the next commit stores it
+        self.prom: prom_metrics.Endpoint | None = None  # --metrics-port: the driver's Prometheus endpoint
 
     @property
     def fence(self) -> Fence | None:
@@ -157,6 +158,8 @@ class JobRunner:
         workers = self._state.workers if self._state else cfg.workers
         self.scaler.scale_to(workers)
         self.clients.open()
+        if cfg.metrics_port is not None:  # before the first epoch, so its figures are served
+            self.prom = prom_metrics.acquire(cfg.metrics_port)
         log.info("ballast job starting with effective configuration: %s",
                  json.dumps({**cfg.to_dict(), "state_uri": self.durable.uri, "bins_bits": self.k,
                              "store_id": self.durable.store_id, "dlq_topic": dlq_topic(cfg.job),
@@ -221,6 +224,9 @@ class JobRunner:
         except Exception:  # the DB being away must not turn a clean stop into a crash
             log.exception("could not record the stopped status")
         self.clients.close()
+        if self.prom is not None:
+            prom_metrics.release(self.prom)
+            self.prom = None
         log.info("job %s stopped after epoch %s", self.cfg.job, self.last_epoch)
 
     def request_stop(self) -> None:
@@ -287,6 +293,8 @@ class JobRunner:
                 self._run_epoch(df, epoch)
         except Fenced as exc:  # refused: nothing of the epoch committed; raising keeps Spark from committing it
             self.fencing.note(exc)
+            if self.prom is not None:
+                self.prom.metrics.note_fenced(self.cfg.job, self.cfg.operator)
             raise
         finally:
             self._last_batch_end = time.time()
@@ -361,6 +369,8 @@ class JobRunner:
                              replay=replay, trace=self._trace)
         acks = self.clients.db("the epoch's commit", self.committer.commit, report)
         times.lap("db")
+        if self.prom is not None:  # committed values only: after the commit returned
+            self._observe(report)
         faults.hit("before_acks")
         self.clients.kafka("the acks", self.committer.send_acks, acks)
         times.lap("acks")
@@ -378,6 +388,15 @@ class JobRunner:
         cp = found[1] if found is not None else None
         if cp is not None and cp.length_us:
             log.info("epoch %d critical path %.0f ms: %s", epoch, cp.length_us / 1000, critical_path_text(cp))
+
+    def _observe(self, report: EpochReport) -> None:
+        """The committed epoch's figures to the Prometheus endpoint; a failure there is logged, never the epoch's."""
+        assert self.prom is not None
+        try:
+            self.prom.metrics.observe(self.cfg.job, self.cfg.operator, report)
+        except Exception:
+            log.exception("epoch %d: could not update the Prometheus metrics", report.epoch)
+
 
 def read_topics(topics: list[str], sources: tuple[int, ...] | None, operator: str) -> list[str]:
     """The input topics an operator reads: its declared `sources` (positions in `topics`), else all."""

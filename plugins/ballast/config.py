@@ -148,6 +148,10 @@ class JobConfig(BaseModel):
     startup_grace_s: float = Field(
         default=180.0, ge=0, description="after a launch, give the job this long to write a heartbeat"
     )
+    metrics_port: int | None = Field(
+        default=None, ge=0, le=65535, description="the driver serves Prometheus metrics on 127.0.0.1 at this port "
+        "(`--metrics-port`; docs/operations.md); null: no endpoint"
+    )
     extra_args: tuple[str, ...] = Field(default=(), description="appended to the data-plane command line")
     rebalance: RebalanceConfig = Field(
         default_factory=RebalanceConfig, description="the scheduled rebalance's knobs (keys `rebalance.*`)"

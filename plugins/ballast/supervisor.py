@@ -65,7 +65,9 @@ def data_plane_args(cfg: JobConfig, bootstrap: str) -> list[str]:
         "--job", cfg.job, *cfg.operator_args(), "--input-topic", cfg.input_topic,
         "--bins", str(cfg.bins), "--workers", str(cfg.initial_workers),
         "--checkpoint-dir", cfg.resolved_checkpoint_dir(), "--bootstrap", bootstrap,
-        *signal_args(cfg), *cfg.extra_args,
+        *signal_args(cfg),
+        *(["--metrics-port", str(cfg.metrics_port)] if cfg.metrics_port is not None else []),
+        *cfg.extra_args,
     ]
 
 
