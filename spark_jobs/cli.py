@@ -151,7 +151,12 @@ def run(cfg: RunConfig, master: str | None = None, spark=None, chain: list[str] 
     # a fresh metrics DB (first start, new BALLAST_DB_URL) works without a separate `make db`;
     # upgrading an up-to-date schema is a no-op
     migrate(cfg.db_url)
-    spark = spark or build_spark(f"ballast-{cfg.job}", master=master, conf={"spark.ui.showConsoleProgress": "false"})
+    try:
+        spark = spark or build_spark(f"ballast-{cfg.job}", master=master,
+                                     conf={"spark.ui.showConsoleProgress": "false"}, checkpoint=cfg.checkpoint_dir)
+    except BallastError as exc:  # e.g. S3A's jars missing for a checkpoint on s3://: say what to do
+        logging.getLogger("ballast.cli").error("%s", exc)
+        return 2
     runner: JobRunner | ChainRunner = (ChainRunner(spark, cfg, [OperatorSpec.parse(o) for o in chain])
                                        if chain and len(chain) > 1 else JobRunner(spark, cfg))
 

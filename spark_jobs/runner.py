@@ -61,6 +61,7 @@ from spark_jobs.output import dlq_topic
 from spark_jobs.processing import ProcessorOperator
 from spark_jobs.rebalance_signals import RebalanceSignals
 from spark_jobs.run_config import COMMITS_TOPIC_CONFIG, RunConfig, ensure_job_topics, tick_topic
+from spark_jobs.storage import Location, explain_spark_storage_error
 from spark_jobs.stream_plan import StreamPlan
 from spark_jobs.timers import ClockLog, TimerSchedule
 from spark_jobs.txn_output import COMMITS_PARTITIONS, commits_topic
@@ -135,6 +136,9 @@ class JobRunner:
     def start(self) -> Any:
         cfg = self.cfg
         fixed = {"job": cfg.job, "operator": cfg.path, "bins": cfg.bins, "input_topic": cfg.input_topic}
+        # on an object store: the bucket exists and takes our keys, or an error that says what to do
+        for loc in (self.journal.root, Location.of(cfg.state_location)):
+            loc.check_access()
         self.journal.ensure_job(fixed)
         # the checkpoint, the store and the job row must belong together: refused before any epoch
         check_job_row(cfg, self.op, self.journal)
@@ -190,13 +194,20 @@ class JobRunner:
         self.warmup.workers(workers, cache_dir, self.durable.store_id)
         self.warmup.plan(src.schema, self.k, workers)
         name = f"ballast-{cfg.job}" + (f"-{cfg.operator}" if cfg.siblings else "")
-        self.query = (
-            self.stream_plan.stream(src).writeStream.queryName(name)
-            .foreachBatch(self._batch)
-            .option("checkpointLocation", str(self.journal.spark_checkpoint))
-            .trigger(processingTime=f"{cfg.trigger_ms} milliseconds")
-            .start()
-        )
+        ckpt = self.journal.spark_checkpoint
+        try:
+            self.query = (
+                self.stream_plan.stream(src).writeStream.queryName(name)
+                .foreachBatch(self._batch)
+                .option("checkpointLocation", ckpt.hadoop_uri)  # s3:// is s3a:// to Spark (spark_jobs.storage)
+                .trigger(processingTime=f"{cfg.trigger_ms} milliseconds")
+                .start()
+            )
+        except Exception as exc:
+            explained = explain_spark_storage_error(exc, ckpt.uri)
+            if explained is not None:
+                raise explained from exc
+            raise
         log.info("%s: job %s", QUERY_STARTED, cfg.job + (f" operator {cfg.operator}" if cfg.siblings else ""))
         threading.Thread(target=self._ticker, name="ballast-ticker", daemon=True).start()
         return self.query

@@ -3,6 +3,8 @@
 Why here: the Kafka connector is not in the pyspark wheel (its jars come from Maven Central into
 `.cache/jars/spark-kafka`, see jvm/spark-kafka/pom.xml), and Spark's Python workers default to
 `python3` on PATH rather than this venv (docs/operations.md, "Traps"). Both the job and the tests build sessions here.
+A job whose checkpoint is on S3 also gets Hadoop's S3A and the AWS SDK modules it uses
+(`.cache/jars/hadoop-aws`, jvm/hadoop-aws/pom.xml) and the S3A settings of spark_jobs.storage.s3a_conf.
 """
 
 from __future__ import annotations
@@ -13,10 +15,13 @@ import shutil
 import sys
 from pathlib import Path
 
+from ballast.errors import BallastError
 from ballast.options import settings
+from spark_jobs.storage import is_s3_uri, s3a_conf
 
 REPO = Path(__file__).resolve().parent.parent
 CONNECTOR_JARS = settings().cache_dir / "jars" / "spark-kafka"
+S3A_JARS = settings().cache_dir / "jars" / "hadoop-aws"
 SESSION_TIME_ZONE = "UTC"
 
 
@@ -24,6 +29,19 @@ def connector_jars() -> list[str]:
     jars = sorted(str(p) for p in CONNECTOR_JARS.glob("*.jar"))
     if not any("spark-sql-kafka" in j for j in jars):
         raise RuntimeError(f"Spark Kafka connector jars missing in {CONNECTOR_JARS}: run `make setup`")
+    return jars
+
+
+class JarsMissing(BallastError, RuntimeError):
+    """A jar set `make setup` fetches is not in the cache."""
+
+
+def s3a_jars() -> list[str]:
+    """Hadoop's S3A (hadoop-aws, matching pyspark's Hadoop client) and the AWS SDK v2 modules it uses."""
+    jars = sorted(str(p) for p in S3A_JARS.glob("*.jar"))
+    if not any(Path(j).name.startswith("hadoop-aws-") for j in jars):
+        raise JarsMissing(f"Hadoop's S3A jars (for a Spark checkpoint on s3://) are missing in {S3A_JARS}: "
+                          "run `make setup` (it fetches them from Maven Central, about 13 MB)")
     return jars
 
 
@@ -48,19 +66,25 @@ def java_option() -> str | None:
 
 
 def build_spark(app_name: str = "ballast", master: str | None = None, conf: dict[str, str] | None = None,
-                archive: bool = True):
+                archive: bool = True, checkpoint: str | None = None):
     """A SparkSession on `SPARK_MASTER` (default local[2]) with the connector and this venv's Python;
-    its driver starts from the class-data archive when there is one (`archive`; spark_jobs.jvm_archive)."""
+    its driver starts from the class-data archive when there is one (`archive`; spark_jobs.jvm_archive).
+    `checkpoint`: the job's checkpoint dir; on s3:// the session gets S3A's jars and settings."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
     opts = settings()
     master = master or opts.spark_master
+    jars = connector_jars()
+    conf = dict(conf or {})
+    if checkpoint is not None and is_s3_uri(checkpoint):
+        jars += s3a_jars()
+        conf = {**s3a_conf(), **conf}
     builder = (
         SparkSession.builder.appName(app_name)
         .master(master)
-        .config("spark.jars", ",".join(connector_jars()))
+        .config("spark.jars", ",".join(jars))
         .config("spark.pyspark.python", os.environ["PYSPARK_PYTHON"])
         .config("spark.sql.shuffle.partitions", str(opts.shuffle_partitions))
         .config("spark.ui.enabled", "false")
@@ -75,7 +99,6 @@ def build_spark(app_name: str = "ballast", master: str | None = None, conf: dict
     host = opts.driver_host or ("127.0.0.1" if master.startswith("local") else None)
     if host:
         builder = builder.config("spark.driver.bindAddress", host).config("spark.driver.host", host)
-    conf = dict(conf or {})
     if archive:
         cds = java_option()
         if cds:
