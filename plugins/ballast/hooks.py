@@ -141,3 +141,22 @@ class BallastMetricsDbHook(BaseHook):
 
     def get_conn(self) -> str:
         return self.url()
+
+
+def airflow_base() -> str:
+    """Path of the Airflow UI root ("" unless the api-server runs under a base_url path): the
+    console's links into Airflow and the task links back to the console start with it."""
+    try:
+        from urllib.parse import urlparse
+
+        from airflow.configuration import conf
+
+        return urlparse(conf.get("api", "base_url", fallback="/") or "/").path.rstrip("/")
+    except Exception:
+        return ""
+
+
+def console_plan_url(plan_id: str) -> str:
+    """The console page of one plan (its job selected, the plan pinned)."""
+    return f"{airflow_base()}/ballast/?plan={quote(plan_id, safe='')}"
+

@@ -32,6 +32,7 @@ from fastapi.exceptions import HTTPException as FastAPIHTTPException
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
 
 from ballast import console, console_trace, store
+from ballast.links import ConsolePlanLink
 
 log = logging.getLogger(__name__)
 
@@ -67,15 +68,9 @@ def _url() -> str:
 
 
 def _airflow_base() -> str:
-    """Path of the Airflow UI root ("" unless the api-server runs under a base_url path)."""
-    try:
-        from urllib.parse import urlparse
+    from ballast.hooks import airflow_base
 
-        from airflow.configuration import conf
-
-        return urlparse(conf.get("api", "base_url", fallback="/") or "/").path.rstrip("/")
-    except Exception:
-        return ""
+    return airflow_base()
 
 
 def _operator(url: str, job: str, operator: str | None) -> str:
@@ -301,21 +296,29 @@ def _jobs_rows(jobs: list[dict[str, Any]], selected: str | None, root: str) -> s
 
 
 @app.get("/", response_class=HTMLResponse)
-def index(request: Request, job: str | None = None, operator: str | None = None, window: str = "15m") -> str:
+def index(request: Request, job: str | None = None, operator: str | None = None, window: str = "15m",
+          plan: str | None = None) -> str:
+    """The console; `?plan=<id>` (the "Ballast plan" link of an Airflow task) opens that plan's job
+    with the plan pinned."""
     url = _url()
     root = request.scope.get("root_path", "").rstrip("/")
     window = window if window in console.WINDOWS else "15m"
+    pinned = store.get_plan(url, plan[:200]) if plan else None
+    if pinned is not None:
+        job, operator = pinned.job, pinned.operator
     jobs = console.jobs(url)
     sel = next((j for j in jobs if j["job"] == job and (not operator or j["operator"] == operator)), None)
     if sel is None and jobs and not job:
         sel = next((j for j in jobs if j["status"] == "running"), jobs[0])
     boot = {"root": root, "airflow": _airflow_base(), "migrate_dag": MIGRATE_DAG, "window": window,
             "job": sel["job"] if sel else None, "operator": sel["operator"] if sel else None, "jobs": jobs,
-            "windows": list(console.WINDOWS)}
+            "windows": list(console.WINDOWS), "plan": pinned.plan_id if pinned is not None else None}
     e = html.escape
     title = f"{sel['job']} · Ballast" if sel else "Ballast"
     boot_json = json.dumps(boot).replace("</", "<\\/")
-    not_found = (f"<p class='warn-box'>Job {e(job)} is not known: pick one above.</p>" if job and sel is None else "")
+    not_found = (f"<p class='warn-box'>Job {e(job)} is not known: pick one above.</p>" if job and sel is None else
+                 f"<p class='warn-box'>Plan {e(plan)} is not known (retention may have removed it).</p>"
+                 if plan and pinned is None else "")
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>{e(title)}</title>
 <meta name="viewport" content="width=device-width, initial-scale=1">
@@ -403,3 +406,4 @@ class BallastPlugin(AirflowPlugin):
     name = "ballast"
     fastapi_apps = [{"app": app, "url_prefix": "/ballast", "name": "Ballast console"}]
     external_views = [{"name": "Ballast", "href": "/ballast/", "destination": "nav", "url_route": "ballast"}]
+    operator_extra_links = [ConsolePlanLink()]  # "Ballast plan" on emit and await tasks (ballast.links)

@@ -18,6 +18,7 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 from ballast import store
 from ballast.deadlines import Deadline, for_plan
 from ballast.hooks import BallastMetricsDbHook
+from ballast.links import ConsolePlanLink
 from ballast.triggers import CheckpointTrigger
 
 
@@ -65,6 +66,7 @@ class CheckpointSensor(BaseSensorOperator):
 
     template_fields: Sequence[str] = ("plan_id",)
     ui_color = "#d9ead3"
+    operator_extra_links = (ConsolePlanLink(),)
 
     def __init__(self, *, plan_id: str, steps: list[int] | None = None,
                  db_conn_id: str = BallastMetricsDbHook.default_conn_name, deferrable: bool = True,

@@ -30,6 +30,7 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from ballast.emitter import ControlEmitter, EmitError, EmitOutcome
 from ballast.hooks import BallastKafkaHook, BallastMetricsDbHook, BallastSigningHook
+from ballast.links import ConsolePlanLink
 from ballast.sensors import handle_checkpoint_event, run_deadline
 from ballast.triggers import CheckpointTrigger
 
@@ -57,6 +58,7 @@ class EmitPlanOperator(BaseOperator):
 
     template_fields: Sequence[str] = ("plan_id", "mode")
     ui_color = "#fce5cd"
+    operator_extra_links = (ConsolePlanLink(),)
 
     def __init__(self, *, plan_id: str, mode: str = "", poll_interval: float = 2.0,
                  kafka_conn_id: str = BallastKafkaHook.default_conn_name,

@@ -4,6 +4,7 @@ own routes, auth and links: test_plugin.py)."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -118,6 +119,12 @@ def test_console_api_shows_job_map_plan_decisions_events(client, db_url, jobs_fi
     page = client.get("/", params={"job": job}, headers={"accept": "text/html"})
     assert page.status_code == 200 and f"data-job='{job}'" in page.text
     assert "/static/plotly.min.js" in page.text and "ballast_migrate" in page.text
+    # an Airflow task's "Ballast plan" link: the plan's job selected and the plan pinned
+    page = client.get("/", params={"plan": plan_id}, headers={"accept": "text/html"})
+    boot = json.loads(page.text.split('id="boot"', 1)[1].split(">", 1)[1].split("</script>", 1)[0])
+    assert (boot["job"], boot["operator"], boot["plan"]) == (job, "keycount", plan_id)
+    gone = client.get("/", params={"plan": "no-such-plan"}, headers={"accept": "text/html"})
+    assert gone.status_code == 200 and "Plan no-such-plan is not known" in gone.text
     js = client.get("/static/plotly.min.js")
     assert js.status_code == 200 and len(js.content) > 1_000_000
     assert client.get("/static/../plugin.py").status_code == 404

@@ -122,6 +122,22 @@ def test_scheduled_rebalance_scales_up_by_batched_migration(env, db_url, kafka_b
     assert d.action == "scale_up" and d.target_workers == 3 and d.plan_id == plan.plan_id
     # batched (Megaphone): with one sender, every step moves exactly one bin
     assert all(len(s.payload["moves"]) == 1 for s in store.plan_steps(db_url, plan.plan_id))
+    # the run links back to the console page of its plan (the "Ballast plan" link of emit and await)
+    assert _links(dr) == {"emit": f"/ballast/?plan={plan.plan_id}",
+                          "await_checkpoints": f"/ballast/?plan={plan.plan_id}"}
+
+
+def _links(dr) -> dict[str, str]:  # type: ignore[no-untyped-def]
+    """The "Ballast plan" links the run's tasks stored (Airflow keeps extra links as XCom)."""
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        rows = session.execute(select(XComModel.task_id, XComModel.value).where(
+            XComModel.dag_id == dr.dag_id, XComModel.run_id == dr.run_id,
+            XComModel.key == "_link_ConsolePlanLink")).all()
+    return {t: v for t, v in rows}
 
 
 def test_rebalance_timeout_fails_plan_and_stops_emitting(env, db_url, kafka_bootstrap, jobs_file):

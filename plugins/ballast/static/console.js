@@ -6,7 +6,7 @@
   const ROOT = BOOT.root, AF = BOOT.airflow;
   const S = {
     job: BOOT.job, operator: BOOT.operator, window: BOOT.window, jobs: BOOT.jobs,
-    mapVersion: null, metric: "load", pinnedPlan: null, plan: null, plans: [], binmap: null,
+    mapVersion: null, metric: "load", pinnedPlan: BOOT.plan || null, plan: null, plans: [], binmap: null,
     ev: { level: "", kind: "", q: "" },
   };
   const C = { ok: "#15803d", warn: "#d97706", bad: "#b91c1c", info: "#1d4ed8", muted: "#9ca3af",
