@@ -175,6 +175,8 @@ class Heartbeat(Base):
     capacity: Mapped[int | None] = mapped_column(Integer, nullable=True)
     host: Mapped[str] = mapped_column(String(200))
     status: Mapped[str] = mapped_column(String(20))  # running | stopping | stopped
+    # where the driver's Spark UI answers (null: the UI is off); the console links to it
+    spark_ui_url: Mapped[str | None] = mapped_column(String(300), nullable=True)
 
 
 class DriverToken(Base):

@@ -83,6 +83,9 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
                    help="serve the job's Prometheus metrics on 127.0.0.1:PORT/metrics (0: a free port, logged); "
                         "default: no endpoint (docs/operations.md, 'Prometheus metrics')")
+    r.add_argument("--spark-ui", action="store_true",
+                   help="run Spark's web UI (off by default: it costs every epoch); the heartbeat records its "
+                        "address and the console links to it")
     r.add_argument("--max-future-s", type=float, default=86400.0, help="reject steps effective later than this")
     r.add_argument("--max-control-bytes", type=int, default=MAX_MESSAGE_BYTES,
                    help="a control record larger than this is rejected before parsing (default 1 MiB)")
@@ -120,8 +123,14 @@ def config_from_args(a: argparse.Namespace) -> RunConfig:
         max_control_bytes=a.max_control_bytes, metrics_port=a.metrics_port,
         control_keyring=load_keyring(a.control_keys, max_age_s=a.control_max_age_s),
         kafka_security=KafkaSecurity.from_file(a.kafka_config) if a.kafka_config else KafkaSecurity.from_env(),
-        db_outage_s=a.db_outage_s, kafka_outage_s=a.kafka_outage_s, signal=signal_from_args(a),
+        db_outage_s=a.db_outage_s, kafka_outage_s=a.kafka_outage_s, signal=signal_from_args(a), spark_ui=a.spark_ui,
     )
+
+
+def spark_ui_conf(on: bool) -> dict[str, str]:
+    """Spark's UI for `--spark-ui` (off otherwise: its listeners cost every epoch); on the driver's
+    address (127.0.0.1 in local mode) and the first free port from 4040, which the heartbeat reports."""
+    return {"spark.ui.enabled": "true"} if on else {}
 
 
 def signal_from_args(a: argparse.Namespace) -> SignalConfig:
@@ -153,7 +162,8 @@ def run(cfg: RunConfig, master: str | None = None, spark=None, chain: list[str] 
     migrate(cfg.db_url)
     try:
         spark = spark or build_spark(f"ballast-{cfg.job}", master=master,
-                                     conf={"spark.ui.showConsoleProgress": "false"}, checkpoint=cfg.checkpoint_dir)
+                                     conf={"spark.ui.showConsoleProgress": "false", **spark_ui_conf(cfg.spark_ui)},
+                                     checkpoint=cfg.checkpoint_dir)
     except BallastError as exc:  # e.g. S3A's jars missing for a checkpoint on s3://: say what to do
         logging.getLogger("ballast.cli").error("%s", exc)
         return 2

@@ -62,6 +62,7 @@ class EpochCommit:
         self._stopping = stopping
         self.started_at = started_at
         self.scaler: ExecutorScaler | None = None  # set at start: the heartbeat's executors and capacity
+        self.spark_ui_url: str | None = None  # set at start when Spark's UI runs: the heartbeat reports it
         self._last_state: dict[int, tuple[int, int]] = {}  # worker -> (keys, bytes), for epochs without tasks
         self._capacity: tuple[float, int | None] = (0.0, None)
 
@@ -169,7 +170,8 @@ class EpochCommit:
             mx.heartbeat(s, cfg.job, cfg.operator, epoch=epoch, map_version=st.map_version, workers=st.workers,
                          now=ended_at, started_at=self.started_at,
                          status="stopping" if self._stopping.is_set() else "running",
-                         executors=self.scaler.held() if self.scaler else None, capacity=self.cluster_capacity())
+                         executors=self.scaler.held() if self.scaler else None, capacity=self.cluster_capacity(),
+                         spark_ui_url=self.spark_ui_url)
             if acks:  # the crash tests' kill inside the commit of an epoch that answers a step (nothing acked yet)
                 faults.hit("in_step_commit")
         return acks

@@ -65,6 +65,7 @@ class RunConfig:
     signal: SignalConfig | None = None
     # the driver's Prometheus endpoint on 127.0.0.1 (spark_jobs.prom_metrics); None: none, 0: a free port
     metrics_port: int | None = None
+    spark_ui: bool = False  # Spark's web UI (its address goes into the heartbeat, the console links it)
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property

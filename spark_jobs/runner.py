@@ -161,6 +161,9 @@ class JobRunner:
                                                                                  cfg.master_ui)
         workers = self._state.workers if self._state else cfg.workers
         self.scaler.scale_to(workers)
+        self.committer.spark_ui_url = self.spark.sparkContext.uiWebUrl  # None when the UI is off
+        if self.committer.spark_ui_url:
+            log.info("Spark UI of %s: %s", cfg.job, self.committer.spark_ui_url)
         self.clients.open()
         if cfg.metrics_port is not None:  # before the first epoch, so its figures are served
             self.prom = prom_metrics.acquire(cfg.metrics_port)

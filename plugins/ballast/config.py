@@ -152,6 +152,10 @@ class JobConfig(BaseModel):
         default=None, ge=0, le=65535, description="the driver serves Prometheus metrics on 127.0.0.1 at this port "
         "(`--metrics-port`; docs/operations.md); null: no endpoint"
     )
+    spark_ui: bool = Field(
+        default=False, description="run Spark's web UI in the driver (`--spark-ui`; off: its listeners cost every "
+        "epoch); the console links each job to it"
+    )
     extra_args: tuple[str, ...] = Field(default=(), description="appended to the data-plane command line")
     rebalance: RebalanceConfig = Field(
         default_factory=RebalanceConfig, description="the scheduled rebalance's knobs (keys `rebalance.*`)"

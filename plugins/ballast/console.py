@@ -139,8 +139,23 @@ def jobs(url: str, now: datetime | None = None) -> list[dict[str, Any]]:
             "dead_letters": store.dead_letter_counts(url, job, op, now)[0],
             "min_workers": cfg.min_workers if cfg else None, "max_workers": cfg.max_workers if cfg else None,
             "open_plan": plan,
+            "spark_ui": hb.spark_ui_url if hb and status != "stopped" else None,
+            "topics": topic_links(job, cfg.input_topic.split(",") if cfg else []),
         })
     return out
+
+
+def topic_links(job: str, inputs: list[str]) -> list[dict[str, str | None]]:
+    """The job's topics by role, each with its page in the Kafka UI `BALLAST_KAFKA_UI_URL` names
+    (`{topic}` in it), if one is configured."""
+    from urllib.parse import quote
+
+    from ballast.options import settings
+    from ballast.topics import job_topics
+
+    ui = settings().kafka_ui_url
+    return [{"role": role, "topic": t, "url": ui.replace("{topic}", quote(t, safe="")) if ui else None}
+            for role, t in job_topics(job, inputs)]
 
 
 # --------------------------------------------------------------------------------- series

@@ -77,6 +77,10 @@ class Settings(BaseSettings):
         description="metrics DB, any SQLAlchemy URL (e.g. `postgresql+psycopg2://…`); "
         "unset: `sqlite:///<state_dir>/metrics.db`",
     )
+    kafka_ui_url: str | None = Field(
+        default=None, description="a Kafka UI's page of one topic, `{topic}` in it (e.g. "
+        "`http://kafka-ui:8080/ui/clusters/local/all-topics/{topic}`): the console links each job's topics there"
+    )
     kafka_bootstrap: str = Field(
         default="127.0.0.1:9092",
         description="Kafka bootstrap servers when no `ballast_kafka` "

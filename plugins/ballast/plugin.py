@@ -169,7 +169,16 @@ def _with_run_links(rows: list[dict[str, Any]], job: str, time_key: str) -> list
 
 @app.get("/api/jobs")
 def api_jobs() -> list[dict[str, Any]]:
-    return console.jobs(_url())
+    return _with_dag_links(console.jobs(_url()))
+
+
+def _with_dag_links(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each job's DAG runs in Airflow's UI: its rebalance and supervise DAGs (dags/ naming)."""
+    base = _airflow_base()
+    for r in rows:
+        dag_ids = {kind: f"ballast_{kind}__{r['job']}" for kind in ("rebalance", "supervise")}
+        r["dags"] = [{"name": kind, "url": f"{base}/dags/{quote(d, safe='')}/runs"} for kind, d in dag_ids.items()]
+    return rows
 
 
 @app.get("/api/jobs/{job}/series")
@@ -347,7 +356,8 @@ def index(request: Request, job: str | None = None, operator: str | None = None,
 <div id="job" data-job="{e(sel['job']) if sel else ''}"{'' if sel else ' hidden'}>
 <section class="card head">
   <div><h2 id="job-title">{e(sel['job']) if sel else ''} <span class="sub">{e(sel['operator']) if sel else ''}</span></h2>
-  <div id="job-facts" class="facts"></div><ul id="attention" class="attention"></ul></div>
+  <div id="job-facts" class="facts"></div><ul id="attention" class="attention"></ul>
+  <div id="job-links" class="links"></div></div>
   <div class="actions">
     <button id="plan-btn" class="primary">Plan a migration…</button>
     <a id="dag-link" target="_top" href="{e(_airflow_base())}/dags/{MIGRATE_DAG}">{MIGRATE_DAG} in Airflow ↗</a>

@@ -65,7 +65,7 @@ def data_plane_args(cfg: JobConfig, bootstrap: str) -> list[str]:
         "--job", cfg.job, *cfg.operator_args(), "--input-topic", cfg.input_topic,
         "--bins", str(cfg.bins), "--workers", str(cfg.initial_workers),
         "--checkpoint-dir", cfg.resolved_checkpoint_dir(), "--bootstrap", bootstrap,
-        *signal_args(cfg),
+        *signal_args(cfg), *(["--spark-ui"] if cfg.spark_ui else []),
         *(["--metrics-port", str(cfg.metrics_port)] if cfg.metrics_port is not None else []),
         *cfg.extra_args,
     ]

@@ -35,3 +35,13 @@ def handoff_topic(job: str, operator: str) -> str:
     """Where operator `operator` of a multi-operator job writes its outputs for the next operator
     (the last operator writes `<job>.output`). Operator names of such jobs are topic-safe."""
     return f"{job}.{operator}.out"
+
+
+def job_topics(job: str, input_topics: list[str]) -> list[tuple[str, str]]:
+    """(role, topic) of every topic a job reads or writes: its inputs, output and dead letters (the
+    data plane's names, spark_jobs.output), and its control, acks and signals (ballast.protocol)."""
+    from ballast.protocol import acks_topic, control_topic, signals_topic
+
+    return [*(("reads", t) for t in input_topics), ("writes", f"{job}.output"), ("dead letters", f"{job}.dlq"),
+            ("control", control_topic(job)), ("acks", acks_topic(job)), ("signals", signals_topic(job))]
+

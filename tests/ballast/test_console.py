@@ -42,7 +42,7 @@ def _running(url: str, job: str, workers: int = 2, epoch: int = 5) -> None:
     with session_scope(url) as s:
         s.add(m.Heartbeat(job=job, operator="keycount", last_epoch=epoch, map_version=0, workers=workers,
                           updated_at=now, started_at=now - timedelta(minutes=3), pid=4242, host="node-a",
-                          status="running", executors=2, capacity=4))
+                          status="running", executors=2, capacity=4, spark_ui_url="http://127.0.0.1:4041"))
 
 
 def test_console_api_shows_job_map_plan_decisions_events(client, db_url, jobs_file, unique_name):
@@ -75,6 +75,12 @@ def test_console_api_shows_job_map_plan_decisions_events(client, db_url, jobs_fi
     assert row["status"] == "running" and row["host"] == "node-a" and row["workers"] == 2
     assert (row["executors"], row["capacity"], row["bins"]) == (2, 4, 16)
     assert row["open_plan"]["plan_id"] == plan_id and row["open_plan"]["applied"] == 1
+    # where else to look: the driver's Spark UI, the job's DAG runs, its topics (no Kafka UI configured)
+    assert row["spark_ui"] == "http://127.0.0.1:4041"
+    assert [d["url"] for d in row["dags"]] == [f"/dags/ballast_{k}__{job}/runs" for k in ("rebalance", "supervise")]
+    topics = {t["role"]: t for t in row["topics"]}
+    assert topics["reads"]["topic"] == f"{job}.in" and topics["signals"]["topic"] == f"{job}.signals"
+    assert all(t["url"] is None for t in row["topics"])
 
     series = client.get(f"/api/jobs/{job}/series", params={"window": "15m"}).json()
     assert len(series["t"]) == 6 and series["input_rate"][0] == 15000.0 and series["workers"][0] == 2
@@ -255,3 +261,10 @@ def test_prediction_accuracy_medians():
     rows.pop()
     rows.pop(1)  # ratios 0.5 and 3: an even count averages the middle two
     assert console.prediction_accuracy(rows)["pause"]["median_ratio"] == pytest.approx(1.75)
+
+
+def test_topics_link_to_the_kafka_ui_when_one_is_configured(monkeypatch):
+    monkeypatch.setenv("BALLAST_KAFKA_UI_URL", "http://kafka-ui:8080/ui/clusters/local/all-topics/{topic}")
+    links = {t["role"]: t["url"] for t in console.topic_links("clicks", ["clicks.in"])}
+    assert links["reads"] == "http://kafka-ui:8080/ui/clusters/local/all-topics/clicks.in"
+    assert links["dead letters"] == "http://kafka-ui:8080/ui/clusters/local/all-topics/clicks.dlq"

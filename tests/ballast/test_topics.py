@@ -82,3 +82,13 @@ def test_any_other_failure_is_raised_and_the_client_still_closed(admin: type[Fak
 def test_handoff_topic_is_named_after_job_and_operator() -> None:
     assert handoff_topic("clicks", "split") == "clicks.split.out"
     assert handoff_topic("clicks", "split") != handoff_topic("clicks", "counts")
+
+
+def test_job_topics_are_the_names_both_planes_use():
+    from ballast.protocol import acks_topic, control_topic, signals_topic
+    from ballast.topics import job_topics
+    from spark_jobs.output import dlq_topic, output_topic
+
+    assert job_topics("clicks", ["a", "b"]) == [
+        ("reads", "a"), ("reads", "b"), ("writes", output_topic("clicks")), ("dead letters", dlq_topic("clicks")),
+        ("control", control_topic("clicks")), ("acks", acks_topic("clicks")), ("signals", signals_topic("clicks"))]

@@ -90,7 +90,7 @@ def start(base: Path, job: str, bins: int, kafka_bootstrap: str, timeout_s: floa
     # by hand); a second job, never launched, has its signals watched (tests/system/test_signals_watcher_job.py)
     write_jobs_file(
         jobs_file, job, bins, schedules={"supervise": None, "rebalance": None}, checkpoint_dir=base / "ckpt",
-        extra_args=["--trigger-ms", "700", "--max-offsets-per-trigger", "6000"], heartbeat_timeout_s=60,
+        extra_args=["--trigger-ms", "700", "--max-offsets-per-trigger", "6000"], heartbeat_timeout_s=60, spark_ui=True,
         rebalance={"target_utilization": 0.5, "await_timeout_s": 300, "poll_interval_s": 0.5, "signal_epochs": 0},
     )
     doc = yaml.safe_load(jobs_file.read_text())

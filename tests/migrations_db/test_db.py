@@ -65,7 +65,7 @@ def test_migrate_goes_to_the_revision_asked_under_ballasts_version_table(tmp_pat
     migrate(url, "0002")
     assert _version(url) == "0002" and "driver_tokens" not in inspect(create_engine(url)).get_table_names()
     migrate(url)
-    assert _version(url) == "0006" and "driver_tokens" in inspect(create_engine(url)).get_table_names()
+    assert _version(url) == "0007" and "driver_tokens" in inspect(create_engine(url)).get_table_names()
     assert "alembic_version" not in inspect(create_engine(url)).get_table_names(), "Airflow's table name stays free"
 
 

@@ -17,6 +17,7 @@ import shutil
 import sys
 import threading
 import time
+import urllib.request
 from pathlib import Path
 from urllib.parse import quote
 
@@ -132,6 +133,16 @@ def test_console_shows_a_live_migration(console_stack, live_job, browser, tmp_pa
                                         f"#jobs tr[data-job='{job}'] [data-field=status]").text == "running")
     row = drv.find_element(By.CSS_SELECTOR, f"#jobs tr[data-job='{job}']").text
     assert job in row and "keycount" in row
+    # where else to look: the driver's Spark UI (on loopback, answering), the job's DAG runs, its topics
+    spark_ui = wait.until(lambda d: [a.get_attribute("href") for a in d.find_elements(By.CSS_SELECTOR, "#job-links a")
+                                     if a.text.startswith("Spark UI")])[0]
+    assert spark_ui.startswith("http://127.0.0.1:"), spark_ui
+    with urllib.request.urlopen(spark_ui, timeout=30) as r:
+        assert r.status == 200 and "Spark" in r.read().decode(errors="replace")
+    links = drv.find_element(By.ID, "job-links")
+    hrefs = [a.get_attribute("href") for a in links.find_elements(By.TAG_NAME, "a")]
+    assert any(h.endswith(f"/dags/ballast_rebalance__{job}/runs") for h in hrefs), hrefs
+    assert f"reads {job}.in" in links.text and f"{job}.output" in links.text and f"{job}.signals" in links.text
     # the bin map: B cells, each bin on exactly one of the W rows
     wait.until(lambda d: d.find_element(By.ID, "heatmap").get_attribute("data-bins") == str(bins))
     cells = _js(drv, "return document.getElementById('heatmap').data[0].z.map(r => r.filter(v => v !== null).length)")

@@ -112,6 +112,14 @@
       fact("bins (B)", num(j.bins)),
     ].join("");
     $("attention").innerHTML = (j.attention || []).map((a) => `<li class="${esc(a.level)}">${esc(a.text)}</li>`).join("");
+    // where else to look: Spark's UI of the driver, the job's DAG runs in Airflow, its topics
+    const ext = (href, text, title = "") => `<a target="_top" href="${esc(href)}" title="${esc(title)}">${esc(text)} ↗</a>`;
+    const spark = j.spark_ui ? ext(j.spark_ui, "Spark UI", "the driver's Spark UI")
+      : `<span class="muted" title="start the job with spark_ui: true (jobs file) to get its Spark UI">Spark UI off</span>`;
+    const dags = (j.dags || []).map((d) => ext(d.url, `${d.name} runs`, `ballast_${d.name}__${j.job} in Airflow`));
+    const topics = (j.topics || []).map((t) => `<span class="topic" data-role="${esc(t.role)}">${esc(t.role)} ${t.url
+      ? ext(t.url, t.topic) : `<code>${esc(t.topic)}</code>`}</span>`);
+    $("job-links").innerHTML = `${[spark, ...dags].join(" · ")}<div class="sub">topics: ${topics.join(" · ")}</div>`;
   }
 
   // ---------------------------------------------------------------------- series

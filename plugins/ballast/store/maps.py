@@ -80,6 +80,7 @@ class HeartbeatRow:
     status: str
     executors: int | None = None  # executors the job holds now (cluster managers only)
     capacity: int | None = None  # most workers the cluster can run, as the job last saw it
+    spark_ui_url: str | None = None  # where the driver's Spark UI answers (None: off)
 
 
 def heartbeat(url: str, job: str, operator: str) -> HeartbeatRow | None:
@@ -88,7 +89,8 @@ def heartbeat(url: str, job: str, operator: str) -> HeartbeatRow | None:
         if r is None:
             return None
         return HeartbeatRow(r.last_epoch, r.map_version, r.workers, as_utc(r.updated_at),  # type: ignore[arg-type]
-                            as_utc(r.started_at), r.pid, r.host, r.status, r.executors, r.capacity)  # type: ignore[arg-type]
+                            as_utc(r.started_at), r.pid, r.host, r.status, r.executors, r.capacity,  # type: ignore[arg-type]
+                            r.spark_ui_url)
 
 
 def map_at(url: str, job: str, operator: str, map_version: int) -> MapSnapshot | None:

@@ -119,7 +119,7 @@ def replace_epoch_metrics(s: Session, job: str, operator: str, epoch: int, epoch
 
 def heartbeat(s: Session, job: str, operator: str, *, epoch: int, map_version: int, workers: int,
               now: datetime, started_at: datetime, status: str, executors: int | None = None,
-              capacity: int | None = None) -> None:
+              capacity: int | None = None, spark_ui_url: str | None = None) -> None:
     row = s.get(m.Heartbeat, (job, operator))
     if row is None:
         row = m.Heartbeat(job=job, operator=operator, started_at=started_at)
@@ -128,6 +128,7 @@ def heartbeat(s: Session, job: str, operator: str, *, epoch: int, map_version: i
     row.updated_at, row.started_at, row.status = now, started_at, status
     row.pid, row.host = os.getpid(), socket.gethostname()
     row.executors, row.capacity = executors, capacity
+    row.spark_ui_url = spark_ui_url[:300] if spark_ui_url else None
 
 
 def set_status(url: str, job: str, operator: str, status: str, now: datetime, fence: Fence | None = None) -> None:
