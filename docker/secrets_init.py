@@ -7,7 +7,8 @@ a 0700 directory owned by the one container user that reads it:
 
     kafka/users.env            ADMIN_/CONTROLLER_/JOB_PASSWORD       (the broker formats its SCRAM users)
     kafka/admin.properties     client properties of `admin`          (topic and ACL set-up, health check)
-    airflow/connections.json   ballast_kafka (controller), ballast_kafka_job (job), ballast_control_signing
+    airflow/connections.json   ballast_kafka (controller), ballast_kafka_job (job), ballast_control_signing,
+                               ballast_kafka_watch (the signals watchers: controller, group ballast-watch)
                                (Airflow's LocalFilesystemBackend reads it)
     airflow/control-keys.json  {kid: secret} the jobs verify with    (`--control-keys` in docker/jobs.yaml)
 
@@ -28,6 +29,7 @@ from pathlib import Path
 USERS = ("admin", "controller", "job")
 BOOTSTRAP = "kafka:9092"
 MECHANISM = "SCRAM-SHA-256"
+WATCH_GROUP = "ballast-watch"  # as scripts/stack_airflow.py and docker/kafka-init.sh
 
 
 def _write_once(path: Path, text: str) -> bool:
@@ -75,9 +77,19 @@ def make(root: Path) -> list[str]:
         "ballast_kafka": {"conn_type": "kafka", "extra_dejson": _client("controller", password["controller"])},
         "ballast_kafka_job": {"conn_type": "kafka", "extra_dejson": _client("job", password["job"])},
         "ballast_control_signing": {"conn_type": "generic", "login": kid, "password": secret},
+        # the rebalance DAGs' asset watchers on <job>.signals: the consumer's whole config
+        "ballast_kafka_watch": {"conn_type": "kafka", "extra_dejson": {
+            **_client("controller", password["controller"]), "group.id": WATCH_GROUP, "auto.offset.reset": "latest"}},
     }
-    if _write_once(airflow / "connections.json", json.dumps(conns, indent=2)):
-        written.append(str(airflow / "connections.json"))
+    path = airflow / "connections.json"
+    if _write_once(path, json.dumps(conns, indent=2)):
+        written.append(str(path))
+    else:  # a deployment made before a connection existed gets the ones it lacks, the rest kept
+        have = json.loads(path.read_text())
+        if set(conns) - set(have):
+            path.unlink()
+            _write_once(path, json.dumps({**conns, **have}, indent=2))
+            written.append(str(path))
     return written
 
 

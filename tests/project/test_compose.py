@@ -256,6 +256,20 @@ def test_secrets_init_makes_private_consistent_secrets_once(tmp_path):
         assert sec.password == pw[f"{user.upper()}_PASSWORD"]
         assert conns[conn_id].extra_dejson["bootstrap.servers"] == "kafka:9092"
     assert f'password="{pw["ADMIN_PASSWORD"]}"' in (root / "kafka" / "admin.properties").read_text()
+    # the signals watchers' connection: the controller, in the group kafka-init.sh grants
+    watch = conns["ballast_kafka_watch"].extra_dejson
+    assert (watch["sasl.username"], watch["group.id"], watch["auto.offset.reset"]) == ("controller", "ballast-watch",
+                                                                                       "latest")
+    assert "--group ballast-watch" in (REPO / "docker" / "kafka-init.sh").read_text()
+    # a deployment made before the watchers existed gets their connection, keeping its own secrets
+    path = root / "airflow" / "connections.json"
+    old = json.loads(path.read_text())
+    del old["ballast_kafka_watch"]
+    path.write_text(json.dumps(old))
+    assert mod.make(root) == [str(path)]
+    assert json.loads(path.read_text())["ballast_kafka"] == old["ballast_kafka"]
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert "ballast_kafka_watch" in load_connections_dict(str(path))
     signing = conns["ballast_control_signing"]
     key = SigningKey.of(signing.login, signing.password)
     ring = load_keyring(str(root / "airflow" / "control-keys.json"))
