@@ -50,8 +50,11 @@ def test_checkpoint_and_state_on_s3_survive_kills_exactly_once(kafka_bootstrap, 
            "--db-url", db_url, "--trigger-ms", "200", "--max-offsets-per-trigger", "1500"]
     env = cli_env(faults_file)
 
+    # an executor killed before its commit and the driver killed before the epoch's manifest: both
+    # restart from Spark's offsets and commits on S3 (the output-side kill points run on local disk
+    # in test_txn_exactly_once; a third restart here cost ~90 s of the suite and covered no S3 path)
     killed_runs(cmd, env, logs, faults_file, tick=lambda: None, rng=random.Random(31),
-                faults=("worker_before_commit 3", "before_manifest 2", "worker_after_output_commit 2"))
+                faults=("worker_before_commit 3", "before_manifest 2"))
 
     def done() -> bool:
         eps = committed_epochs(spark_ckpt)
