@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from spark_jobs.operators import KeyCount, Output
 
 SLOW_KEY = b"slow"
-SLEEP_S = 1.0
+SLEEP_S = 2.0  # long enough that the fold leads even when a loaded machine slows Spark's own stages
 
 
 class SlowKeyCount(KeyCount):

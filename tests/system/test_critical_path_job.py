@@ -21,7 +21,7 @@ from pyspark.sql import functions as F
 from ballast.policy import bin_weights
 from ballast.store import bin_stats
 from ballast.store.traces import read_trace
-from ballast.tracing import epochs_participation
+from ballast.tracing import Message, Trace, epochs_participation
 from spark_jobs.bins import bin_of_hash, bits_for, uniform_assignment
 from spark_jobs.offsets import committed_epochs, read_end_offsets
 from spark_jobs.runner import RunConfig, start_job
@@ -61,7 +61,11 @@ def test_the_slow_workers_fold_leads_the_critical_path(spark, kafka_bootstrap, m
     stored = read_trace(db_url, job, cfg.operator)
     assert {a.epoch for a in stored.activities} == {int(e) for e, _, _ in lines[:-1]}, \
         "each epoch's trace is stored with the next epoch's commit (the last one's is not, yet)"
-    slow_epochs = [(int(e), int(ms), text) for e, ms, text in lines if int(ms) >= 1000]
+    # the epochs that carried the slow key: the slow worker's fold slept a second (the stored trace);
+    # another epoch can also take a second on a loaded machine (Spark's own stages), with no fold to lead
+    carried = {a.epoch for a in stored.activities if a.kind == "fold" and a.timeline == f"worker {slow}"
+               and a.end_us - a.start_us >= 900_000}
+    slow_epochs = [(int(e), int(ms), text) for e, ms, text in lines if int(ms) >= 1000 and int(e) in carried]
     print("\n".join(f"epoch {e} critical path {ms} ms: {text}" for e, ms, text in slow_epochs))
     assert len(slow_epochs) >= 3, f"too few epochs carried the slow key: {lines}"
     for epoch, ms, text in slow_epochs:
@@ -76,7 +80,14 @@ def test_the_slow_workers_fold_leads_the_critical_path(spark, kafka_bootstrap, m
     slow_bin = bin_of_hash(h, bits_for(BINS))
     assert max(range(BINS), key=lambda b: stats.fold_us[b]) == slow_bin, stats
     assert stats.fold_us[slow_bin] / sum(stats.fold_us) > 2 * stats.load[slow_bin] / sum(stats.load), stats
-    shares = epochs_participation(stored).by("label")
+    # the window the controller would look at while the slow key flows (the idle epochs after the
+    # input ran out are Spark's own stages only, and on a loaded machine they can outweigh the folds)
+    keep = [i for i, a in enumerate(stored.activities) if a.epoch in carried]
+    index = {old: new for new, old in enumerate(keep)}
+    window = Trace(tuple(stored.activities[i] for i in keep),
+                   tuple(Message(index[m.src], index[m.dst], m.kind) for m in stored.messages
+                         if m.src in index and m.dst in index))
+    shares = epochs_participation(window).by("label")
     weights = bin_weights(stats.load, stats.fold_us, shares, min_share=0.5)
     assert weights.basis == "fold time" and f"hottest: bin {slow_bin}" in weights.reason, (weights.reason, shares)
     print(weights.reason)
