@@ -57,6 +57,7 @@ class ReactionProfile:
     signal_hold_s: float = 30.0
     warm_s: float = 45.0  # after the DAGs are parsed: the watcher subscribes, the jobs settle
     timeout_s: float = 420.0  # step → both plans emitted, at most
+    applied_wait_s: float = 90.0  # then, for context: until both ran an epoch at W=2
 
 
 REACTION_SMOKE = ReactionProfile()
@@ -240,6 +241,7 @@ def exp_reaction(ctx: Ctx) -> dict[str, Any]:
     gens: list[Proc] = []
     airflow_started = False
     res: dict[str, Any] = {"profile": P.__dict__, "jobs": names, "cron": cron}
+    t_begin = time.time()  # a re-run on the same broker finds the earlier run's signals on the topic
     try:
         for j in jobs.values():
             j.start()
@@ -272,7 +274,7 @@ def exp_reaction(ctx: Ctx) -> dict[str, Any]:
                     raise RuntimeError(f"job {role} exited:\n{j.proc.tail() if j.proc else ''}")
             steady = all(len(t := j.epochs_tail(3)) == 3 and all((e.backlog or 0) <= limit for e in t)
                          for j in jobs.values())
-            sigs = signal_times(ctx.bootstrap, f"{names['event']}.signals")
+            sigs = [s_ for s_ in signal_times(ctx.bootstrap, f"{names['event']}.signals") if s_["t"] >= t_begin]
             quiet = not sigs or time.time() - sigs[-1]["t"] > P.signal_hold_s + 2
             running = [r_ for d in dags.values() for r_ in api.runs(d) if r_.get("state") in ("queued", "running")]
             if time.time() - t_parsed >= P.warm_s and steady and quiet and not running:
@@ -304,6 +306,16 @@ def exp_reaction(ctx: Ctx) -> dict[str, Any]:
                     if t is not None:
                         first[role], plan_of[role] = t, pid
                         ctx.log(f"[reaction] {role}: first plan step emitted {t - t_step:.1f}s after the step")
+        # context: when each job ran at W=2 (the plan applied), at most `applied_wait_s` after both emitted
+        applied: dict[str, float | None] = {}
+        wait_end = time.time() + P.applied_wait_s
+        while True:
+            for role, j in jobs.items():
+                w2 = [e for e in j.epochs() if e.workers > 1 and unix(e.ended_at) >= t_step]
+                applied[role] = unix(w2[0].ended_at) - t_step if w2 else None
+            if all(v is not None for v in applied.values()) or time.time() > wait_end:
+                break
+            time.sleep(2)
         # context from Airflow: the run that emitted each plan (type, start)
         runs = {role: api.runs(d) for role, d in dags.items()}
         dag_run_s: dict[str, float | None] = {}
@@ -320,7 +332,7 @@ def exp_reaction(ctx: Ctx) -> dict[str, Any]:
             emitting = [r_ for r_ in rs if _ts(r_.get("start_date")) == (max(starts) if starts else None)]
             res[f"{role}_run_type"] = emitting[0].get("run_type") if emitting else None
         rp.write_csv(out / "dag_runs.csv", sorted(run_rows, key=lambda x: (x["job"], x["start_s"] or 0)))
-        sigs = signal_times(ctx.bootstrap, f"{names['event']}.signals")
+        sigs = [s_ for s_ in signal_times(ctx.bootstrap, f"{names['event']}.signals") if s_["t"] >= t_begin]
         rp.write_csv(out / "signals.csv", [{**s_, "t_s": s_["t"] - t_step} for s_ in sigs])
         after = [s_ for s_ in sigs if s_["t"] >= t_step]
         res["signal_after_step_s"] = after[0]["t"] - t_step if after else None
@@ -337,6 +349,10 @@ def exp_reaction(ctx: Ctx) -> dict[str, Any]:
                           "signal_epochs": P.signal_epochs, "trigger_ms": P.trigger_ms,
                           "batch_budget_s": P.batch_budget_s,
                           "event_run_type": res.get("event_run_type"),
+                          "event_w2_epoch_s": applied.get("event"), "schedule_w2_epoch_s": applied.get("schedule"),
+                          # runs that failed before the step (the executor lost the api-server under load)
+                          "runs_failed_before_step": sum(1 for r_ in run_rows if r_["state"] == "failed"
+                                                         and (r_["start_s"] or 0) < 0),
                           "schedule_run_type": res.get("schedule_run_type")}
         (out / "result.json").write_text(json.dumps(rp.clean(res), indent=2, default=str))
         (out / "README.md").write_text(readme(res["summary"]))
@@ -372,7 +388,9 @@ def readme(s: dict[str, Any]) -> str:
         f"| event-driven ({s.get('event_run_type')}) | {f(s['event_s'])} | {f(s['event_dag_run_s'])} |\n"
         f"| schedule ({s.get('schedule_run_type')}) | {f(s['schedule_s'])} | {f(s['schedule_dag_run_s'])} |\n\n"
         f"**event ÷ schedule = {ratio}**. "
-        f"The job's signal ({s.get('signal_reason')}) left {f(s.get('signal_after_step_s'))} s after the step.\n\n"
+        f"The job's signal ({s.get('signal_reason')}) left {f(s.get('signal_after_step_s'))} s after the step. "
+        f"First epoch at W=2: event {f(s.get('event_w2_epoch_s'))} s, schedule {f(s.get('schedule_w2_epoch_s'))} s "
+        f"after the step. DAG runs that failed before the step: {s.get('runs_failed_before_step', 'n/a')}.\n\n"
         f"One sample: the step fell {f(s['schedule_tick_wait_s'])} s before the next tick. The schedule's reaction "
         f"is that wait + the DAG's run: {f(s['schedule_expected_s'])} s on average over where a step falls "
         f"(half an interval + the measured run), {f(s['schedule_worst_s'])} s at worst.\n\n"
