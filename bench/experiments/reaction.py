@@ -137,7 +137,9 @@ class Api:
 
     def token(self) -> str:
         if self._token is None:
-            pw = os.environ.get("BALLAST_AIRFLOW_PASSWORD", "ballast")
+            from ballast.options import settings
+
+            pw = settings().airflow_password
             body = json.dumps({"username": "admin", "password": pw}).encode()
             req = urllib.request.Request(f"{self.root}/auth/token", body, {"Content-Type": "application/json"})
             with urllib.request.urlopen(req, timeout=60) as r:

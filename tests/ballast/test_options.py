@@ -35,6 +35,8 @@ NOT_VARIABLES = {
     "BALLAST_KAFKA": "Airflow connection id, set as AIRFLOW_CONN_BALLAST_KAFKA (scripts/stack.py)",
     "BALLAST_KAFKA_JOB": "Airflow connection id, set as AIRFLOW_CONN_BALLAST_KAFKA_JOB (scripts/stack.py)",
     "BALLAST_IMPORT": "a Python constant in tests/system/test_processor_ported.py",
+    "BALLAST_SERVICE_TAG": "a marker scripts/stack_procs.py sets on a service's processes, never read as a knob",
+    "BALLAST_RUN_TAG": "a marker `make test` sets on its run's processes (scripts/leftovers.py), never a knob",
 }
 TOKEN = re.compile(r"(?<![A-Za-z0-9_])BALLAST_[A-Z0-9_]*[A-Z0-9]")
 SCANNED = re.compile(r"(\.(py|sh|md|ya?ml|toml|ini|cfg)|Makefile|Dockerfile)$")
