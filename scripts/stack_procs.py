@@ -91,16 +91,19 @@ def service_tag(pidfile: Path) -> str:
     return str(pidfile.resolve())
 
 
-def tagged(tag: str, var: str = TAG_VAR) -> list[int]:
-    """Pids of the running processes started under `tag` (`var=tag` in /proc/<pid>/environ; only
-    our own user's processes are readable, which are the only ones we could have started)."""
+def tagged(tag: str, var: str = TAG_VAR, prefix: bool = False) -> list[int]:
+    """Pids of the running processes started under `tag` (`var=tag` in /proc/<pid>/environ, or a
+    tag starting with `tag` when `prefix`; only our own user's processes are readable, which are
+    the only ones we could have started)."""
     needle = f"{var}={tag}".encode()
     found = []
     for d in Path("/proc").iterdir():
         if not d.name.isdigit() or int(d.name) == os.getpid():
             continue
         try:
-            if needle in (d / "environ").read_bytes().split(b"\0") and not _zombie(int(d.name)):
+            env = (d / "environ").read_bytes().split(b"\0")
+            hit = any(v.startswith(needle) for v in env) if prefix else needle in env
+            if hit and not _zombie(int(d.name)):
                 found.append(int(d.name))
         except OSError:  # gone meanwhile, or another user's
             continue

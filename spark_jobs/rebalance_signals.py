@@ -28,7 +28,6 @@ class RebalanceSignals:
         self.cfg = cfg
         self.clients = clients
         self.signaller = Signaller(cfg.signal_config)
-        self.sent = 0
 
     def after_commit(self, epoch: int, backlog: int | None, batch_ms: float, workers: int) -> Signal | None:
         """Observe a committed epoch; the signal sent for it, if any. An epoch whose backlog is
@@ -44,7 +43,6 @@ class RebalanceSignals:
             future = self.clients.producer.send(signals_topic(job), key=message_key(job, op), value=record.to_json())
             future.add_errback(lambda exc: log.warning("rebalance signal of epoch %d not sent: %s "
                                                        "(the schedule still runs the DAG)", epoch, exc))
-            self.sent += 1
             log.info("epoch %d: rebalance signal (%s): %s", epoch, sig.reason, sig.detail)
             return sig
         except Exception:  # never the epoch's failure

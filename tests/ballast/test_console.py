@@ -45,14 +45,19 @@ def _running(url: str, job: str, workers: int = 2, epoch: int = 5) -> None:
                           status="running", executors=2, capacity=4, spark_ui_url="http://127.0.0.1:4041"))
 
 
-def test_console_api_shows_job_map_plan_decisions_events(client, db_url, jobs_file, unique_name):
-    job = unique_name
+def _running_job_with_a_plan(db_url: str, jobs_file, job: str):  # type: ignore[no-untyped-def]
+    """A running 2-worker job with six epochs of metrics and a stored 2 -> 3 fluid plan: (plan id, steps)."""
     jobs_file(bins=16)
     seed_job(db_url, job, bins=16, workers=2, epochs=6)
     _running(db_url, job)
     plan_id = controller.plan_manual(db_url, get_job(job), {"target_workers": 3, "strategy": "fluid",
                                                           "dry_run": False})["plan_id"]
-    steps = store.plan_steps(db_url, plan_id)
+    return plan_id, store.plan_steps(db_url, plan_id)
+
+
+def test_console_api_shows_job_map_plan_decisions_events(client, db_url, jobs_file, unique_name):
+    job = unique_name
+    plan_id, steps = _running_job_with_a_plan(db_url, jobs_file, job)
     now = datetime.now(UTC)
     store.mark_step_emitted(db_url, plan_id, 1, now, 0, 11)
     moved = steps[0].payload["moves"]
@@ -223,12 +228,7 @@ def test_plan_rows_compare_like_with_like_and_accuracy_spans_recent_plans(client
     """A finished plan shows its pause (predicted vs measured, same steps) and its duration
     (predicted vs first emit → last checkpoint); the accuracy line summarises recent plans."""
     job = unique_name
-    jobs_file(bins=16)
-    seed_job(db_url, job, bins=16, workers=2, epochs=6)
-    _running(db_url, job)
-    plan_id = controller.plan_manual(db_url, get_job(job), {"target_workers": 3, "strategy": "fluid",
-                                                          "dry_run": False})["plan_id"]
-    steps = store.plan_steps(db_url, plan_id)
+    plan_id, steps = _running_job_with_a_plan(db_url, jobs_file, job)
     t0 = datetime.now(UTC)
     with session_scope(db_url) as s:
         for i, st in enumerate(steps):

@@ -90,16 +90,7 @@ def test_make_up_status_down(isolated_env):
 
 def _service_processes(state: Path) -> list[int]:
     """Running processes started by the stack whose state dir is `state` (by their service tag)."""
-    prefix = f"{stack_procs.TAG_VAR}={state.resolve()}/".encode()
-    found = []
-    for d in Path("/proc").iterdir():
-        try:
-            if d.name.isdigit() and any(v.startswith(prefix) for v in (d / "environ").read_bytes().split(b"\0")) \
-                    and (d / "stat").read_text().rpartition(")")[2].split()[0] != "Z":
-                found.append(int(d.name))
-        except OSError:
-            continue
-    return found
+    return stack_procs.tagged(f"{state.resolve()}/", prefix=True)
 
 
 DEAF_TREE = """

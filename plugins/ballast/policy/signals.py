@@ -114,8 +114,6 @@ def crossing(window: list[EpochLoad], c: SignalConfig) -> Signal | None:
 
 def _busy_side(recent: list[EpochLoad], c: SignalConfig) -> str | None:
     """BUSY when every one of the epochs was above the band, IDLE when every one was below."""
-    if len(recent) < c.epochs:
-        return None
     ratios = [e.batch_ms / c.budget_ms for e in recent]
     if all(r > c.busy_high for r in ratios):
         return BUSY
