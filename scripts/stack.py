@@ -18,6 +18,8 @@ from __future__ import annotations
 import json
 import shlex
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 if str(Path(__file__).resolve().parent) not in sys.path:  # the service modules beside this file,
@@ -105,13 +107,41 @@ def _jobs_running() -> list[str]:
 
 # ---------------------------------------------------------------------------------- CLI --
 SERVICES = {
-    "kafka": (kafka_up, kafka_down, lambda: pid_alive(KAFKA_PID) is not None and kafka_ready()),
-    "airflow": (airflow_up, airflow_down, lambda: pid_alive(AIRFLOW_PID) is not None and airflow_ready()),
-    "postgres": (postgres_up, postgres_down, lambda: pid_alive(PG_PID) is not None and port_open(PG_PORT)),
-    "s3": (s3_up, s3_down, lambda: pid_alive(S3_PID) is not None and port_open(default_s3().port)),
+    "kafka": (kafka_up, kafka_down, KAFKA_PID, kafka_ready),
+    "airflow": (airflow_up, airflow_down, AIRFLOW_PID, airflow_ready),
+    "postgres": (postgres_up, postgres_down, PG_PID, lambda: port_open(PG_PORT)),
+    "s3": (s3_up, s3_down, S3_PID, lambda: port_open(default_s3().port)),
     "jobs": (lambda: log("jobs: launched by ballast_supervise (or `make demo`), not by `up`"), jobs_down,
-             lambda: bool(_jobs_running())),
+             None, lambda: bool(_jobs_running())),
 }
+STATUS_PATIENCE_S = 30.0  # how long `status` gives a running service to answer (a loaded machine's
+# Airflow API can miss a 3 s probe; a process that runs but never answers is reported as such)
+
+
+def service_status(name: str, patience_s: float = STATUS_PATIENCE_S) -> str:
+    """One service's line for `status` (see `probe`)."""
+    _, _, pid_file, ready = SERVICES[name]
+    return probe(pid_file, ready, patience_s)
+
+
+def probe(pid_file: Path | None, ready: Callable[[], bool], patience_s: float) -> str:
+    """'up', 'down', or 'not answering' when the process in `pid_file` runs but `ready()` stayed
+    false for `patience_s` (probed every second, so a slow answer is not read as down)."""
+    if pid_file is None:
+        return "up" if ready() else "down"
+    if pid_alive(pid_file) is None:
+        return "down"
+    deadline = time.monotonic() + patience_s
+    while not ready():
+        pid = pid_alive(pid_file)
+        if pid is None:
+            return "down"
+        if time.monotonic() >= deadline:
+            return f"not answering (process {pid} runs; its log is under {STATE})"
+        time.sleep(1.0)
+    return "up"
+
+
 # `down` stops Airflow first (its supervise DAG would relaunch a stopped job), then the jobs
 # (which stop after their current epoch while Kafka and the metrics DB still answer), then the rest
 DOWN_ORDER = ["airflow", "jobs", "postgres", "s3", "kafka"]
@@ -158,9 +188,9 @@ def main(argv: list[str]) -> int:
         else:
             bad = 0
             for n in names or list(SERVICES):
-                ok = SERVICES[n][2]()
-                bad += not ok and n in (names or DEFAULT_UP)
-                print(f"{n:9s} {'up' if ok else 'down'}")
+                state = service_status(n)
+                bad += state != "up" and n in (names or DEFAULT_UP)
+                print(f"{n:9s} {state}", flush=True)
             return 1 if bad else 0
     except StackError as exc:
         log(f"ERROR: {exc}")

@@ -74,7 +74,7 @@ def test_make_up_status_down(isolated_env):
     assert again.returncode == 0 and "already running" in again.stdout  # idempotent
     assert json.loads((state / "secrets" / "control-signing.json").read_text()) == key  # the jobs' key is kept
 
-    status = subprocess.run(["make", "status"], cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+    status = subprocess.run(["make", "status"], cwd=REPO, env=env, capture_output=True, text=True, timeout=180)
     assert status.returncode == 0 and "kafka     up" in status.stdout and "airflow   up" in status.stdout
 
     tree = _service_processes(state)
@@ -84,7 +84,7 @@ def test_make_up_status_down(isolated_env):
     assert not _service_processes(state), "stopped means stopped: processes of the stack still run"
     assert not _port_open(port) and not _port_open(int(env["BALLAST_KAFKA_PORT"]))
     assert not list(Path(env["BALLAST_STATE_DIR"]).glob("*.pid"))
-    status = subprocess.run(["make", "status"], cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+    status = subprocess.run(["make", "status"], cwd=REPO, env=env, capture_output=True, text=True, timeout=180)
     assert status.returncode != 0 and "kafka     down" in status.stdout
 
 
@@ -180,6 +180,28 @@ def test_down_signals_only_processes_that_still_run_their_job(tmp_path):
         ours.kill()
         stranger.wait()
         ours.wait()
+
+
+def test_status_waits_for_a_running_service_to_answer_and_says_when_it_does_not(tmp_path):
+    """`status` gives a live process time to answer (a loaded machine's API can miss one probe), says
+    'not answering' with its pid when it never does, and 'down' without a process or when it ends."""
+    from scripts import stack
+
+    proc = subprocess.Popen(["sleep", "300"])
+    try:
+        pid_file = tmp_path / "svc.pid"
+        pid_file.write_text(str(proc.pid))
+        answers = iter([False, False, True])
+        assert stack.probe(pid_file, lambda: next(answers), patience_s=10) == "up"
+        assert stack.probe(pid_file, lambda: False, patience_s=1.5) == (
+            f"not answering (process {proc.pid} runs; its log is under {stack.STATE})")
+        proc.kill()
+        proc.wait()
+        assert stack.probe(pid_file, lambda: False, patience_s=10) == "down"
+        assert stack.probe(tmp_path / "never.pid", lambda: True, patience_s=10) == "down"
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 @pytest.mark.parametrize(("first", "then"), [("none", "scram"), ("scram", "none")])
