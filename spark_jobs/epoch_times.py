@@ -67,13 +67,25 @@ def parse_log(text: str) -> dict[int, tuple[dict[str, float], dict[str, float]]]
     return out
 
 
-def spark_outside(query: Any) -> dict[str, float]:
-    """Spark's own durations outside `addBatch` of the query's last completed batch ({} before one)."""
+def spark_outside(query: Any, batch: int | None = None) -> dict[str, float]:
+    """Spark's own durations outside `addBatch` of batch `batch` ({} when its progress is not at
+    hand), or of the query's last completed batch when `batch` is None. Read after an epoch's
+    `foreachBatch` returned, the last progress may already be that epoch's: the epoch's tail
+    (spark_jobs.epoch_tail) asks for the batch before by id."""
     try:
-        progress = query.lastProgress if query is not None else None
+        if query is None:
+            return {}
+        progress = query.lastProgress
+        if batch is not None and progress and _field(progress, "batchId") != batch:
+            progress = next((p for p in reversed(query.recentProgress or []) if _field(p, "batchId") == batch), None)
     except Exception:  # a progress we cannot read only costs the log line its second half
         return {}
     if not progress:
         return {}
-    d = progress["durationMs"] if isinstance(progress, dict) else progress.durationMs
+    d = _field(progress, "durationMs")
     return {k: float(d[k]) for k in SPARK_OUTSIDE if k in d}
+
+
+def _field(progress: Any, name: str) -> Any:
+    """A field of a progress: a dict (pyspark's JSON) or a StreamingQueryProgress."""
+    return progress[name] if isinstance(progress, dict) else getattr(progress, name)

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from spark_jobs import timers
@@ -225,19 +225,21 @@ class _Runtime:
         blob = ks.to_bytes()
         self.ch.set(b, sk, encode_value(sk, key, blob) if blob is not None else None)
 
-    def call(self, b: int, sk: bytes, key: bytes, fn: Any, dead: list[tuple[bytes, str]]) -> int:
-        """Run one handler on the key's state; returns dead letters written (0 or len(dead))."""
+    def call(self, b: int, sk: bytes, key: bytes, fn: Any, dead: Callable[[], list[tuple[bytes, str]]]) -> int:
+        """Run one handler on the key's state; returns dead letters written (0, or all of `dead()`:
+        the records it was called for with their notes, made only when the handler failed)."""
         ks_before, raw = self.load(sk, key)
         ks = KeyState(raw)
         self.handle._current = ks
         try:
             outs = [self._encode(r) for item in (fn() or ()) for r in _rows_of(item)]
         except Exception as exc:
-            for value, where in dead:
+            letters = dead()
+            for value, where in letters:
                 note = json.loads(where)
                 note.update(reason=note.get("reason", OPERATOR_ERROR), error=error_text(exc))
                 self.writer.add_output(DEAD_LETTER, key, value, json.dumps(note))
-            return len(dead)
+            return len(letters)
         finally:
             self.handle._current = None
         for v in outs:
@@ -248,6 +250,16 @@ class _Runtime:
     @staticmethod
     def _encode(row: Any) -> bytes:
         return json.dumps(row, default=_json_default, separators=(",", ":")).encode()
+
+
+def _row_letters(dl: list[tuple[bytes, tuple[str, int, int]]]) -> Callable[[], list[tuple[bytes, str]]]:
+    """The dead letters of a key's rows when its handler fails: their notes are made only then."""
+    return lambda: [(value, dead_note(OPERATOR_ERROR, *where)) for value, where in dl]
+
+
+def _timer_letter(ts: int, topic: str) -> Callable[[], list[tuple[bytes, str]]]:
+    """The dead letter of a timer whose handler fails (no record: an empty value and the timer's time)."""
+    return lambda: [(b"", json.dumps({"timer_ms": ts, "topic": topic}))]
 
 
 def _json_default(value: Any) -> Any:
@@ -311,7 +323,7 @@ def run_processor(cfg: Any, cache: Any, txn: Any, table: Any, n: int, owned: set
                 j += 1
             key, b = cols["key"][i], cols["bin"][i]
             bin_records[b] = bin_records.get(b, 0) + (j - i)
-            rows, dl = [], []
+            rows, dl = [], []  # the key's rows, and (value, source) of each for its dead letter
             for r in range(i, j):
                 value, where = cols["value"][r], source_of(topics, cols["partition"][r], cols["offset"][r])
                 try:
@@ -336,12 +348,13 @@ def run_processor(cfg: Any, cache: Any, txn: Any, table: Any, n: int, owned: set
                             f"{rt.tv.getCurrentWatermarkInMs()} ms (raise QuerySpec.lateness_ms to accept it)"))
                         continue
                 rows.append(Row(**d))
-                dl.append((value, dead_note(OPERATOR_ERROR, *where)))
+                dl.append((value, where))  # its dead letter's note only if the handler fails
             i = j
             if rows:
                 gk = tuple(json.loads(key).values())
                 sk = store_key(int(cols["h"][i - 1]), key)
-                dead += rt.call(b, sk, key, lambda gk=gk, rows=rows: rt.on_rows(gk, iter(rows), rt.tv), dl)
+                dead += rt.call(b, sk, key, lambda gk=gk, rows=rows: rt.on_rows(gk, iter(rows), rt.tv),
+                                _row_letters(dl))
             bin_ns[b] = bin_ns.get(b, 0) + clock() - t0
     due = cfg.clock.due(spec.time_mode)
     for b in sorted(owned):
@@ -355,8 +368,8 @@ def run_processor(cfg: Any, cache: Any, txn: Any, table: Any, n: int, owned: set
                 blob = ks.to_bytes()
                 changes.set(b, sk, encode_value(sk, key, blob) if blob is not None else None)
                 fired += 1
-                note = [(b"", json.dumps({"timer_ms": ts, "topic": cfg.input_topic}))]
-                dead += rt.call(b, sk, key, lambda gk=gk, ts=ts: rt.on_timer(gk, rt.tv, ExpiredTimerInfo(ts)), note)
+                dead += rt.call(b, sk, key, lambda gk=gk, ts=ts: rt.on_timer(gk, rt.tv, ExpiredTimerInfo(ts)),
+                                _timer_letter(ts, cfg.input_topic))
         for ts, sk, key in list(timers.scan(txn, cache.data, b, k, timers.TTL, rt.now)):
             ks_before, raw = rt.load(sk, key)
             rt.save(b, sk, key, KeyState(raw), ks_before)  # compact at `now`: expired values go

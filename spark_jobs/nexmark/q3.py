@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from spark_jobs.nexmark import AUCTION, KIND, PERSON, SCHEMA
+from spark_jobs.nexmark import AUCTION, KIND, PERSON, fields
 from spark_jobs.processor import StatefulProcessor, StatefulProcessorHandle, query
 
 STATES = ("OR", "ID", "CA")
@@ -42,6 +42,7 @@ class LocalItems(StatefulProcessor):
 
 
 _states = ", ".join(f"'{s}'" for s in STATES)
-Q3 = query(LocalItems, input_schema=SCHEMA, source_column=KIND, grouping_keys=("person_id",),
+Q3 = query(LocalItems, input_schema=fields("id", "name", "city", "state", "seller", "category"), source_column=KIND,
+           grouping_keys=("person_id",),
            where=f"({KIND} = {PERSON} AND state IN ({_states})) OR ({KIND} = {AUCTION} AND category = {CATEGORY})",
            columns=(("person_id", f"CASE WHEN {KIND} = {PERSON} THEN id ELSE seller END"),), sources=(PERSON, AUCTION))

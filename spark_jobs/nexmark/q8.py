@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from spark_jobs.nexmark import AUCTION, KIND, LATENESS_MS, PERSON, SCHEMA, WINDOW_MS
+from spark_jobs.nexmark import AUCTION, KIND, LATENESS_MS, PERSON, WINDOW_MS, fields
 from spark_jobs.processor import StatefulProcessor, StatefulProcessorHandle, query
 
 
@@ -43,7 +43,8 @@ class NewUsers(StatefulProcessor):
                       "reserve": reserve, "auction": a} for _, a, reserve in closing])
 
 
-Q8 = query(NewUsers, input_schema=SCHEMA, source_column=KIND, grouping_keys=("person_id",), time_mode="EventTime",
+Q8 = query(NewUsers, input_schema=fields("id", "name", "date_time", "reserve", "seller"), source_column=KIND,
+           grouping_keys=("person_id",), time_mode="EventTime",
            event_time_column="date_time", lateness_ms=LATENESS_MS, where=f"{KIND} IN ({PERSON}, {AUCTION})",
            columns=(("person_id", f"CASE WHEN {KIND} = {PERSON} THEN id ELSE seller END"),
                     ("window_start", f"date_time - date_time % {WINDOW_MS}")), sources=(PERSON, AUCTION))

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from spark_jobs.nexmark import BID, KIND, LATENESS_MS, PERIOD_MS, SCHEMA, WINDOW_MS
+from spark_jobs.nexmark import BID, KIND, LATENESS_MS, PERIOD_MS, WINDOW_MS, fields
 from spark_jobs.processor import PreAggregate, StatefulProcessor, StatefulProcessorHandle, query
 
 
@@ -76,7 +76,8 @@ class HighestBid(StatefulProcessor):
                       "price": p, "date_time": t} for p, a, b, t in top])
 
 
-_EVENT_TIME: dict[str, Any] = {"input_schema": SCHEMA, "source_column": KIND, "grouping_keys": ("window_start",),
+_EVENT_TIME: dict[str, Any] = {"input_schema": fields("auction", "bidder", "price", "date_time"),
+                               "source_column": KIND, "grouping_keys": ("window_start",),
                                "time_mode": "EventTime", "event_time_column": "date_time",
                                "lateness_ms": LATENESS_MS, "where": f"{KIND} = {BID}", "sources": (BID,)}
 _LAST = f"date_time - date_time % {PERIOD_MS}"

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from spark_jobs.nexmark import AUCTION, BID, KIND, LATENESS_MS, SCHEMA
+from spark_jobs.nexmark import AUCTION, BID, KIND, LATENESS_MS, fields
 from spark_jobs.processor import StatefulProcessor, StatefulProcessorHandle, query
 
 LAST = 10
@@ -113,7 +113,8 @@ class SellerAverageProcessor(StatefulProcessor):
         return iter([{"seller": key[0], "avg_price": _avg(sum(prices), len(prices)), "count": len(prices)}])
 
 
-WinningBids = query(WinningBidProcessor, input_schema=SCHEMA, source_column=KIND, grouping_keys=("auction_id",),
+_WINNING_READS = fields("id", "date_time", "expires", "reserve", "seller", "category", "auction", "bidder", "price")
+WinningBids = query(WinningBidProcessor, input_schema=_WINNING_READS, source_column=KIND, grouping_keys=("auction_id",),
                     time_mode="EventTime", event_time_column="date_time", lateness_ms=LATENESS_MS,
                     where=f"{KIND} IN ({AUCTION}, {BID})",
                     columns=(("auction_id", f"CASE WHEN {KIND} = {AUCTION} THEN id ELSE auction END"),),

@@ -20,8 +20,9 @@ def test_laps_add_up_per_phase_in_order() -> None:
 
 
 class _Query:
-    def __init__(self, progress: object) -> None:
+    def __init__(self, progress: object, recent: list[object] | None = None) -> None:
         self.lastProgress = progress
+        self.recentProgress = recent or ([progress] if progress else [])
 
 
 def test_spark_outside_reads_the_last_progress_and_nothing_before_one() -> None:
@@ -30,6 +31,17 @@ def test_spark_outside_reads_the_last_progress_and_nothing_before_one() -> None:
     assert spark_outside(_Query(d)) == {"latestOffset": 5.0, "walCommit": 40.0, "queryPlanning": 20.0,
                                         "commitOffsets": 35.0}
     assert spark_outside(_Query(None)) == {} and spark_outside(None) == {}
+
+
+def test_spark_outside_of_a_named_batch_looks_past_a_newer_last_progress() -> None:
+    """An epoch's tail runs while Spark may already have reported that epoch: it asks for the batch
+    before by id, and gets nothing rather than another batch's durations."""
+    older = {"batchId": 6, "durationMs": {"latestOffset": 3, "queryPlanning": 11}}
+    newer = {"batchId": 7, "durationMs": {"latestOffset": 9, "queryPlanning": 99}}
+    q = _Query(newer, [older, newer])
+    assert spark_outside(q, batch=6) == {"latestOffset": 3.0, "queryPlanning": 11.0}
+    assert spark_outside(q, batch=7) == {"latestOffset": 9.0, "queryPlanning": 99.0}
+    assert spark_outside(q, batch=5) == {}
 
 
 def test_a_logged_line_reads_back_as_it_was_written() -> None:
