@@ -1,15 +1,18 @@
-"""What a stateless query's JVM half costs against the same query in Spark's own operators, and what
-declaring only the fields it reads saves (issue 22):
+"""What a query's JVM half costs against the same query in Spark's own operators, and what declaring
+only the fields it reads saves (issue 22):
 
     python -m bench.parse_width [--rows 400000] [--rounds 5]
 
 On one local Spark (2 cores), over the same cached batch of NEXMark-shaped bid records, each round
 runs, in alternating order (ABBA, so drift hits every variant alike), one Spark job per variant into
 Spark's `noop` sink:
-- `native`: what bench.nexmark_native runs for Q1/Q2 (from_json with the union schema, whose unread
-  fields Spark's optimizer prunes; the selection; to_json of the answer);
-- `ballast, union schema`: Ballast's epoch for the query (spark_jobs.stateless: parse with the
-  dead-letter test, selection, ids and headers) with `input_schema` = all 18 NEXMark fields;
+- `native`: what bench.nexmark_native runs for the query (from_json with the union schema, whose
+  unread fields Spark's optimizer prunes; Q1/Q2 the selection and to_json of the answer; Q7 the
+  window aggregation, in batch: Spark's streaming query adds its state store to it);
+- `ballast, union schema`: Ballast's epoch for the query up to the routing (Q1/Q2:
+  spark_jobs.stateless, parse with the dead-letter test, selection, ids and headers; Q7: the
+  processor's parse and JVM pre-aggregation, `ProcessorOperator.keyed`) with `input_schema` = all 18
+  NEXMark fields;
 - `ballast, declared fields`: the same with the query's own `input_schema` (spark_jobs.nexmark.fields).
 Prints each variant's median time over the rounds after the first, and its ratio to `native`
 measured in the same rounds. No Kafka: the input is a cached DataFrame, so the figures are the
@@ -25,7 +28,7 @@ import sys
 import time
 from typing import Any
 
-QUERIES = ("q1", "q2")
+QUERIES = ("q1", "q2", "q7")
 
 
 def _batch(spark: Any, rows: int) -> Any:
@@ -50,8 +53,13 @@ def _native(raw: Any, q: str) -> Any:
     df = raw.select(F.from_json(F.col("value").cast("string"), SCHEMA).alias("r")).select("r.*")
     if q == "q1":
         df = df.select("auction", "bidder", F.expr("CAST(price * 89 DIV 100 AS BIGINT)").alias("price"), "date_time")
-    else:
+    elif q == "q2":
         df = df.where("auction % 123 = 0").select("auction", "price")
+    else:  # every bid at the window's top price, as bench.nexmark_native's Q7
+        bids = F.collect_list(F.struct("price", "auction", "bidder", "date_time"))
+        top = df.withColumn("ts", F.timestamp_millis("date_time")).groupBy(F.window("ts", "10 seconds")).agg(
+            F.max("price").alias("top"), bids.alias("all"))
+        df = top.select("window", F.explode(F.filter("all", lambda x: x["price"] == F.col("top"))).alias("t"))
     return df.select(F.to_json(F.struct(*df.columns)).alias("value"))
 
 
@@ -59,15 +67,23 @@ def _ballast(raw: Any, q: str, union: bool) -> Any:
     from spark_jobs.inputs import InputRows
     from spark_jobs.nexmark import SCHEMA, topics
     from spark_jobs.nexmark.stateless import Q1, Q2
+    from spark_jobs.nexmark.windows import Q7
+    from spark_jobs.processing import ProcessorOperator
     from spark_jobs.stateless import StatelessOperator
     from spark_jobs.storage import Location
+    from spark_jobs.timers import EpochClock
 
+    names = topics("n").split(",")
+    rows = InputRows(names, (), Location.of("/nonexistent-no-hand-off")).rows(raw, -1)
+    if q == "q7":
+        declared = getattr(Q7, "ballast_query")  # noqa: B009 - set by spark_jobs.processor.query, unknown to mypy
+        spec = dataclasses.replace(declared, input_schema=SCHEMA) if union else declared
+        proc = ProcessorOperator(type(Q7.__name__, (Q7,), {"ballast_query": spec}))
+        return proc.keyed(rows, EpochClock(1, 2_000_000_000_000, 0))  # nothing late, nothing ahead
     query = Q1 if q == "q1" else Q2
     if union:
         query = dataclasses.replace(query, input_schema=SCHEMA)
-    names = topics("n").split(",")
     op = StatelessOperator(query)
-    rows = InputRows(names, (), Location.of("/nonexistent-no-hand-off")).rows(raw, -1)
     return op.finish(op.prepare(rows, names, "n.output", "n.dlq"), 1, dead_column=False)
 
 

@@ -21,6 +21,7 @@ from datetime import datetime, timedelta
 from airflow.sdk import DAG, Param, task
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
+from ballast import dag_ids
 from ballast.config import JobConfig, load_jobs
 from ballast.options import EMIT_MODES, ORDERS, STRATEGIES
 from ballast.sensors import CheckpointSensor
@@ -98,7 +99,7 @@ def make_dag(jobs: dict[str, JobConfig], approval_timeout: timedelta = APPROVAL_
     # what is left for emit + await once the approval has used its time
     max_migration = DAGRUN_TIMEOUT - approval_timeout
     with DAG(
-        dag_id="ballast_migrate",
+        dag_id=dag_ids.MIGRATE,
         description="Manual live migration of a Ballast job: worker count or chosen bins, after approval",
         schedule=None,
         start_date=datetime(2026, 1, 1),

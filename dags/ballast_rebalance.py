@@ -20,6 +20,7 @@ from typing import Any
 from airflow.sdk import DAG, Asset, AssetOrTimeSchedule, AssetWatcher, CronTriggerTimetable, TaskGroup, task
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
+from ballast import dag_ids
 from ballast.config import JobConfig, load_jobs, schedules
 from ballast.protocol import signals_topic
 from ballast.sensors import CheckpointSensor
@@ -92,7 +93,7 @@ def _rebalance_group(cfg: JobConfig) -> None:
 
 
 def dag_id(job: str) -> str:
-    return f"ballast_rebalance__{job}"
+    return dag_ids.rebalance(job)
 
 
 def signals_asset(cfg: JobConfig) -> Asset:

@@ -11,10 +11,11 @@ from datetime import datetime, timedelta
 
 from airflow.sdk import DAG, Param, task
 
+from ballast import dag_ids
 from ballast.store.retention import DEFAULT_KEEP, DEFAULT_KEEP_EPOCHS
 
 with DAG(
-    dag_id="ballast_retention",
+    dag_id=dag_ids.RETENTION,
     description="Delete per-epoch metrics older than the retention window",
     schedule="@daily",
     start_date=datetime(2026, 1, 1),

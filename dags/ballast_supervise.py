@@ -15,11 +15,12 @@ from datetime import datetime, timedelta
 
 from airflow.sdk import DAG, task
 
+from ballast import dag_ids
 from ballast.config import JobConfig, load_jobs, schedules
 
 
 def dag_id(job: str) -> str:
-    return f"ballast_supervise__{job}"
+    return dag_ids.supervise(job)
 
 
 def make_dag(cfg: JobConfig, schedule: str | None) -> DAG:

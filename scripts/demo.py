@@ -45,6 +45,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "scripts"))
 import stack  # noqa: E402
 
+from ballast import dag_ids  # noqa: E402
 from ballast.kafka_security import KafkaSecurity  # noqa: E402
 from ballast.options import settings  # noqa: E402
 from ballast.store import JobStore  # noqa: E402
@@ -314,9 +315,9 @@ def main() -> int:
                                  if stack.signing_enabled() else "UNSIGNED (BALLAST_CONTROL_SIGNING=none)"))
     stack.ensure_topics({JOB: 4}, security=KafkaSecurity.from_config(broker.client_config("admin")))
     af = Airflow()
-    supervise = af.wait_for_dag(f"ballast_supervise__{JOB}", "ballast_supervise")
-    migrate = af.wait_for_dag("ballast_migrate")
-    rebalance = af.wait_for_dag(f"ballast_rebalance__{JOB}", "ballast_rebalance")
+    supervise = af.wait_for_dag(dag_ids.supervise(JOB), "ballast_supervise")
+    migrate = af.wait_for_dag(dag_ids.MIGRATE)
+    rebalance = af.wait_for_dag(dag_ids.rebalance(JOB), "ballast_rebalance")
 
     rate = settings().demo_rate
     # the load starts first: an idle job runs no epochs, and epochs are what write its heartbeat

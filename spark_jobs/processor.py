@@ -58,12 +58,13 @@ class QuerySpec:
 
     `input_schema` is the DDL of the JSON in each Kafka record's value (None: the columns are the
     record's `key` and `value` as strings): declare the fields the query reads, no more — the parser
-    skips the others, which costs less per record (NEXMark Q2: ~1.8x Spark's own filter with all 18
-    fields of the union, ~1.4x with the 2 it reads), and a bad value in a field the query never reads
-    does not make its record a dead letter; `grouping_keys` are columns of it; `event_time_column`
-    (a timestamp column) and `lateness_ms` define the watermark in EventTime mode. With several input
-    topics (a join) every topic's JSON is read with the same schema (a side's missing fields are
-    null) and `source_column`, when set, names a column that tells the input's position (0, 1, …).
+    skips the others, which costs less per record (NEXMark Q2's JVM half: 1.7-1.8x Spark's own
+    query with all 18 fields of the union, 1.3-1.5x with the 2 it reads; `python -m bench.parse_width`),
+    and a bad value in a field the query never reads does not make its record a dead letter;
+    `grouping_keys` are columns of it; `event_time_column` (a timestamp column) and `lateness_ms`
+    define the watermark in EventTime mode. With several input topics (a join) every topic's JSON is
+    read with the same schema (a side's missing fields are null) and `source_column`, when set, names
+    a column that tells the input's position (0, 1, …).
     `where` (a Spark SQL predicate) and `columns` ((name, Spark SQL expression) pairs, applied in order,
     generators such as explode allowed) run on the parsed rows before routing: a stateless query
     (a filter, a projection) or a key computed from the row (e.g. a NEXMark join key) needs no code

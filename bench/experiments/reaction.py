@@ -32,6 +32,7 @@ from typing import Any
 
 import yaml
 
+from ballast import dag_ids
 from bench import report as rp
 from bench.ballast_job import BallastJob, JobSpec
 from bench.experiments.common import Ctx, _start_gen, own_profile
@@ -258,7 +259,7 @@ def exp_reaction(ctx: Ctx) -> dict[str, Any]:
         if r.returncode != 0:
             raise RuntimeError(f"stack.py up airflow failed:\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}")
         ctx.log(f"[reaction] Airflow up in {time.time() - t0:.0f}s")
-        dags = {role: f"ballast_rebalance__{job}" for role, job in names.items()}
+        dags = {role: dag_ids.rebalance(job) for role, job in names.items()}
         deadline = time.time() + 420
         while not all(api.get(f"/api/v2/dags/{d}")[0] == 200 for d in dags.values()):
             if time.time() > deadline:

@@ -31,12 +31,12 @@ from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.exceptions import HTTPException as FastAPIHTTPException
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
 
-from ballast import console, console_trace, store
+from ballast import console, console_trace, dag_ids, store
 from ballast.links import ConsolePlanLink
 
 log = logging.getLogger(__name__)
 
-MIGRATE_DAG = "ballast_migrate"  # the trigger form the console opens; reading its runs = seeing the console
+MIGRATE_DAG = dag_ids.MIGRATE  # the trigger form the console opens; reading its runs = seeing the console
 STATIC = Path(__file__).resolve().parent / "static"
 
 # Airflow's dependency: 401 without a valid token, 403 when the auth manager says no
@@ -176,8 +176,8 @@ def _with_dag_links(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Each job's DAG runs in Airflow's UI: its rebalance and supervise DAGs (dags/ naming)."""
     base = _airflow_base()
     for r in rows:
-        dag_ids = {kind: f"ballast_{kind}__{r['job']}" for kind in ("rebalance", "supervise")}
-        r["dags"] = [{"name": kind, "url": f"{base}/dags/{quote(d, safe='')}/runs"} for kind, d in dag_ids.items()]
+        ids = {"rebalance": dag_ids.rebalance(r["job"]), "supervise": dag_ids.supervise(r["job"])}
+        r["dags"] = [{"name": kind, "url": f"{base}/dags/{quote(d, safe='')}/runs"} for kind, d in ids.items()]
     return rows
 
 
