@@ -129,17 +129,12 @@ def probe(pid_file: Path | None, ready: Callable[[], bool], patience_s: float) -
     false for `patience_s` (probed every second, so a slow answer is not read as down)."""
     if pid_file is None:
         return "up" if ready() else "down"
-    if pid_alive(pid_file) is None:
-        return "down"
     deadline = time.monotonic() + patience_s
-    while not ready():
-        pid = pid_alive(pid_file)
-        if pid is None:
-            return "down"
+    while (pid := pid_alive(pid_file)) is not None and not ready():
         if time.monotonic() >= deadline:
             return f"not answering (process {pid} runs; its log is under {STATE})"
         time.sleep(1.0)
-    return "up"
+    return "down" if pid is None else "up"
 
 
 # `down` stops Airflow first (its supervise DAG would relaunch a stopped job), then the jobs

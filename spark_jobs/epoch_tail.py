@@ -6,7 +6,7 @@ clocks and hand-off files (a directory listing and deletes, an object store's LI
 epoch's log lines, the rebalance signal, the epoch's critical path — changes nothing a replay or a
 restart reads, so it runs on one helper thread while Spark plans and reads the next epoch.
 
-Safe because (docs/dataplane.md, 'What runs off the critical path'):
+Safe because (docs/dataplane.md, 'One epoch', step 6):
 - it starts after the commit and the acks, so the checkpoint order (decision, apply, commit, acks,
   then Spark's offset commit) is the same as when it ran inline;
 - the next epoch joins it before its own first step, so two tails never overlap and an epoch reads
