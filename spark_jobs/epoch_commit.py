@@ -48,7 +48,6 @@ class EpochReport:
     rate: float | None
     end_offsets: dict[str, int]
     replay: bool = False  # the decision was the logged one (Spark replays the epoch)
-    trace: tuple[int, Trace] | None = None  # the previous epoch's trace, whole only now (ballast.store.traces)
 
 
 class EpochCommit:
@@ -165,8 +164,6 @@ class EpochCommit:
                 ended_at=ended_at,
                 dead_letters=sum(int(d.get("dead_letters", 0)) for d in worker_docs))
             mx.replace_epoch_metrics(s, cfg.job, cfg.operator, epoch, erow, wrows, brows)
-            if r.trace is not None:
-                replace_trace(s, trace_row(cfg.job, cfg.operator, r.trace[0], r.trace[1]))
             mx.heartbeat(s, cfg.job, cfg.operator, epoch=epoch, map_version=st.map_version, workers=st.workers,
                          now=ended_at, started_at=self.started_at,
                          status="stopping" if self._stopping.is_set() else "running",
@@ -175,6 +172,13 @@ class EpochCommit:
             if acks:  # the crash tests' kill inside the commit of an epoch that answers a step (nothing acked yet)
                 faults.hit("in_step_commit")
         return acks
+
+    def store_trace(self, epoch: int, trace: Trace) -> None:
+        """The epoch's trace, whole once its commit and acks are done: written by the epoch's tail
+        (spark_jobs.epoch_tail) in a transaction of its own, token-checked like the commit (a zombie
+        driver stores nothing), off the epoch's critical path (docs/tracing.md)."""
+        with mx.epoch_transaction(self.cfg.db_url, self._fencing.fence, f"the trace of epoch {epoch}") as s:
+            replace_trace(s, trace_row(self.cfg.job, self.cfg.operator, epoch, trace))
 
     def cluster_capacity(self) -> int | None:
         """The cluster's capacity in workers, asked at most every 30 s."""

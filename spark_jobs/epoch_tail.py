@@ -3,14 +3,14 @@
 Spark commits an epoch's offsets once `foreachBatch` returns, and starts planning the next epoch
 then. What the runner does after the DB commit and the acks — pruning the journal's old decisions,
 clocks and hand-off files (a directory listing and deletes, an object store's LIST on s3), the
-epoch's log lines, the rebalance signal, the epoch's critical path — changes nothing a replay or a
+epoch's log lines, the rebalance signal, the epoch's critical path and its stored trace — changes nothing a replay or a
 restart reads, so it runs on one helper thread while Spark plans and reads the next epoch.
 
 Safe because (docs/dataplane.md, 'One epoch', step 6):
 - it starts after the commit and the acks, so the checkpoint order (decision, apply, commit, acks,
   then Spark's offset commit) is the same as when it ran inline;
 - the next epoch joins it before its own first step, so two tails never overlap and an epoch reads
-  what the tail before it left (the critical path stored with the next commit);
+  what the tail before it left;
 - a failure in it is logged and never the epoch's: a decision file left behind is pruned by the next
   tail, a lost log line or signal is only that;
 - a crash while it runs loses only what it would have done: the journal keeps more than it needs.

@@ -57,7 +57,7 @@ class RunConfig:
     # keyed operators: outputs in Kafka transactions, exactly once for read_committed readers
     # (spark_jobs.txn_output), or "at-least-once" (Spark's Kafka sink; readers deduplicate by ballast-id)
     output_mode: str = TRANSACTIONAL
-    # each epoch's trace: its critical path logged, the trace stored with the next commit
+    # each epoch's trace: its critical path logged, the trace stored by its tail
     # (spark_jobs.epoch_trace, docs/tracing.md); off only to measure what tracing costs
     trace: bool = True
     # when the job wakes its rebalance DAG (ballast.policy.signals; None: thresholds from the

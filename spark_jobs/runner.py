@@ -34,7 +34,6 @@ from ballast.protocol import acks_topic, control_topic, message_key, utcnow
 from ballast.store import writer as mx
 from ballast.store.fencing import Fence, Fenced
 from ballast.topics import create_missing_topics
-from ballast.tracing import Trace
 from spark_jobs import faults, prom_metrics
 from spark_jobs.binding import bind_state, check_job_row, job_row_config
 from spark_jobs.bins import bits_for
@@ -120,7 +119,6 @@ class JobRunner:
         self._times = EpochTimes()  # the running epoch's (spark_jobs.epoch_times)
         self.epochs_done = 0
         self.last_epoch: int | None = None
-        self._trace: tuple[int, Trace] | None = None  # the last epoch's, until the next commit stores it
         self.prom: prom_metrics.Endpoint | None = None  # --metrics-port: the driver's Prometheus endpoint
         self.tail = EpochTail()  # each epoch's work after its commit (spark_jobs.epoch_tail)
 
@@ -387,7 +385,7 @@ class JobRunner:
                              workers=self.committer.worker_metrics(st.workers, worker_docs), started_at=started_at,
                              ended_at=utcnow(), batch_ms=(time.perf_counter() - t0) * 1000, input_rows=input_rows,
                              control_rows=control_rows, backlog=backlog, rate=rate, end_offsets=end_now,
-                             replay=replay, trace=self._trace)
+                             replay=replay)
         acks = self.clients.db("the epoch's commit", self.committer.commit, report)
         times.lap("db")
         if self.prom is not None:  # committed values only: after the commit returned
@@ -411,7 +409,8 @@ class JobRunner:
         self.signals.after_commit(epoch, report.backlog, report.batch_ms, report.decision.state_after.workers)
         log.info("epoch %d time ms: %s", epoch, times.text(spark_outside(self.query, batch=epoch - 1)))
         found = epoch_critical_path(epoch, times.spans, report.workers) if self.cfg.trace else None  # docs/tracing.md
-        self._trace = (epoch, found[0]) if found is not None else None  # stored with the next epoch's commit
+        if found is not None:  # whole now that the commit and acks are done; its own transaction
+            self.clients.db("the epoch's trace", self.committer.store_trace, epoch, found[0])
         cp = found[1] if found is not None else None
         if cp is not None and cp.length_us:
             log.info("epoch %d critical path %.0f ms: %s", epoch, cp.length_us / 1000, critical_path_text(cp))

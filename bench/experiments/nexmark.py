@@ -32,6 +32,7 @@ import numpy as np
 
 from bench import report as rp
 from bench.ballast_job import BallastJob, JobSpec, OffsetLogTail, half_of_half, offset_ranges
+from bench.cp_summary import brief, job_cp
 from bench.experiments.common import Ctx, _prog_end, _read_progress
 from bench.hist import LogHistogram
 from bench.infra import PY, Proc, ensure_topics, unix, wait_until
@@ -236,7 +237,9 @@ def _ballast_cost(ctx: Ctx, q: str, prefix: str, events: int) -> dict[str, Any]:
     t_a = unix(first.ended_at)
     t_b = max(unix(e.ended_at) for es in eps for e in es)
     read = sum(e.input_rows for e in eps[0])
-    return _cost(events, read, read - first.input_rows, t_b - t_a, len(eps[0]))
+    # what held its epochs back, per operator (bench.cp_summary; docs/tracing.md)
+    cp = {n.rsplit(".", 1)[-1]: job_cp(ctx.db_url, spec.job, n) for n in names}
+    return _cost(events, read, read - first.input_rows, t_b - t_a, len(eps[0])) | {"critical_path": cp}
 
 
 def _rows_to_read(ctx: Ctx, spec: JobSpec) -> int:
@@ -344,7 +347,8 @@ def summarize(res: dict[str, Any]) -> dict[str, Any]:
         mig[q] = d
     cost = {q: {k: c[k] for k in ("ballast_ms_per_event", "native_ms_per_event", "ratio", "native_error")}
             | {"ballast_events_per_s": c["ballast"]["events_per_s"], "native_events_per_s": c["native"].get(
-               "events_per_s", math.nan)} for q, c in res["cost"].items()}
+               "events_per_s", math.nan), "critical_path": c["ballast"].get("critical_path", {})}
+            for q, c in res["cost"].items()}
     return {"migration": mig, "cost": cost, "backlog_events": res.get("backlog_events")}
 
 
@@ -388,11 +392,16 @@ def report_section(s: dict[str, Any]) -> str:
             "max latency ratio": d["max_latency_ratio_all_at_once_over_batched"]}
            for q, d in (s.get("migration") or {}).items()]
     cost = [{"query": q, "Ballast ms/event": c["ballast_ms_per_event"], "native ms/event": c["native_ms_per_event"],
-             "Ballast / native": c["ratio"], "native note": c.get("native_error") or ""}
+             "Ballast / native": c["ratio"], "native note": c.get("native_error") or "",
+             "critical path (CP, critical ms per epoch)": "; ".join(
+                 f"{op}: {brief(cp)}" for op, cp in (c.get("critical_path") or {}).items())}
             for q, c in (s.get("cost") or {}).items()]
     return ("Migration (all-at-once vs batched, the same bins; latency = epoch end − scheduled time):\n\n"
             + rp.md_table(mig, ["query", "events/s", "state_keys", "keys_moved", "steady p99 ms", "all-at-once max ms",
                                 "batched max ms", "all-at-once s", "batched steps", "batched s", "max latency ratio"])
             + f"\n\nCost per event, the same backlog of {s.get('backlog_events')} events (Ballast ÷ Spark's own "
             "operators):\n\n"
-            + rp.md_table(cost, ["query", "Ballast ms/event", "native ms/event", "Ballast / native", "native note"]))
+            + rp.md_table(cost, ["query", "Ballast ms/event", "native ms/event", "Ballast / native", "native note",
+                                 "critical path (CP, critical ms per epoch)"])
+            + "\n\nThe critical path is that of the Ballast job's data epochs, per operator: each activity's "
+            "critical participation and its critical ms per epoch (bench.cp_summary, docs/tracing.md).")

@@ -19,7 +19,7 @@ def critical_view(url: str, job: str, operator: str, last: int = 30) -> dict[str
     window = traces.last_epochs(url, job, operator, last)
     if window is None:
         return {"epochs": [], "names": [], "shares": {}, "timeline": [], "latest_epoch": None,
-                "bottleneck": "No trace stored yet: each epoch stores its trace with the next one's commit."}
+                "bottleneck": "No trace stored yet: each epoch stores its trace after its commit."}
     trace = traces.read_trace(url, job, operator, *window)
     overall = epochs_participation(trace)
     total = overall.by("label")

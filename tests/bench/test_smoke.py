@@ -145,3 +145,6 @@ def test_nexmark_shapes(smoke_run: Path) -> None:
         assert d["bins_moved"]["all-at-once"] == d["bins_moved"]["batched"] > 0, (q, d)
     for q, c in nx["cost"].items():
         assert pos(c["ballast_ms_per_event"]) and pos(c["native_ms_per_event"]) and pos(c["ratio"]), (q, c)
+        # what held each operator's data epochs back, from the traces the job stored (bench.cp_summary)
+        assert c["critical_path"] and all(cp["epochs"] > 0 and 0 < cp["top"][0]["share"] <= 1
+                                          for cp in c["critical_path"].values()), (q, c)

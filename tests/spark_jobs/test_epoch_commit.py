@@ -182,12 +182,26 @@ def test_the_epochs_log_line_says_what_happened(db_url, caplog):
     assert "max worker useful 9 ms" in line and "backlog=100 queued=0" in line
 
 
-def test_the_previous_epochs_trace_is_stored_with_this_epochs_commit(db_url):
+def test_an_epochs_trace_is_stored_in_its_own_token_checked_transaction(db_url):
     from ballast.store.traces import read_trace
     from ballast.tracing import Activity, Trace
 
     c = Commit(db_url)
     trace = Trace((Activity("driver", "plan", 10, 20), Activity("driver", "db", 20, 45)))
-    c.commit(EpochReport(**{**_report(5, _decide([]), [_doc(0, {}), _doc(1, {})]).__dict__, "trace": (4, trace)}))
+    c.store_trace(4, trace)
+    c.store_trace(4, trace)  # a replayed epoch's tail replaces it
     got = read_trace(db_url, "j", "keycount")
     assert [(a.epoch, a.kind, a.start_us, a.end_us) for a in got.activities] == [(4, "plan", 10, 20), (4, "db", 20, 45)]
+
+
+def test_a_stale_drivers_trace_is_refused_and_stores_nothing(db_url):
+    from ballast.store import fencing
+    from ballast.store.traces import read_trace
+    from ballast.tracing import Activity, Trace
+
+    c = Commit(db_url)
+    c._fencing = SimpleNamespace(fence=fencing.take_token(db_url, "j", "keycount", NOW))
+    fencing.take_token(db_url, "j", "keycount", NOW)  # a newer driver started: this one is a zombie
+    with pytest.raises(fencing.Fenced):
+        c.store_trace(4, Trace((Activity("driver", "plan", 10, 20),)))
+    assert read_trace(db_url, "j", "keycount").activities == ()

@@ -4,7 +4,7 @@ Revision ID: 0005
 Revises: 0004
 Create Date: 2026-11-26 03:50:00
 
-One row per (job, operator, epoch), written with the next epoch's commit and pruned with the
+One row per (job, operator, epoch), written by the epoch's tail after its commit and pruned with the
 per-epoch metrics; ballast.store.traces reads a window of them for its critical participation and
 its Chrome/Perfetto export.
 """

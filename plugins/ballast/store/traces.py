@@ -3,9 +3,8 @@ commit), readers take a window of them as one `ballast.tracing.Trace`, and
 `python -m ballast.store.traces export` writes that window as Chrome/Perfetto JSON with its
 critical participation.
 
-Why with the next commit: an epoch's trace ends with its own DB commit and acks, so it is whole
-only after them; carrying it into the next epoch's transaction costs no extra write. The last
-epoch before a stop has no trace (docs/tracing.md).
+An epoch's trace ends with its own DB commit and acks, so it is whole only after them: the epoch's
+tail writes it in a token-checked transaction of its own, off the critical path (docs/tracing.md).
 """
 
 from __future__ import annotations
