@@ -20,9 +20,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import create_engine, text
-
-from ballast.store.traces import read_trace
+from ballast.store.traces import read_trace, traced_operators
 from ballast.tracing import epochs_participation
 
 
@@ -52,8 +50,7 @@ def run_jobs(run_dir: Path) -> list[tuple[str, str]]:
     db = run_dir / "metrics.db"
     if not db.exists():
         raise SystemExit(f"{run_dir} has no metrics.db: is it a bench run directory (bench/results/<run id>)?")
-    with create_engine(f"sqlite:///{db}").connect() as c:
-        return [(r[0], r[1]) for r in c.execute(text("SELECT DISTINCT job, operator FROM epoch_traces ORDER BY 1, 2"))]
+    return traced_operators(f"sqlite:///{db}")
 
 
 def rows(run_dirs: list[Path], top: int, match: str) -> list[dict[str, Any]]:

@@ -36,6 +36,8 @@ def test_a_trace_round_trips_and_a_replay_replaces_it(any_db, unique_name):
     assert got.activities == tuple(Activity(a.timeline, a.kind, a.start_us, a.end_us, 4)
                                    for a in _epoch(1000, 88).activities)
     assert got.messages == _epoch(1000, 88).messages
+    assert (unique_name, "keycount") in traces.traced_operators(any_db)  # once, though stored twice
+    assert traces.traced_operators(any_db).count((unique_name, "keycount")) == 1
 
 
 def test_a_window_of_epochs_reads_as_one_trace_and_exports_with_its_cp(any_db, unique_name, tmp_path, capsys):

@@ -57,6 +57,14 @@ def read_trace(url: str, job: str, operator: str, first: int | None = None, last
     return Trace(tuple(acts), tuple(msgs))
 
 
+def traced_operators(url: str) -> list[tuple[str, str]]:
+    """(job, operator) of every stored trace, sorted (a bench run's jobs: bench.cp_summary)."""
+    t = m.EpochTrace
+    with session_scope(url) as s:
+        q = select(t.job, t.operator).distinct().order_by(t.job, t.operator)
+        return [(str(j), str(o)) for j, o in s.execute(q)]
+
+
 def last_epochs(url: str, job: str, operator: str, n: int) -> tuple[int, int] | None:
     """The first and last of the newest `n` stored epochs (None: no trace stored)."""
     t = m.EpochTrace
