@@ -22,6 +22,7 @@ from typing import Any
 
 from ballast.store.traces import read_trace, traced_operators
 from ballast.tracing import epochs_participation
+from bench.experiments.common import job_name
 
 
 def job_cp(url: str, job: str, operator: str, top: int = 4) -> dict[str, Any]:
@@ -41,32 +42,31 @@ def job_cp(url: str, job: str, operator: str, top: int = 4) -> dict[str, Any]:
 
 def brief(cp: dict[str, Any]) -> str:
     """`source stage 78% (1 590 ms), plan on driver 9% (180 ms)`: one cell of a report table."""
-    return ", ".join(f"{t['activity']} {t['share']:.0%} ({t['ms_per_epoch']:,.0f} ms)".replace(",", " ")
+    return ", ".join(f"{t['activity']} {t['share']:.0%} ({t['ms_per_epoch']:_.0f} ms)".replace("_", " ")
                      for t in cp["top"]) or cp["bottleneck"]
 
 
-def run_jobs(run_dir: Path) -> list[tuple[str, str]]:
-    """(job, operator) of every trace a run's metrics DB holds."""
+def _url(run_dir: Path) -> str:
+    """A bench run's metrics DB (bench/run.py makes one SQLite file per run)."""
     db = run_dir / "metrics.db"
     if not db.exists():
         raise SystemExit(f"{run_dir} has no metrics.db: is it a bench run directory (bench/results/<run id>)?")
-    return traced_operators(f"sqlite:///{db}")
+    return f"sqlite:///{db}"
 
 
 def rows(run_dirs: list[Path], top: int, match: str) -> list[dict[str, Any]]:
+    """One row per run, job and operator; a job's rows in the order of `run_dirs` (a stable sort)."""
     out = []
-    for i, d in enumerate(run_dirs):
-        prefix = f"bench-{d.name.replace('_', '-').lower()}-"
-        for job, op in run_jobs(d):
+    for d in run_dirs:
+        url, prefix = _url(d), job_name(d.name.replace("_", "-").lower(), "")
+        for job, op in traced_operators(url):
             short = job.removeprefix(prefix)
             if match not in short:
                 continue
-            cp = job_cp(f"sqlite:///{d / 'metrics.db'}", job, op, top)
-            out.append({"_order": i, "run": d.name, "job": short, "operator": op.rsplit(".", 1)[-1],
-                        "epochs": cp["epochs"], "critical ms/epoch": cp["critical_ms_per_epoch"],
-                        "critical path": brief(cp)})
-    out.sort(key=lambda r: (r["job"], r["operator"], r.pop("_order")))
-    return out
+            cp = job_cp(url, job, op, top)
+            out.append({"run": d.name, "job": short, "operator": op.rsplit(".", 1)[-1], "epochs": cp["epochs"],
+                        "critical ms/epoch": cp["critical_ms_per_epoch"], "critical path": brief(cp)})
+    return sorted(out, key=lambda r: (r["job"], r["operator"]))
 
 
 def main(argv: list[str] | None = None) -> int:

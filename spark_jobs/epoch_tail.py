@@ -3,8 +3,9 @@
 Spark commits an epoch's offsets once `foreachBatch` returns, and starts planning the next epoch
 then. What the runner does after the DB commit and the acks — pruning the journal's old decisions,
 clocks and hand-off files (a directory listing and deletes, an object store's LIST on s3), the
-epoch's log lines, the rebalance signal, the epoch's critical path and its stored trace — changes nothing a replay or a
-restart reads, so it runs on one helper thread while Spark plans and reads the next epoch.
+epoch's log lines, the rebalance signal, the epoch's critical path and its stored trace — changes
+nothing a replay or a restart reads, so it runs on one helper thread while Spark plans and reads
+the next epoch.
 
 Safe because (docs/dataplane.md, 'One epoch', step 6):
 - it starts after the commit and the acks, so the checkpoint order (decision, apply, commit, acks,

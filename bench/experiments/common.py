@@ -132,7 +132,12 @@ class Ctx:
     shared: dict[str, Any] = field(default_factory=dict)
 
     def name(self, label: str) -> str:
-        return f"bench-{self.run_id}-{label}".replace("_", "-")
+        return job_name(self.run_id, label)
+
+
+def job_name(run_id: str, label: str) -> str:
+    """A bench job's name: `bench-<run id>-<label>` (bench.cp_summary strips the prefix to line runs up)."""
+    return f"bench-{run_id}-{label}".replace("_", "-")
 
 
 def _prefill(ctx: Ctx, topic: str, keys: int, words: int = 0) -> int:
