@@ -55,6 +55,16 @@ def migrate_params(jobs: dict[str, JobConfig]) -> dict[str, Param]:
         "split_to": Param(None, type=["null", "integer"], minimum=2, maximum=65536, title="Split to bins",
                           description="Raise the bin count to this power of two (a split: nothing moves, each "
                                       "bin's parts stay on its worker). Alone: no target workers, no moves."),
+        "trigger_ms": Param(None, type=["null", "integer"], minimum=0, maximum=3_600_000,
+                            title="Trigger interval (ms)",
+                            description="Change the job's interval between epochs, live (a settings step: the job "
+                                        "restarts its streaming query in its own process; nothing moves). "
+                                        "Alone, or with Max records per epoch: no target workers, moves or split."),
+        "max_records_per_epoch": Param(None, type=["null", "integer"], minimum=0, maximum=2**31 - 1,
+                                       title="Max records per epoch",
+                                       description="Change the most input records one epoch reads, live (Spark's "
+                                                   "maxOffsetsPerTrigger; 0 lifts the cap). A settings step, as "
+                                                   "Trigger interval."),
         "strategy": Param("auto", enum=list(STRATEGIES), title="Strategy",
                           description="auto: cheapest plan whose predicted pause fits the budget; all-at-once: "
                                       "one step; fluid: one bin per step; batched: each worker sends and receives "

@@ -125,9 +125,9 @@ class ChainRunner:
 
     def await_termination(self, poll_s: float = 1.0) -> None:
         """Until every operator's query ended; a failed one stops the others (then raises)."""
-        while any(r.query is not None and r.query.isActive for r in self.runners):
+        while any(r.running for r in self.runners):
             for r in self.runners:
-                if r.query is not None and not r.query.isActive and r.query.exception() is not None:
+                if not r.running and r.query is not None and r.query.exception() is not None:
                     if not self._stopping.is_set():
                         log.error("operator %s failed; stopping the job's other operators", r.cfg.operator)
                         self.request_stop()

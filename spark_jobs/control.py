@@ -24,8 +24,9 @@ Rules (docs/protocol.md has the full contract):
 * at most ONE step applies per epoch (Megaphone: one configuration per timestamp), so every
   map version is in force for at least one epoch and each checkpoint measures one step;
 * a due step is validated against the job's state and either applied whole or rejected;
-* every applied step — moves, map or noop (a move-less step may change the worker count) —
-  creates exactly one new map version, so step i of a plan expects base + i - 1.
+* every applied step — moves, map, noop (a move-less step may change the worker count), split or
+  settings (the trigger interval, the records per epoch; the runner restarts its query) — creates
+  exactly one new map version, so step i of a plan expects base + i - 1.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from ballast.protocol import (
     MAX_MESSAGE_BYTES,
     ControlStep,
     Move,
+    Settings,
     clip,
     describe_error,
     parse_document,
@@ -107,6 +109,11 @@ class AppliedStep:
         """It raised the bin count."""
         return self.kind == "split"
 
+    @property
+    def is_settings(self) -> bool:
+        """It changed the job's settings: the streaming query restarts after the epoch (spark_jobs.runner)."""
+        return self.kind == "settings"
+
     def to_dict(self) -> dict[str, Any]:
         """The journal's JSON (moves as [bin, from, to] triples, as before the type existed)."""
         d = asdict(self)
@@ -128,14 +135,19 @@ class ControlState:
     queue: list[QueuedStep] = field(default_factory=list)
     final: dict[str, dict[str, Any]] = field(default_factory=dict)  # step_key -> {status, epoch, reason}
     plans: list[str] = field(default_factory=list)  # plan ids in arrival order; last = current
+    # what the applied settings steps set (None fields: the job's own configuration holds)
+    settings: Settings = field(default_factory=Settings)
 
     def to_dict(self) -> dict[str, Any]:
         return {"map_version": self.map_version, "workers": self.workers, "assignment": list(self.assignment),
-                "queue": [q.to_dict() for q in self.queue], "final": self.final, "plans": list(self.plans)}
+                "queue": [q.to_dict() for q in self.queue], "final": self.final, "plans": list(self.plans),
+                **({"settings": s} if (s := self.settings.to_dict()) else {})}  # none: the line as before
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ControlState:
-        return cls(**{**d, "queue": [QueuedStep.from_dict(q) for q in d.get("queue", [])]})
+        """A journal's state; one written before settings steps existed has none."""
+        return cls(**{**d, "queue": [QueuedStep.from_dict(q) for q in d.get("queue", [])],
+                      "settings": Settings(**d.get("settings", {}))})
 
 
 @dataclass
@@ -199,6 +211,10 @@ def validate(step: ControlStep, st: ControlState) -> str | None:
             return f"a split must raise the bin count: the job has {bins} bins, the step asks for {step.bins}"
         if w_after != w_before:
             return f"a split keeps the worker count ({w_before}); the step asks for {w_after}"
+        return None
+    if step.kind == "settings":
+        if w_after != w_before:
+            return f"a settings step keeps the worker count ({w_before}); the step asks for {w_after}"
         return None
     if w_after > bins:
         return f"workers after the step ({w_after}) exceed the number of bins ({bins})"
@@ -357,6 +373,8 @@ def decide(
             st.assignment = split_assignment(st.assignment, s.bins)
         for m in s.moves:
             st.assignment[m.bin] = m.dst
+        if s.settings is not None:
+            st.settings = s.settings.over(st.settings)
         st.workers = s.workers
         st.map_version += 1  # every applied step is one new map version (the planner counts on it)
         applied = AppliedStep(s.plan_id, s.step, s.kind, s.moves, workers_before=before[1], workers=st.workers,

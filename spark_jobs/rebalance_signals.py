@@ -9,6 +9,7 @@ runs the DAG). Sent after the commit, so a signal describes committed epochs onl
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from typing import Any
@@ -28,6 +29,12 @@ class RebalanceSignals:
         self.cfg = cfg
         self.clients = clients
         self.signaller = Signaller(cfg.signal_config)
+
+    def follow_trigger(self, trigger_ms: int) -> None:
+        """The trigger interval in force (a settings step may change it): the epoch budget follows
+        it unless the job configured its signals' budget itself."""
+        if self.cfg.signal is None:
+            self.signaller.cfg = dataclasses.replace(self.signaller.cfg, budget_ms=float(trigger_ms or 1000))
 
     def after_commit(self, epoch: int, backlog: int | None, batch_ms: float, workers: int) -> Signal | None:
         """Observe a committed epoch; the signal sent for it, if any. An epoch whose backlog is

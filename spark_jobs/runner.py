@@ -30,7 +30,7 @@ import time
 from typing import Any
 
 from ballast.errors import BallastError
-from ballast.protocol import acks_topic, control_topic, message_key, utcnow
+from ballast.protocol import Settings, acks_topic, control_topic, message_key, utcnow
 from ballast.store import writer as mx
 from ballast.store.fencing import Fence, Fenced
 from ballast.topics import create_missing_topics
@@ -61,8 +61,9 @@ from spark_jobs.output import dlq_topic
 from spark_jobs.processing import ProcessorOperator
 from spark_jobs.rebalance_signals import RebalanceSignals
 from spark_jobs.run_config import COMMITS_TOPIC_CONFIG, RunConfig, ensure_job_topics, tick_topic
-from spark_jobs.storage import Location, explain_spark_storage_error
+from spark_jobs.storage import Location
 from spark_jobs.stream_plan import StreamPlan
+from spark_jobs.streaming_query import Effective, StreamingQuery
 from spark_jobs.timers import ClockLog, TimerSchedule
 from spark_jobs.txn_output import COMMITS_PARTITIONS, commits_topic
 from spark_jobs.warmup import WarmUp, default_cache_dir
@@ -110,7 +111,7 @@ class JobRunner:
         self.warmup = WarmUp(spark, cfg, self.op, self.stream_plan, self.inputs, self.clients)
         self.durable: DurableState | None = None
         self.scaler: ExecutorScaler | None = None
-        self.query: Any = None
+        self.streaming: StreamingQuery | None = None  # built by start()
         self._last_batch_end = time.time()
         self._last_tick = 0.0
         self._state: ControlState | None = None
@@ -167,8 +168,14 @@ class JobRunner:
         self.clients.open()
         if cfg.metrics_port is not None:  # before the first epoch, so its figures are served
             self.prom = prom_metrics.acquire(cfg.metrics_port)
+        # a settings step's values (journal) win over the command line's until another one changes them
+        from_steps = self._state.settings if self._state else Settings()
+        effective = Effective.of(cfg, from_steps)
         log.info("ballast job starting with effective configuration: %s",
-                 json.dumps({**cfg.to_dict(), "state_uri": self.durable.uri, "bins_bits": self.k,
+                 json.dumps({**cfg.to_dict(), "trigger_ms": effective.trigger_ms,
+                             "max_offsets_per_trigger": effective.max_records_per_epoch,
+                             "settings_from_steps": from_steps.to_dict(), "state_uri": self.durable.uri,
+                             "bins_bits": self.k,
                              "store_id": self.durable.store_id, "dlq_topic": dlq_topic(cfg.job),
                              "cache_dir": cache_dir or "<each executor's own directory>",
                              "control_topic": self.ctl_topic, "acks_topic": acks_topic(cfg.job),
@@ -182,35 +189,14 @@ class JobRunner:
         else:
             log.info("control messages must be signed: key id(s) %s, max age %.0fs",
                      ", ".join(cfg.control_keyring.kids), cfg.control_keyring.max_age_s)
-        reader = (
-            self.spark.readStream.format("kafka")
-            .option("kafka.bootstrap.servers", cfg.bootstrap)
-            .option("subscribe", ",".join([*self.read_topics, self.ctl_topic, tick_topic(cfg.job)]))
-            .option("includeHeaders", "true" if cfg.handoff_inputs else "false")
-            .options(**self.clients.spark_kafka_options(source=True))
-            .option("startingOffsets", cfg.starting_offsets)
-            .option("failOnDataLoss", "true" if cfg.fail_on_data_loss else "false")
-        )
-        if cfg.max_offsets_per_trigger:
-            reader = reader.option("maxOffsetsPerTrigger", str(cfg.max_offsets_per_trigger))
-        src = reader.load()
+        self.signals.follow_trigger(effective.trigger_ms)
+        self.streaming = StreamingQuery(self.spark, cfg, self.read_topics, self.ctl_topic,
+                                        self.clients.spark_kafka_options(source=True), self.stream_plan.stream,
+                                        self._batch, self.journal.spark_checkpoint, self._in_batch, self._stopping)
+        src = self.streaming.build(effective)
         self.warmup.workers(workers, cache_dir, self.durable.store_id)
         self.warmup.plan(src.schema, self.k, workers)
-        name = f"ballast-{cfg.job}" + (f"-{cfg.operator}" if cfg.siblings else "")
-        ckpt = self.journal.spark_checkpoint
-        try:
-            self.query = (
-                self.stream_plan.stream(src).writeStream.queryName(name)
-                .foreachBatch(self._batch)
-                .option("checkpointLocation", ckpt.hadoop_uri)  # s3:// is s3a:// to Spark (spark_jobs.storage)
-                .trigger(processingTime=f"{cfg.trigger_ms} milliseconds")
-                .start()
-            )
-        except Exception as exc:
-            explained = explain_spark_storage_error(exc, ckpt.uri)
-            if explained is not None:
-                raise explained from exc
-            raise
+        self.streaming.start(src, effective)
         log.info("%s: job %s", QUERY_STARTED, cfg.job + (f" operator {cfg.operator}" if cfg.siblings else ""))
         threading.Thread(target=self._ticker, name="ballast-ticker", daemon=True).start()
         return self.query
@@ -223,10 +209,22 @@ class JobRunner:
         the SparkContext at once; the stop file reaches the Python driver whatever launched it."""
         return self.journal.dir / "STOP"
 
+    @property
+    def query(self) -> Any:
+        """The running streaming query (a settings step replaces it; spark_jobs.streaming_query)."""
+        return self.streaming.query if self.streaming is not None else None
+
+    @property
+    def running(self) -> bool:
+        """The query runs, or a settings step is replacing it with one that will."""
+        return self.streaming is not None and self.streaming.active
+
     def stop(self, timeout_s: float = 120.0) -> None:
         """Stop after the current epoch (never in the middle of ours)."""
         self._stopping.set()
         deadline = time.time() + timeout_s
+        if self.streaming is not None:  # a restart under way ends first (it starts nothing once stopping)
+            self.streaming.wait_replaced(timeout_s)
         while self._in_batch.is_set() and time.time() < deadline:
             time.sleep(0.05)
         if self.query is not None:
@@ -258,12 +256,7 @@ class JobRunner:
 
     def await_termination(self, poll_s: float = 1.0) -> None:
         """Until the query ends; a failure raises (`Fenced` first when this driver lost its token)."""
-        failed: Exception | None = None
-        try:
-            while self.query is not None and self.query.isActive:
-                self.query.awaitTermination(poll_s)
-        except Exception as e:  # pyspark raises the query's failure here, once it has ended
-            failed = e
+        failed = self.streaming.await_termination(poll_s) if self.streaming is not None else None
         if self._stopper is not None:
             self._stopper.join(timeout=60)
         error = self.fencing.failure(failed or (self.query.exception() if self.query is not None else None))
@@ -273,8 +266,9 @@ class JobRunner:
     def _ticker(self) -> None:
         """Queued steps that came due need an epoch even when no data arrives: send a tick record
         to our own control topic (in-band, so replays stay exact)."""
-        period = max(self.cfg.trigger_ms / 1000.0, 0.5)
-        while not self._stopping.is_set() and (self.query is None or self.query.isActive):
+        while not self._stopping.is_set() and (self.streaming is None or self.streaming.active):
+            eff = self.streaming.effective if self.streaming is not None else None
+            period = max((eff.trigger_ms if eff else self.cfg.trigger_ms) / 1000.0, 0.5)
             time.sleep(0.25)
             if self.stop_file.exists():
                 log.info("stop file %s found: stopping after the current epoch", self.stop_file)
@@ -303,6 +297,8 @@ class JobRunner:
             # a batch that started while we stop: touch nothing; Spark does not commit it and a
             # restart runs it again (stop() interrupting our Python code mid-epoch is worse)
             raise StopRequested(f"job {self.cfg.job} is stopping; epoch {epoch} left for the next run")
+        if self.streaming is not None and self.streaming.replacing.is_set():  # the same for a settings restart
+            raise StopRequested(f"job {self.cfg.job} restarts its query for new settings; epoch {epoch} runs on it")
         self._in_batch.set()
         try:
             with self._lock:
@@ -395,6 +391,11 @@ class JobRunner:
         times.lap("acks")
         self.epochs_done += 1
         self.last_epoch = epoch
+        if applied is not None and applied.is_settings and self.streaming is not None:  # committed: restart
+            wanted = Effective.of(cfg, st.settings)
+            if wanted != self.streaming.effective:  # a replay of the step's epoch on the new query: already so
+                self.streaming.restart(wanted, epoch)
+                self.signals.follow_trigger(wanted.trigger_ms)
         # the rest changes nothing a replay or a restart reads: it runs while Spark plans the next epoch
         self.tail.start(epoch, lambda: self._after_commit(report, times))
 

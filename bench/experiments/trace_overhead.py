@@ -3,8 +3,9 @@
 1. Latency with tracing on against off. The Ballast key-count job of the latency experiment
    (`bench.experiments.latency._Ballast`), a fresh job and topic per run, the same open-loop input
    every run (`rate` rows/s for `segment_s`, `keys` uniform keys), runs interleaved on/off/on/off
-   (`pairs` pairs; off = the job's `--no-trace`; `alternate`: on/off, off/on, … instead), after one
-   warm-up run that is not counted. Each run: start the job, open-loop load, wait until
+   (`pairs` pairs; off = the job's `--no-trace`; `alternate`: on/off, off/on, … instead;
+   `concurrent`: a pair's two runs at the same time, so that the machine's other load meets both
+   alike), after one warm-up run that is not counted. Each run: start the job, open-loop load, wait until
    every scheduled row is answered, stop. Per run, the steady p50 and p99 of the records scheduled
    after the first `warmup_s` s of load. overhead = median over the on-runs / median over the
    off-runs − 1 (p50 and p99 apart), read against the run-to-run noise: each group's spread
@@ -24,6 +25,7 @@ from __future__ import annotations
 import math
 import os
 import statistics
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
@@ -54,6 +56,10 @@ class TraceProfile:
     # every second pair off first (on/off, off/on, …: ABBA), so that a machine that slowly speeds up
     # or slows down does not always favour the same configuration; default on/off/on/off
     alternate: bool = False
+    # a pair's two runs at the same time, each with its own job and topic (started in the pair's
+    # order): whatever else loads the machine loads both alike, moment by moment, where runs one
+    # after the other meet it apart (their run-to-run spread was 10-19 %); both jobs share 2 cores
+    concurrent: bool = False
 
 
 TRACE_SMOKE = TraceProfile()
@@ -73,10 +79,16 @@ def exp_trace(ctx: Ctx) -> dict[str, Any]:
     if warm:
         ctx.log(f"[trace] warm-up run (not counted): steady p50 {warm['p50_ms']:.0f} ms, p99 {warm['p99_ms']:.0f} ms")
     for i in range(1, T.pairs + 1):
-        for on in pair_order(i, T.alternate):  # interleaved: drift of the machine hits both alike
-            r = run_one(ctx, T, i, on)
+        order = pair_order(i, T.alternate)  # interleaved: drift of the machine hits both alike
+        if T.concurrent:
+            with ThreadPoolExecutor(2) as pool:  # the jobs and generators are processes: threads only wait
+                futures = [pool.submit(run_one, ctx, T, i, on) for on in order]
+                pair = [f.result() for f in futures]
+        else:
+            pair = [run_one(ctx, T, i, on) for on in order]
+        for r in pair:
             runs.append(r)
-            ctx.log(f"[trace] run {i} tracing {'on ' if on else 'off'}: steady p50 {r['p50_ms']:.0f} ms, "
+            ctx.log(f"[trace] run {i} tracing {'on ' if r['trace'] else 'off'}: steady p50 {r['p50_ms']:.0f} ms, "
                     f"p99 {r['p99_ms']:.0f} ms ({r['n']} records, {r['unanswered']} unanswered), "
                     f"load {r['loadavg_1m']:.1f}")
     cp = [dict(cp_window(ctx.db_url, r["job"], r["operator"], r["t0"] + T.warmup_s, r["t0"] + T.segment_s,
@@ -221,7 +233,8 @@ def readme(s: dict[str, Any]) -> str:
         "# Tracing: latency on against off, and the CP analysis on real traces", "",
         f"Ballast key-count, {T['rate']:.0f} rows/s open loop for {T['segment_s']:.0f} s per run, {T['keys']} keys, "
         f"B={T['bins']}, W=2, trigger {T['trigger_ms']} ms; {s['runs_on']} runs with tracing on and {s['runs_off']} "
-        f"with `--no-trace`, interleaved {'on/off, off/on (ABBA)' if T.get('alternate') else 'on/off'}, "
+        f"with `--no-trace`, interleaved {'on/off, off/on (ABBA)' if T.get('alternate') else 'on/off'}"
+        f"{', a pair’s two runs at the same time (both jobs on the same 2 cores)' if T.get('concurrent') else ''}, "
         "each a fresh job. Steady = records scheduled after the first "
         f"{T['warmup_s']:.0f} s of load. **overhead = median over the on-runs / median over the off-runs − 1**; "
         "each pair's own ratio beside it; each group's spread (max − min) / median is the noise it is read against "

@@ -19,7 +19,7 @@ from ballast.errors import BallastError
 
 SCHEMA = "ballast.control/v1"
 ACK_SCHEMA = "ballast.ack/v1"
-KINDS = ("moves", "map", "noop", "split")
+KINDS = ("moves", "map", "noop", "split", "settings")
 STATUSES = ("applied", "rejected", "superseded")
 
 # Bounds of one control message, checked before anything else looks at it: a record larger than
@@ -32,8 +32,9 @@ MAX_REASON_CHARS = 2000
 MAX_INT = 2**31 - 1  # step, steps, workers, map_version, bins and workers of moves (Integer columns)
 MAX_REPORTED_CHARS = 500  # a rejection reason is clipped to this (it is echoed, logged and stored)
 MAX_BINS = 1 << 16  # the largest bin count a job may have (a split may not go past it)
+MAX_TRIGGER_MS = 3_600_000  # a settings step's trigger interval: at most an hour between epochs
 
-StepKind = Literal["moves", "map", "noop", "split"]
+StepKind = Literal["moves", "map", "noop", "split", "settings"]
 CheckpointStatus = Literal["applied", "rejected", "superseded"]
 
 
@@ -133,6 +134,45 @@ class Move:
 
 
 @dataclass(frozen=True)
+class Settings:
+    """A job's run-time settings that a `settings` step changes live (None: left as it is).
+
+    `trigger_ms`: the interval between epochs (Spark's processing-time trigger); 0 starts each epoch
+    as soon as the one before ends. `max_records_per_epoch`: the most input records one epoch reads
+    (Spark's maxOffsetsPerTrigger); 0 lifts the cap. Both need the streaming query restarted, which
+    the job does in its own process at the step's epoch boundary (docs/protocol.md, "Settings steps").
+    """
+
+    trigger_ms: int | None = None
+    max_records_per_epoch: int | None = None
+
+    NAMES = ("trigger_ms", "max_records_per_epoch")
+
+    def to_dict(self) -> dict[str, int]:
+        return {k: v for k in self.NAMES if (v := getattr(self, k)) is not None}
+
+    def over(self, older: Settings) -> Settings:
+        """These settings on top of `older`: a field this one leaves None keeps its older value."""
+        return Settings(**{k: v if (v := getattr(self, k)) is not None else getattr(older, k) for k in self.NAMES})
+
+    @classmethod
+    def from_dict(cls, doc: dict[str, Any]) -> Settings:
+        """Parse a `settings` object: known names only, each an int in its range, at least one."""
+        if not isinstance(doc, dict):
+            raise ProtocolError(f"field 'settings' must be an object, got {type(doc).__name__}")
+        unknown = sorted(set(doc) - set(cls.NAMES))
+        if unknown:
+            raise ProtocolError(f"unknown setting(s) {brief(unknown)}; a settings step may change {cls.NAMES}")
+        if not doc:
+            raise ProtocolError(f"a settings step changes at least one of {cls.NAMES}")
+        trigger = _req(doc, "trigger_ms", int) if "trigger_ms" in doc else None
+        if trigger is not None and trigger > MAX_TRIGGER_MS:
+            raise ProtocolError(f"setting 'trigger_ms' must be in 0..{MAX_TRIGGER_MS}, got {brief(trigger)}")
+        cap = _req(doc, "max_records_per_epoch", int) if "max_records_per_epoch" in doc else None
+        return cls(trigger_ms=trigger, max_records_per_epoch=cap)
+
+
+@dataclass(frozen=True)
 class ControlStep:
     """One step of a migration plan, as carried by one control message.
 
@@ -156,6 +196,7 @@ class ControlStep:
     reason: str = ""
     precopy: bool = False  # warm the incoming bins at their new owners first; cut over an epoch later
     bins: int | None = None  # split steps only: the bin count after the step (a power of two)
+    settings: Settings | None = None  # settings steps only: what they change
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -174,6 +215,7 @@ class ControlStep:
             "reason": self.reason,
             **({"precopy": True} if self.precopy else {}),
             **({"bins": self.bins} if self.bins is not None else {}),
+            **({"settings": self.settings.to_dict()} if self.settings is not None else {}),
         }
 
     def to_json(self) -> bytes:
@@ -283,7 +325,7 @@ def step_from_document(doc: dict[str, Any]) -> ControlStep:
             raise ProtocolError(f"bin {b} appears twice in one step")
         seen.add(b)
         moves.append(Move(b, s, d))
-    if kind in ("noop", "split") and moves:
+    if kind in ("noop", "split", "settings") and moves:
         raise ProtocolError(f"a {kind} step carries no moves")
     bins: int | None = None
     if kind == "split":
@@ -292,6 +334,11 @@ def step_from_document(doc: dict[str, Any]) -> ControlStep:
             raise ProtocolError(f"a split step's bins must be a power of two in 2..{MAX_BINS}, got {brief(bins)}")
     elif "bins" in doc:
         raise ProtocolError(f"field 'bins' belongs to split steps only, not to a {kind} step")
+    settings: Settings | None = None
+    if kind == "settings":
+        settings = Settings.from_dict(_req(doc, "settings", dict))
+    elif "settings" in doc:
+        raise ProtocolError(f"field 'settings' belongs to settings steps only, not to a {kind} step")
     plan_id = _text(doc, "plan_id", MAX_PLAN_ID_CHARS)
     if not plan_id:
         raise ProtocolError("plan_id must not be empty")
@@ -314,6 +361,7 @@ def step_from_document(doc: dict[str, Any]) -> ControlStep:
         reason=_text(doc, "reason", MAX_REASON_CHARS) if isinstance(reason, str) else "",
         precopy=precopy,
         bins=bins,
+        settings=settings,
     )
 
 

@@ -5,6 +5,8 @@ SQLite metrics DB."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from ballast import store
@@ -41,6 +43,29 @@ def test_manual_split_is_one_step_that_moves_nothing_and_bad_counts_are_refused(
     [step] = store.plan_steps(db_url, out["plan_id"])
     assert step.payload["kind"] == "split" and step.payload["bins"] == 64 and step.payload["map_version"] == 0
     assert list(store.get_plan(db_url, out["plan_id"]).target_assignment) == [0] * 64
+
+
+def test_manual_settings_are_one_step_that_keeps_the_map_and_bad_values_are_refused(db_url, job):
+    from ballast.protocol import Settings, parse_control
+
+    for params, why in (({"trigger_ms": 500, "target_workers": 2}, "alone"),
+                        ({"max_records_per_epoch": 10, "split_to": 64}, "alone"),
+                        ({"trigger_ms": -5}, r"trigger_ms must be an integer in 0..3600000"),
+                        ({"trigger_ms": 3_600_001}, r"in 0..3600000"),
+                        ({"max_records_per_epoch": True}, "must be an integer"),
+                        ({"max_records_per_epoch": "10"}, "must be an integer")):
+        with pytest.raises(manual.InvalidRequest, match=why):
+            manual.plan_manual(db_url, job, {**params, "dry_run": True})
+    assert not store.open_plans(db_url, job.job, job.operator), "a refused request stores nothing"
+    dry = manual.plan_manual(db_url, job, {"max_records_per_epoch": 0, "dry_run": True})
+    assert dry["plan_id"] is None and "max_records_per_epoch -> no cap" in dry["rendered"]
+    out = manual.plan_manual(db_url, job, {"trigger_ms": 250, "max_records_per_epoch": 5000, "dry_run": False})
+    [step] = store.plan_steps(db_url, out["plan_id"])
+    sent = parse_control(json.dumps(step.payload))  # what the emitter sends, as the job parses it
+    assert sent.kind == "settings" and sent.moves == () and sent.map_version == 0 and sent.workers == 1
+    assert sent.settings == Settings(trigger_ms=250, max_records_per_epoch=5000)
+    plan = store.get_plan(db_url, out["plan_id"])
+    assert plan.target_workers == plan.source_workers and list(plan.target_assignment) == [0] * 16
 
 
 

@@ -241,3 +241,59 @@ def test_a_signal_round_trips_and_malformed_ones_are_refused():
             parse_signal(json.dumps(bad))
     with pytest.raises(ProtocolError, match="larger than"):
         parse_signal(json.dumps(dict(doc, detail="x" * 5000)))
+
+
+# ----------------------------------------------------------------------------- settings steps
+
+
+def _settings_step(**settings: int) -> ControlStep:
+    from ballast.protocol import Settings
+
+    return dataclasses.replace(_step(moves=()), kind="settings", settings=Settings(**settings))
+
+
+def test_a_settings_step_round_trips_with_only_what_it_changes() -> None:
+    from ballast.protocol import Settings
+
+    step = _settings_step(max_records_per_epoch=500)
+    doc = json.loads(step.to_json())
+    assert doc["settings"] == {"max_records_per_epoch": 500}, "an unchanged setting is not sent"
+    back = parse_control(step.to_json())
+    assert back == step and back.settings == Settings(trigger_ms=None, max_records_per_epoch=500)
+    both = parse_control(_settings_step(trigger_ms=0, max_records_per_epoch=0).to_json())
+    assert both.settings == Settings(0, 0), "0 is a value (no wait, no cap), not 'unchanged'"
+
+
+def test_settings_compose_newest_first_and_keep_what_a_step_leaves_alone() -> None:
+    from ballast.protocol import Settings
+
+    first = Settings(trigger_ms=200, max_records_per_epoch=1000)
+    assert Settings(max_records_per_epoch=50).over(first) == Settings(200, 50)
+    assert Settings().over(first) == first
+
+
+@pytest.mark.parametrize("settings, why", [
+    ({}, "at least one"),
+    ({"trigger": 5}, "unknown setting"),
+    ({"trigger_ms": -1}, "must be in 0"),
+    ({"trigger_ms": 3_600_001}, "must be in 0..3600000"),
+    ({"trigger_ms": "500"}, "must be int"),
+    ({"max_records_per_epoch": True}, "must be int, got bool"),
+    ({"max_records_per_epoch": MAX_INT + 1}, "must be in 0"),
+    ([500], "must be dict"),
+])
+def test_a_settings_steps_shape_is_checked(settings: Any, why: str) -> None:
+    doc = json.loads(_settings_step(trigger_ms=100).to_json())
+    with pytest.raises(ProtocolError, match=why):
+        parse_control(json.dumps({**doc, "settings": settings}))
+
+
+def test_settings_belong_to_settings_steps_and_a_settings_step_moves_nothing() -> None:
+    doc = json.loads(_settings_step(trigger_ms=100).to_json())
+    with pytest.raises(ProtocolError, match="carries no moves"):
+        parse_control(json.dumps({**doc, "moves": [{"bin": 0, "from": 0, "to": 1}]}))
+    with pytest.raises(ProtocolError, match="missing field 'settings'"):
+        parse_control(json.dumps({k: v for k, v in doc.items() if k != "settings"}))
+    moves = json.loads(_step().to_json())
+    with pytest.raises(ProtocolError, match="settings steps only"):
+        parse_control(json.dumps({**moves, "settings": {"trigger_ms": 100}}))

@@ -73,6 +73,7 @@ def test_the_form_defaults_to_a_dry_run_of_the_first_job(dag):
     got = run_params(dag, {})
     assert got["job"] == "clicks" and got["dry_run"] is True and got["strategy"] == "auto"
     assert got["moves"] == [] and got["target_workers"] is None and got["force"] is False
+    assert got["trigger_ms"] is None and got["max_records_per_epoch"] is None, "settings change only when asked"
     assert dag.params.get_param("job").schema["enum"] == ["clicks", "orders"]
     ok = run_params(dag, {"job": "orders", "operator": "counts", "moves": [{"bin": 3, "to": 1}], "gap_seconds": 2,
                           "order": "hot-first", "split_to": 512, "dry_run": False})
@@ -91,6 +92,10 @@ def test_the_form_defaults_to_a_dry_run_of_the_first_job(dag):
     ({"target_workers": 0}, "less than the minimum"),
     ({"target_workers": 2000}, "greater than the maximum"),
     ({"split_to": 1}, "less than the minimum"),
+    ({"trigger_ms": -1}, "less than the minimum"),
+    ({"trigger_ms": 3_600_001}, "greater than the maximum"),
+    ({"max_records_per_epoch": -1}, "less than the minimum"),
+    ({"max_records_per_epoch": "1k"}, "not of type"),
     ({"order": "random"}, "not one of"),
     ({"emit_mode": "all"}, "not one of"),
     ({"reason": "x" * 501}, "is too long"),

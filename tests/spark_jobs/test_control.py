@@ -197,3 +197,48 @@ def test_a_journal_line_written_when_the_queue_held_dicts_still_loads():
     assert d.applied is not None and d.applied.moves == (Move(0, 0, 1),) and not d.applied.is_split
     assert d.state_after.queue[0].step.moves == (Move(5, 1, 0),) and d.state_after.queue[0].offset == "0:7"
     assert d.to_dict() == old
+
+
+# ------------------------------------------------------------------ settings steps ---------------
+
+
+def _settings(version: int = 0, workers: int = 2, plan: str = "s", **settings: int) -> ControlStep:
+    import dataclasses
+
+    from ballast.protocol import Settings
+
+    return dataclasses.replace(_step(plan=plan, moves=(), workers=workers, version=version), kind="settings",
+                               settings=Settings(**settings))
+
+
+def test_a_settings_step_changes_the_settings_and_nothing_else_and_is_one_map_version():
+    from ballast.protocol import Settings
+
+    st = initial_state(8, 2)
+    d = _run(st, [_settings(trigger_ms=250, max_records_per_epoch=1000)])
+    assert d.applied and d.applied.is_settings and not d.applied.is_split and d.applied.moves == ()
+    after = d.state_after
+    assert after.settings == Settings(250, 1000) and st.settings == Settings(), "input state is not mutated"
+    assert after.assignment == st.assignment and after.workers == 2 and after.map_version == 1
+    # a later one changes one value and keeps the other
+    d2 = _run(after, [_settings(plan="s2", version=1, max_records_per_epoch=0)], epoch=6)
+    assert d2.state_after.settings == Settings(250, 0)
+
+
+def test_the_settings_survive_the_journals_json_and_an_older_journal_has_none():
+    from ballast.protocol import Settings
+    from spark_jobs.control import ControlState
+
+    d = _run(initial_state(8, 2), [_settings(trigger_ms=250)])
+    back = EpochControl.from_dict(json.loads(json.dumps(d.to_dict())))
+    assert back.state_after.settings == Settings(trigger_ms=250) and back.applied == d.applied
+    old = {k: v for k, v in initial_state(8, 2).to_dict().items() if k != "settings"}
+    assert ControlState.from_dict(old).settings == Settings()
+
+
+def test_a_settings_step_that_changes_the_worker_count_is_rejected_whole():
+    st = initial_state(8, 2)
+    d = _run(st, [_settings(workers=3, trigger_ms=250)])
+    assert d.applied is None and d.state_after.settings == st.settings and d.state_after.map_version == 0
+    [e] = d.entries
+    assert e.action == "reject" and "keeps the worker count" in e.reason and e.checkpoint

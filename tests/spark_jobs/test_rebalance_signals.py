@@ -64,3 +64,17 @@ def test_a_growing_backlog_is_signalled_once_and_the_watcher_accepts_it(kafka_bo
     p = payloads[0]
     assert p is not None and (p["job"], p["operator"], p["reason"], p["epoch"]) == (job, "keycount", GROWING, 4)
     assert p["backlog"] == 4000 and "1000 -> 4000" in p["detail"]
+
+
+def test_the_epoch_budget_follows_a_new_trigger_unless_the_job_set_its_own() -> None:
+    base = dict(job="j", input_topic="j.in", checkpoint_dir="/tmp/unused", bootstrap="127.0.0.1:1", db_url="sqlite://",
+                trigger_ms=500)
+    derived = RebalanceSignals(RunConfig(**base), clients=None)  # type: ignore[arg-type]
+    assert derived.signaller.cfg.budget_ms == 500
+    derived.follow_trigger(2000)
+    assert derived.signaller.cfg.budget_ms == 2000, "a settings step's interval is the new epoch budget"
+    derived.follow_trigger(0)
+    assert derived.signaller.cfg.budget_ms == 1000, "no wait between epochs: the default budget"
+    own = RebalanceSignals(RunConfig(**base, signal=SignalConfig(budget_ms=750)), clients=None)  # type: ignore[arg-type]
+    own.follow_trigger(2000)
+    assert own.signaller.cfg.budget_ms == 750, "a configured budget is the job's own choice"

@@ -11,9 +11,10 @@ from ballast.config import JobConfig
 from ballast.control.collect import NotReady, current_state
 from ballast.control.handoffs import BinLoad, MapState
 from ballast.control.place import place
-from ballast.control.plan import PlanRequest, build_plan, cost_model, store_plan, store_split
+from ballast.control.plan import PlanRequest, build_plan, cost_model, store_plan, store_settings, store_split
 from ballast.control.render import summary_table
 from ballast.errors import BallastError
+from ballast.protocol import MAX_TRIGGER_MS, Settings
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +71,8 @@ def plan_manual(url: str, cfg: JobConfig, params: dict[str, Any]) -> dict[str, A
     except NotReady as exc:
         raise InvalidRequest(str(exc)) from exc
     current = MapState(snap.map_version, snap.epoch, snap.workers, snap.assignment)
+    if any(params.get(k) is not None for k in SETTINGS_PARAMS):
+        return _plan_settings(url, cfg, current, params)
     if params.get("split_to"):
         return _plan_split(url, cfg, current, int(params["split_to"]), params)
     target, target_workers = manual_target(current, bins, params.get("target_workers"), params.get("moves") or None)
@@ -120,6 +123,39 @@ def _plan_split(url: str, cfg: JobConfig, current: MapState, bins: int, params: 
                       source="manual", reason=params.get("reason") or "manual split")
     try:
         out = store_split(url, cfg, current, bins, req).to_dict()
+    except store.PlanConflict as exc:
+        raise InvalidRequest(str(exc)) from exc
+    out["rendered"] = rendered
+    return out
+
+
+#: the request fields of a settings step (the migrate DAG's params): protocol name -> param name
+SETTINGS_PARAMS = ("trigger_ms", "max_records_per_epoch")
+
+
+def _plan_settings(url: str, cfg: JobConfig, current: MapState, params: dict[str, Any]) -> dict[str, Any]:
+    """A person's settings change: the job's trigger interval and/or records per epoch, live (one
+    step; the job restarts its streaming query in its own process; nothing moves)."""
+    if params.get("target_workers") or params.get("moves") or params.get("split_to"):
+        raise InvalidRequest("trigger_ms and max_records_per_epoch change the job's settings alone: leave "
+                             "target_workers, moves and split_to empty (migrate in a run of its own)")
+    values = {k: params[k] for k in SETTINGS_PARAMS if params.get(k) is not None}
+    for k, v in values.items():
+        top = MAX_TRIGGER_MS if k == "trigger_ms" else 2**31 - 1
+        if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= top:
+            raise InvalidRequest(f"{k} must be an integer in 0..{top}, got {v!r}")
+    settings = Settings(**values)
+    rendered = (f"settings at map v{current.version}: "
+                + ", ".join(f"{k} -> {v if v or k == 'trigger_ms' else 'no cap'}" for k, v in values.items())
+                + "; the job restarts its streaming query in its own process, nothing moves")
+    if params.get("dry_run"):
+        log.info("DRY RUN — nothing stored, nothing emitted: %s", rendered)
+        return {"dry_run": True, "plan_id": None, "steps": 1, "bins": 0, "predicted_ms": 0.0,
+                "predicted_max_pause_ms": 0.0, "rendered": rendered}
+    req = PlanRequest(strategy="all-at-once", emit_mode=params.get("emit_mode") or cfg.rebalance.emit_mode,
+                      source="manual", reason=params.get("reason") or "manual settings change")
+    try:
+        out = store_settings(url, cfg, current, settings, req).to_dict()
     except store.PlanConflict as exc:
         raise InvalidRequest(str(exc)) from exc
     out["rendered"] = rendered

@@ -18,7 +18,7 @@ from ballast.config import JobConfig
 from ballast.control.handoffs import BinLoad, MapState, StoredPlan
 from ballast.errors import BallastError
 from ballast.options import EmitMode, Order, Strategy
-from ballast.protocol import ControlStep, Move, split_assignment
+from ballast.protocol import ControlStep, Move, Settings, split_assignment
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +80,12 @@ def store_split(url: str, cfg: JobConfig, current: MapState, bins: int, req: Pla
     return store_plan(url, cfg, current, split_assignment(current.assignment, bins), plan, req, cost_model(url, cfg))
 
 
+def store_settings(url: str, cfg: JobConfig, current: MapState, settings: Settings, req: PlanRequest) -> StoredPlan:
+    """Store the one-step plan that changes the job's settings (its map stays as it is)."""
+    plan = policy.settings_plan(current.version, current.workers, settings)
+    return store_plan(url, cfg, current, current.assignment, plan, req, cost_model(url, cfg))
+
+
 def store_plan(url: str, cfg: JobConfig, current: MapState, target: Sequence[int], plan: policy.MigrationPlan,
                req: PlanRequest, model: policy.CostModel, now: datetime | None = None) -> StoredPlan:
     """Store plan + steps (payload = the control message) in one transaction, owned by this run."""
@@ -98,6 +104,7 @@ def store_plan(url: str, cfg: JobConfig, current: MapState, target: Sequence[int
             kind=s.kind, moves=tuple(Move(mv.bin, mv.src, mv.dst) for mv in s.moves),  # type: ignore[arg-type]
             workers=s.workers, map_version=s.map_version, issued_at=now,
             effective_at=now + timedelta(seconds=s.effective_offset_s), reason=req.reason[:500], bins=s.split_to,
+            settings=s.settings,
         )
         steps.append(store.StepRecord(plan_id, s.step, msg.to_dict(), msg.effective_at, None, None, None,
                                      model.predict_step(s)))

@@ -59,12 +59,20 @@ from ballast.policy.placement import (
     uniform_map,
     worker_loads,
 )
-from ballast.policy.plan import ORDERS, STRATEGIES, MigrationPlan, MigrationStep, apply_moves, split_plan
+from ballast.policy.plan import (
+    ORDERS,
+    STRATEGIES,
+    MigrationPlan,
+    MigrationStep,
+    apply_moves,
+    settings_plan,
+    split_plan,
+)
 from ballast.policy.planner import choose_plan, plan_migration
 from ballast.policy.split import SplitAdvice, split_advice
 
 __all__ = [
-    "SplitAdvice", "split_advice", "split_plan",
+    "SplitAdvice", "split_advice", "split_plan", "settings_plan",
     "critical_path_check", "scale_up_gain", "workers_share", "BinWeights", "bin_weights", "folds_share",
     "CheckpointSample", "CostModel", "choose_plan", "fit_cost_model", "render_plan",
     "Dataflow", "DS2Result", "EpochMetrics", "OperatorNode", "OperatorRates", "OperatorTarget",

@@ -11,9 +11,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from ballast.protocol import Move
+from ballast.protocol import Move, Settings
 
-__all__ = ["ORDERS", "STRATEGIES", "Order", "MigrationPlan", "MigrationStep", "Strategy", "apply_moves", "split_plan"]
+__all__ = ["ORDERS", "STRATEGIES", "Order", "MigrationPlan", "MigrationStep", "Strategy", "apply_moves",
+           "settings_plan", "split_plan"]
 
 Strategy = Literal["all-at-once", "fluid", "batched", "auto"]
 Order = Literal["hot-first", "largest-first", "smallest-first", "by-id"]
@@ -33,6 +34,7 @@ class MigrationStep:
     keys: int = 0
     effective_offset_s: float = 0.0  # "not before" = plan start + this
     split_to: int | None = None  # a split step: the bin count after it (no moves, same workers)
+    settings: Settings | None = None  # a settings step: what it changes (no moves, same workers)
 
     @property
     def bins(self) -> int:
@@ -40,8 +42,10 @@ class MigrationStep:
 
     @property
     def kind(self) -> str:
-        """Protocol kind: a split raises the bin count; a step without moves only changes W."""
-        return "split" if self.split_to else "moves" if self.moves else "noop"
+        """Protocol kind: a split raises the bin count, a settings step changes the job's settings; a
+        step without moves only changes W."""
+        return ("split" if self.split_to else "settings" if self.settings is not None
+                else "moves" if self.moves else "noop")
 
 
 @dataclass(frozen=True)
@@ -72,6 +76,14 @@ def split_plan(base_version: int, assignment: Sequence[int], workers: int, bins:
         raise ValueError(f"a split raises the bin count to a larger power of two, not {len(assignment)} -> {bins}")
     step = MigrationStep(step=1, moves=(), workers=workers, map_version=base_version, split_to=bins)
     return MigrationPlan("split", "by-id", base_version, workers, workers, (step,))
+
+
+def settings_plan(base_version: int, workers: int, settings: Settings) -> MigrationPlan:
+    """One settings step: the trigger interval and/or the records per epoch; nothing moves."""
+    if not settings.to_dict():
+        raise ValueError("a settings plan changes at least one setting")
+    step = MigrationStep(step=1, moves=(), workers=workers, map_version=base_version, settings=settings)
+    return MigrationPlan("settings", "by-id", base_version, workers, workers, (step,))
 
 
 def apply_moves(assignment: Sequence[int], moves: Sequence[Move]) -> list[int]:
