@@ -82,7 +82,7 @@ def test_a_settings_step_changes_trigger_and_cap_live_and_a_restart_keeps_them(
         wait_until(lambda: runner.streaming is not None and runner.streaming.restarts == 1
                    and not runner.streaming.replacing.is_set(), 120, "the query restarted", check=alive)
         assert runner.query.id == query_id and runner.query.runId != old_run, "same checkpoint, a new run of it"
-        applied_at = checkpoints(db_url, job)[("tune", 1)].epoch
+        applied_at = checkpoints(db_url, job)[("tune", 1)].applied_epoch
         produce_with_spark(topic, second)
         wait_until(lambda: consumed(len(first) + len(second)), 240, "the second part consumed under the new cap",
                    check=alive)
