@@ -67,6 +67,14 @@ class RebalanceConfig(BaseModel):
         description="weigh bins by their measured fold time instead of their records when the workers' folds "
                     "hold at least this share of the critical path (docs/policy.md; above 1: always records)",
     )
+    latency_goal_ms: float | None = Field(
+        default=None, gt=0,
+        description="p99 latency goal: with it, a run whose worker count stays tunes the job's trigger interval "
+                    "and records per epoch to the cheapest settings that meet it, by a settings step "
+                    "(docs/policy.md, 'Autotuning'); null: the settings are left alone",
+    )
+    autotune_hold_s: float = Field(
+        default=120.0, ge=0, description="after any change, the next settings change waits this long")
     strategy: Strategy = Field(
         default="batched", description="plan shape; `auto`: cheapest plan whose predicted pause fits"
     )

@@ -30,11 +30,13 @@ from ballast.control.plan import (
     cost_model,
     new_plan_id,
     store_plan,
+    store_settings,
     store_split,
 )
 from ballast.control.render import summary_table
 from ballast.control.verify import Progress, fail_plan, operator_advice, progress
 from ballast.control.verify import verify as _verify
+from ballast.protocol import Settings
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +66,9 @@ def plan_rebalance(url: str, cfg: JobConfig, snap: dict[str, Any], decision: dic
     s = Snapshot.from_dict(snap)
     if d.action == "split" and d.target_bins:
         return plan_split(url, cfg, s, d)
+    if d.action == "tune" and d.settings:
+        req = PlanRequest(strategy="all-at-once", source="rebalance", reason=d.reason, decision_id=d.decision_id)
+        return store_settings(url, cfg, s.map, Settings(**d.settings), req).to_dict()
     placed: Placement = _place(s.map.assignment, s.bins, d.target_workers)
     if placed.assignment == s.map.assignment and d.target_workers == s.map.workers:
         log.info("placement keeps every bin where it is: nothing to plan")

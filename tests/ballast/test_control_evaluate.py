@@ -6,6 +6,7 @@ At equal W, skewed workers get a rebalance. On a real migrated SQLite metrics DB
 from __future__ import annotations
 
 import dataclasses
+import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -215,3 +216,38 @@ def test_a_bin_hot_on_the_critical_path_gets_a_rebalance_that_its_records_would_
     assert after.inputs["placement.basis"] == "fold time" and after.inputs["skew_before"] > 1.5
     new = policy.place(list(traced.map.assignment), 2, list(traced.bins.load), list(traced.bins.bytes))
     assert [b for b, w in enumerate(new) if w == new[hot]] == [hot], "the hot bin gets a worker to itself"
+
+
+def test_with_a_latency_goal_a_run_that_keeps_w_tunes_the_settings_by_a_settings_step(
+        db_url, tmp_path, monkeypatch, unique_name):
+    """W = 2 keeps up (10k rows/s, 10k per worker): DS2 keeps W, and with a 8 s p99 goal the
+    autotuner lengthens the 1 s trigger (cheaper per event, within the goal) by one bounded step;
+    the plan is one settings step; once the job applied it, the next snapshot reads the new
+    settings. Without a goal, or within the hold after a change, nothing is tuned."""
+    from ballast.protocol import Settings, parse_control
+    from ballast.store import writer
+
+    cfg = _job_with(tmp_path, monkeypatch, unique_name, latency_goal_ms=8000, autotune_hold_s=120)
+    seed_job(db_url, unique_name, bins=16, workers=2, input_rate=10000.0, per_worker_rate=10000.0)
+    writer.ensure_job_row(db_url, unique_name, "keycount", 16, {"trigger_ms": 1000, "max_offsets_per_trigger": None},
+                          datetime.now(UTC))  # what the job's start records: its command line
+    snap = _snapshot(db_url, cfg)
+    assert (snap.trigger_ms, snap.max_records_per_epoch) == (1000, None)
+    now = datetime.now(UTC)
+    a = evaluate.assess(cfg, snap, policy.GuardState(), now)
+    assert a.action == "tune" and a.target_workers == 2 and a.settings is not None, a.reason
+    assert a.settings["trigger_ms"] == 4000, "at most x4 in one decision"
+    assert a.inputs["tune.predicted_p99_ms"] < 8000 * 0.8 and "predicts p99" in a.reason
+    untuned = _job_with(tmp_path, monkeypatch, unique_name)
+    assert evaluate.assess(untuned, snap, policy.GuardState(), now).action == "no_change", "no goal: no tuning"
+    held = policy.GuardState(last_change_at=now.timestamp() - 30)
+    assert evaluate.assess(cfg, snap, held, now).action == "no_change"
+
+    d = evaluate.evaluate(db_url, cfg, snap, now=now)
+    out = controller.plan_rebalance(db_url, cfg, snap.to_dict(), d.to_dict())
+    assert out is not None
+    [rec] = store.plan_steps(db_url, out["plan_id"])
+    step = parse_control(json.dumps(rec.payload))
+    assert step.kind == "settings" and step.settings == Settings(**d.settings)  # type: ignore[arg-type]
+    assert apply_step(db_url, unique_name, "keycount", step) is not None
+    assert store.job_settings(db_url, unique_name, "keycount") == (4000, step.settings.max_records_per_epoch)

@@ -7,17 +7,15 @@ even."""
 from __future__ import annotations
 
 import importlib.util
-import random
-import threading
 from pathlib import Path
 
 import pytest
-from kafka import KafkaProducer
 
 from ballast import store
 from ballast.config import load_jobs
 from spark_jobs.runner import RunConfig, start_job
 from tests.helpers.jobs import write_jobs_file
+from tests.helpers.key_load import Load
 from tests.helpers.wait import wait_until
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.dataplane, pytest.mark.slow]
@@ -30,27 +28,6 @@ def _rebalance_dag(cfg):  # type: ignore[no-untyped-def]
     mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
     spec.loader.exec_module(mod)  # type: ignore[union-attr]
     return mod.make_dag(cfg, None)
-
-
-class Load(threading.Thread):
-    """Open-loop input until stopped: ~1 500 rows/s, one key with HOT_SHARE of them, the rest over 4 000 keys."""
-
-    def __init__(self, bootstrap: str, topic: str) -> None:
-        super().__init__(daemon=True)
-        self.bootstrap, self.topic, self.stop = bootstrap, topic, threading.Event()
-
-    def run(self) -> None:
-        rng = random.Random(7)
-        p = KafkaProducer(bootstrap_servers=self.bootstrap, acks=1, linger_ms=20)
-        try:
-            while not self.stop.is_set():
-                for _ in range(300):
-                    key = b"hot" if rng.random() < HOT_SHARE else b"user-%d" % rng.randrange(4000)
-                    p.send(self.topic, key=key, value=b"1")
-                p.flush()
-                self.stop.wait(0.2)
-        finally:
-            p.close()
 
 
 def _skew(url: str, job: str, map_version: int, n: int = 4) -> float | None:
@@ -77,7 +54,7 @@ def test_scheduled_rebalance_splits_a_hot_bin_then_balances_its_parts(spark, kaf
     monkeypatch.setenv("BALLAST_DB_URL", db_url)
     monkeypatch.setenv("BALLAST_KAFKA_BOOTSTRAP", kafka_bootstrap)
     cfg = load_jobs()[job]
-    load = Load(kafka_bootstrap, f"{job}.in")
+    load = Load(kafka_bootstrap, f"{job}.in", hot_share=HOT_SHARE)
     runner = start_job(spark, RunConfig(job=job, input_topic=f"{job}.in", checkpoint_dir=str(tmp_path / "ckpt"),
                                         bootstrap=kafka_bootstrap, db_url=db_url, bins=BINS, workers=WORKERS,
                                         trigger_ms=500))

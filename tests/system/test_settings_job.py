@@ -96,7 +96,9 @@ def test_a_settings_step_changes_trigger_and_cap_live_and_a_restart_keeps_them(
     assert max(e.input_rows for e in before) > CAP, "the configured cap held before the step"
     assert len(after) >= len(second) // CAP and max(e.input_rows for e in after) <= CAP, \
         [(e.epoch, e.input_rows) for e in after]
-    gaps = [(b.started_at - a.started_at).total_seconds() for a, b in zip(after, after[1:], strict=False)]
+    # Spark's trigger ticks at multiples of the interval: the first epoch of the new query may start sooner
+    ticked = after[1:]
+    gaps = [(b.started_at - a.started_at).total_seconds() for a, b in zip(ticked, ticked[1:], strict=False)]
     assert gaps and min(gaps) >= TRIGGER_MS / 1000 * 0.9, f"epochs start {gaps} s apart"
     assert all(e.map_version == 1 for e in after), "a settings step is one map version"
 

@@ -93,6 +93,7 @@ def collect(url: str, cfg: JobConfig, owner: str | None = None) -> Snapshot | Re
     # bins hot on the critical path: weighed by their fold time when the workers' folds hold it
     w = bin_weights(bins.load, bins.fold_us, dict(critical), cfg.rebalance.critical_fold_share)
     bins = dataclasses.replace(bins, load=w.load, basis=w.basis, basis_reason=w.reason)
+    trigger_ms, max_records = store.settings()
     return Snapshot(
         map=MapState(current.map_version, current.epoch, current.workers, current.assignment),
         bins=bins,
@@ -102,6 +103,8 @@ def collect(url: str, cfg: JobConfig, owner: str | None = None) -> Snapshot | Re
         latest_epoch=epochs[-1].epoch,
         flow=tuple(operator_sample(url, cfg, n) for n in names) if len(names) > 1 else (),
         critical=critical,
+        trigger_ms=trigger_ms,
+        max_records_per_epoch=max_records,
     )
 
 

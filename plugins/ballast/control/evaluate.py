@@ -50,6 +50,7 @@ class Assessment:
     state: policy.GuardState  # the guards' state after this observation
     inputs: dict[str, Any] = field(default_factory=dict)
     target_bins: int | None = None  # action "split"
+    settings: dict[str, int] | None = None  # action "tune"
 
 
 def assess(cfg: JobConfig, snap: Snapshot, state: policy.GuardState, now: datetime,
@@ -59,7 +60,9 @@ def assess(cfg: JobConfig, snap: Snapshot, state: policy.GuardState, now: dateti
     cur = snap.map.workers
     flow, rows, epochs, model = _dataflow(cfg, snap)
     # DS2 sizes for the same utilization the guards' band is centred on
-    res = policy.evaluate(flow, rows, epochs, model=model, batch_budget_s=rb.batch_budget_s,
+    # a tuned job's budget is the interval the tuner set (in force now); otherwise the configured one
+    budget_s = (snap.trigger_ms / 1000.0 if rb.latency_goal_ms and snap.trigger_ms else rb.batch_budget_s)
+    res = policy.evaluate(flow, rows, epochs, model=model, batch_budget_s=budget_s,
                           catch_up_s=rb.catch_up_s, aggregation=rb.aggregation,
                           target_utilization=rb.target_utilization)
     target = res.targets[cfg.operator]
@@ -121,8 +124,24 @@ def assess(cfg: JobConfig, snap: Snapshot, state: policy.GuardState, now: dateti
         if adv.bins is not None:
             action, target_bins = "split", adv.bins
             reason = f"{reason}; {adv.reason}"
+    settings = None
+    if action == "no_change" and rb.latency_goal_ms and snap.trigger_ms is not None and res.model == "microbatch":
+        # W stays: batch so that p99 meets the goal at the least cost per event (docs/policy.md, "Autotuning")
+        per = target.per_instance_rate
+        tune = policy.autotune.advise(
+            policy.autotune.TuneInputs(rate_rows_s=target.target_in_rate, overhead_s=float(res.inputs["overhead_s"]),
+                                       per_row_s=1.0 / (cur * per) if per else 0.0, trigger_ms=snap.trigger_ms,
+                                       max_records_per_epoch=snap.max_records_per_epoch),
+            policy.autotune.TuneConfig(latency_goal_ms=rb.latency_goal_ms, hold_s=rb.autotune_hold_s),
+            now.timestamp(), state.last_change_at)
+        inputs.update({"tune.trigger_ms": tune.trigger_ms, "tune.max_records_per_epoch": tune.max_records_per_epoch,
+                       "tune.predicted_p99_ms": tune.predicted_p99_ms, "tune.current_p99_ms": tune.current_p99_ms,
+                       "tune.feasible": tune.feasible, "tune.keep_up_ms": tune.keep_up_ms, "tune.reason": tune.reason})
+        if tune.change:
+            action, reason = "tune", f"{reason}; {tune.reason}"
+            settings = {"trigger_ms": tune.trigger_ms, "max_records_per_epoch": tune.max_records_per_epoch}
     return Assessment(action, reason, cur, verdict.proposed_workers, verdict.target_workers, utilization,
-                      true_rate, new_state, inputs, target_bins)
+                      true_rate, new_state, inputs, target_bins, settings)
 
 
 def _dataflow(cfg: JobConfig, snap: Snapshot) -> tuple[policy.Dataflow, list[policy.WorkerEpochMetrics],
@@ -182,4 +201,4 @@ def evaluate(url: str, cfg: JobConfig, snap: Snapshot, now: datetime | None = No
              decision_id, cfg.job, cfg.operator, a.action, a.current_workers, a.target_workers,
              a.proposed_workers, a.utilization, a.reason)
     return ScalingDecision(decision_id, a.action, a.current_workers, a.proposed_workers, a.target_workers,
-                           a.reason, json_safe(a.utilization), a.target_bins)
+                           a.reason, json_safe(a.utilization), a.target_bins, a.settings)

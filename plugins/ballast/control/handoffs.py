@@ -112,6 +112,8 @@ class Snapshot:
     status: Literal["ready"] = "ready"
     flow: tuple[OperatorSample, ...] = ()  # a multi-operator job: every operator, in chain order
     critical: tuple[tuple[str, float], ...] = ()  # the window's CP by label (ballast.tracing), largest first
+    trigger_ms: int | None = None  # the job's settings in force (store.job_settings); None: unknown
+    max_records_per_epoch: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = json_safe(asdict(self))
@@ -137,6 +139,8 @@ class Snapshot:
                                       tuple(_flat(WorkerSample, w) for w in o.get("samples", ())))
                        for o in d.get("flow", ())),
             critical=tuple((str(k), float(v)) for k, v in d.get("critical", ())),
+            trigger_ms=None if d.get("trigger_ms") is None else int(d["trigger_ms"]),
+            max_records_per_epoch=None if d.get("max_records_per_epoch") is None else int(d["max_records_per_epoch"]),
         )
 
 
@@ -149,7 +153,7 @@ class Resume(_Flat):
     status: Literal["resume"] = "resume"
 
 
-Action = Literal["scale_up", "scale_down", "rebalance", "split", "no_change"]
+Action = Literal["scale_up", "scale_down", "rebalance", "split", "tune", "no_change"]
 
 
 @dataclass(frozen=True)
@@ -166,6 +170,7 @@ class ScalingDecision(_Flat):
     reason: str
     utilization: float | None
     target_bins: int | None = None  # action "split": the bin count to raise to
+    settings: dict[str, int] | None = None  # action "tune": the settings step's values (ballast.protocol.Settings)
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ No Airflow, Spark, Kafka or SQLAlchemy import here, on purpose: the policy is un
 milliseconds and the DAGs stay thin. Formulas and their tests: docs/policy.md.
 """
 
+from ballast.policy import autotune
 from ballast.policy.costmodel import (
     CheckpointSample,
     CostModel,
@@ -72,7 +73,7 @@ from ballast.policy.planner import choose_plan, plan_migration
 from ballast.policy.split import SplitAdvice, split_advice
 
 __all__ = [
-    "SplitAdvice", "split_advice", "split_plan", "settings_plan",
+    "SplitAdvice", "split_advice", "split_plan", "settings_plan", "autotune",
     "critical_path_check", "scale_up_gain", "workers_share", "BinWeights", "bin_weights", "folds_share",
     "CheckpointSample", "CostModel", "choose_plan", "fit_cost_model", "render_plan",
     "Dataflow", "DS2Result", "EpochMetrics", "OperatorNode", "OperatorRates", "OperatorTarget",

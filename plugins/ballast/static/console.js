@@ -14,7 +14,7 @@
   const STATUS_BADGE = { running: "ok", stale: "warn", stopped: "bad", "not started": "muted",
     applied: "ok", completed: "ok", "in flight": "warn", emitting: "warn", planned: "info", pending: "muted",
     rejected: "bad", superseded: "bad", failed: "bad", info: "info", warning: "warn", error: "bad",
-    scale_up: "info", scale_down: "info", rebalance: "info", no_change: "muted" };
+    scale_up: "info", scale_down: "info", rebalance: "info", split: "info", tune: "info", no_change: "muted" };
   const STEP_COLOR = { applied: C.ok, "in flight": C.warn, rejected: C.bad, superseded: C.bad, pending: C.muted };
   // light = little, dark = much (plotly's named YlOrRd/Purples run the other way)
   const LOAD_SCALE = [[0, "#fff7ec"], [0.2, "#fdd49e"], [0.45, "#fc8d59"], [0.7, "#d7301f"], [1, "#7f0000"]];

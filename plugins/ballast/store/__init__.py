@@ -237,6 +237,9 @@ from ballast.store.step_checkpoints import (
     checkpoints as checkpoints,
 )
 from ballast.store.step_checkpoints import (
+    job_settings as job_settings,
+)
+from ballast.store.step_checkpoints import (
     recent_checkpoints as recent_checkpoints,
 )
 from ballast.store.step_log import (

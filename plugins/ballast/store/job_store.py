@@ -72,6 +72,10 @@ class JobStore:
     def checkpoints(self, plan_id: str) -> dict[int, step_checkpoints.CheckpointRow]:
         return step_checkpoints.checkpoints(self.url, plan_id)
 
+    def settings(self) -> tuple[int | None, int | None]:
+        """The trigger interval and records-per-epoch cap in force (step_checkpoints.job_settings)."""
+        return step_checkpoints.job_settings(self.url, self.job, self.operator)
+
     def recent_checkpoints(self, limit: int = 200) -> list[step_checkpoints.CheckpointRow]:
         return step_checkpoints.recent_checkpoints(self.url, self.job, self.operator, limit)
 

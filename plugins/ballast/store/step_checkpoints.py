@@ -61,3 +61,30 @@ def recent_checkpoints(url: str, job: str, operator: str, limit: int = 200) -> l
             .limit(limit)
         ).all()
         return [checkpoint_row(r) for r in rows]
+
+
+def job_settings(url: str, job: str, operator: str) -> tuple[int | None, int | None]:
+    """The trigger interval and the records-per-epoch cap (None: no cap) the job runs with: its last
+    start's command line (the job row) under every settings step it applied, in the order it applied
+    them (the job's own rule: ballast.protocol.Settings.over). (None, None) before the job's first start."""
+    from ballast.protocol import Settings
+
+    with session_scope(url) as s:
+        row = s.get(m.Job, (job, operator))
+        if row is None:
+            return None, None
+        config = dict(row.config or {})
+        steps = s.execute(
+            select(m.PlanStep.payload)
+            .join(m.StepCheckpoint, (m.StepCheckpoint.plan_id == m.PlanStep.plan_id)
+                  & (m.StepCheckpoint.step == m.PlanStep.step))
+            .where(m.StepCheckpoint.job == job, m.StepCheckpoint.operator == operator,
+                   m.StepCheckpoint.status == "applied")
+            .order_by(m.StepCheckpoint.applied_epoch)).scalars().all()
+    now = Settings()
+    for payload in steps:
+        if isinstance(payload, dict) and payload.get("kind") == "settings":
+            now = Settings(**payload.get("settings", {})).over(now)
+    trigger = now.trigger_ms if now.trigger_ms is not None else config.get("trigger_ms")
+    cap = now.max_records_per_epoch if now.max_records_per_epoch is not None else config.get("max_offsets_per_trigger")
+    return (int(trigger) if trigger is not None else None), (int(cap) if cap else None)
