@@ -167,6 +167,12 @@ def overhead(runs: list[dict[str, Any]]) -> dict[str, Any]:
         out[f"off_{q}_spread"], out[f"on_{q}_spread"] = spread, spread_on
         out[f"pair_overheads_{q}"] = [x[f"{q}_ms"] / y[f"{q}_ms"] - 1 if y[f"{q}_ms"] else math.nan
                                       for x, y in zip(on, off)]
+        # the pairs' own ratios: with a pair's runs side by side (`concurrent`) the machine's drift
+        # over the experiment cancels in each ratio, not in the groups' medians
+        pairs = [v for v in out[f"pair_overheads_{q}"] if v == v]
+        out[f"paired_overhead_{q}"] = statistics.median(pairs) if pairs else math.nan
+        out[f"paired_mean_{q}"] = statistics.fmean(pairs) if pairs else math.nan
+        out[f"paired_se_{q}"] = statistics.stdev(pairs) / math.sqrt(len(pairs)) if len(pairs) > 1 else math.nan
         out[f"{q}_inside_noise"] = bool(ov == ov and spread == spread and spread_on == spread_on
                                         and abs(ov) <= max(spread, spread_on))
     return out
@@ -248,7 +254,11 @@ def readme(s: dict[str, Any]) -> str:
         f"{', '.join(_pct(v) for v in s['pair_overheads_p50'])}",
         f"- p99: on {s['on_p99_ms']:.0f} ms, off {s['off_p99_ms']:.0f} ms (median); per pair "
         f"{', '.join(_pct(v) for v in s['pair_overheads_p99'])}",
-        *[f"- overhead {n}" for n in noise], "",
+        *[f"- overhead {n}" for n in noise],
+        *[f"- paired ({q}): median of the pairs' ratios {_pct(s[f'paired_overhead_{q}'])}, mean "
+          f"{_pct(s[f'paired_mean_{q}'])} ± {_pct(s[f'paired_se_{q}'], False)} (standard error)"
+          for q in ("p50", "p99")],
+        "",
         f"CP of a window of stored epochs (up to {T['cp_window_s']:.0f} s; `epochs_participation` + per-label sums, "
         f"median of {T['cp_reps']}) ÷ the median epoch time of those epochs: "
         f"**{s['cp_60s_ms_over_epoch_ms']:.3f}** (median over the on-runs; synthetic 60 s window, 2 workers: "

@@ -37,6 +37,11 @@ def test_the_overhead_is_the_median_of_the_on_runs_over_the_median_of_the_off_ru
     assert o["off_p99_spread"] == pytest.approx((2100 - 1900) / 2000)
     assert o["on_p50_spread"] == pytest.approx((1300 - 1050) / 1100)
     assert o["p50_inside_noise"] and o["p99_inside_noise"]  # 5 % against a 10 % spread
+    pairs = [0.1, 1050 / 1200 - 1, 1300 / 1100 - 1]
+    assert o["paired_overhead_p50"] == pytest.approx(0.1) and o["paired_mean_p50"] == pytest.approx(sum(pairs) / 3)
+    mean = sum(pairs) / 3
+    se = math.sqrt(sum((v - mean) ** 2 for v in pairs) / 2) / math.sqrt(3)
+    assert o["paired_se_p50"] == pytest.approx(se)
 
 
 def test_an_overhead_larger_than_the_off_runs_spread_is_outside_the_noise() -> None:
