@@ -80,6 +80,12 @@ def test_console_api_shows_job_map_plan_decisions_events(client, db_url, jobs_fi
     assert row["status"] == "running" and row["host"] == "node-a" and row["workers"] == 2
     assert (row["executors"], row["capacity"], row["bins"]) == (2, 4, 16)
     assert row["open_plan"]["plan_id"] == plan_id and row["open_plan"]["applied"] == 1
+    assert (row["trigger_ms"], row["max_records_per_epoch"]) == (None, None), "a seeded job recorded no start"
+    from ballast.store import writer
+
+    writer.ensure_job_row(db_url, job, "keycount", 16, {"trigger_ms": 500, "max_offsets_per_trigger": 2000}, now)
+    row = next(j for j in client.get("/api/jobs").json() if j["job"] == job)
+    assert (row["trigger_ms"], row["max_records_per_epoch"]) == (500, 2000), "the settings in force, per job"
     # where else to look: the driver's Spark UI, the job's DAG runs, its topics (no Kafka UI configured)
     assert row["spark_ui"] == "http://127.0.0.1:4041"
     assert [d["url"] for d in row["dags"]] == [f"/dags/ballast_{k}__{job}/runs" for k in ("rebalance", "supervise")]

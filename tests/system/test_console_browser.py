@@ -133,6 +133,9 @@ def test_console_shows_a_live_migration(console_stack, live_job, browser, tmp_pa
                                         f"#jobs tr[data-job='{job}'] [data-field=status]").text == "running")
     row = drv.find_element(By.CSS_SELECTOR, f"#jobs tr[data-job='{job}']").text
     assert job in row and "keycount" in row
+    # the settings in force: the job's command line (--trigger-ms 700 --max-offsets-per-trigger 6000)
+    facts = wait.until(lambda d: d.find_element(By.ID, "job-facts").text)
+    assert "700 ms · 6,000" in facts, facts
     # where else to look: the driver's Spark UI (on loopback, answering), the job's DAG runs, its topics
     spark_ui = wait.until(lambda d: [a.get_attribute("href") for a in d.find_elements(By.CSS_SELECTOR, "#job-links a")
                                      if a.text.startswith("Spark UI")])[0]

@@ -108,6 +108,8 @@
       fact("input rows/s", num(j.input_rate)),
       fact("backlog rows", num(j.backlog)),
       fact("batch time", ms(j.batch_ms)),
+      fact(`trigger · max records/epoch <span class="sub">(settings)</span>`,
+        `${ms(j.trigger_ms)} · ${j.max_records_per_epoch ? num(j.max_records_per_epoch) : "no cap"}`),
       fact(`dead letters <span class="sub">(${esc(j.job)}.dlq)</span>`, num(j.dead_letters)),
       fact("bins (B)", num(j.bins)),
     ].join("");
