@@ -35,10 +35,8 @@ class Effective:
 
     @classmethod
     def of(cls, cfg: RunConfig, settings: Settings) -> Effective:
-        trigger = settings.trigger_ms if settings.trigger_ms is not None else cfg.trigger_ms
-        cap = (settings.max_records_per_epoch if settings.max_records_per_epoch is not None
-               else cfg.max_offsets_per_trigger)
-        return cls(trigger, cap or None)
+        s = settings.over(Settings(cfg.trigger_ms, cfg.max_offsets_per_trigger))
+        return cls(s.trigger_ms if s.trigger_ms is not None else cfg.trigger_ms, s.max_records_per_epoch or None)
 
 
 class StreamingQuery:

@@ -51,3 +51,14 @@ def run_params(dag: Any, conf: dict[str, Any]) -> dict[str, Any]:
 def edges(dag: Any) -> set[tuple[str, str]]:
     """(upstream, downstream) task ids of every dependency."""
     return {(t.task_id, d) for t in dag.tasks for d in t.downstream_task_ids}
+
+
+def rebalance_dag(cfg: Any, name: str = "rebalance_under_test") -> Any:
+    """`dags/ballast_rebalance.py`'s DAG for one job (`make_dag(cfg, None)`: no schedule), loaded from
+    its file as the scheduler would, for a test that runs it with `dag.test()`."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, REPO / "dags" / "ballast_rebalance.py")
+    mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(mod)  # type: ignore[union-attr]
+    return mod.make_dag(cfg, None)

@@ -20,7 +20,7 @@ from migrations_db import models as m
 from migrations_db.db import session_scope
 from spark_jobs.bins import bin_of_store_key, decode_entry, uniform_assignment
 from spark_jobs.durable import read_state
-from spark_jobs.offsets import epoch_ranges
+from spark_jobs.offsets import committed_epochs, epoch_ranges, read_end_offsets
 from spark_jobs.operators import decode_count
 
 # the shared wait, control write and kill live in tests/helpers; named here too because data-plane
@@ -256,3 +256,10 @@ def check_acks_follow_commits(bootstrap: str, db_url: str, job: str) -> int:
         assert a["map_version_after"] in versions, f"{what}: routing map v{a['map_version_after']} is not committed"
         assert hb >= a["map_version_after"], f"{what}: the heartbeat is at map v{hb}"
     return len(acks)
+
+
+def consumed_rows(spark_ckpt: str | Path, topic: str) -> int:
+    """Rows of `topic` the job's last committed epoch has read up to (its Spark offset log)."""
+    eps = committed_epochs(spark_ckpt)
+    end = read_end_offsets(spark_ckpt, eps[-1]) if eps else None
+    return sum((end or {}).get(topic, {}).values())

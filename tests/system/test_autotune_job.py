@@ -6,28 +6,18 @@ bounded step, 4x), its epochs start that far apart, and the controller reads the
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
 from ballast import store
 from ballast.config import load_jobs
 from spark_jobs.runner import RunConfig, start_job
+from tests.helpers.dag_bag import rebalance_dag
 from tests.helpers.jobs import write_jobs_file
 from tests.helpers.key_load import Load
 from tests.helpers.wait import wait_until
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.dataplane, pytest.mark.slow]
-REPO = Path(__file__).resolve().parents[2]
 BINS, WORKERS, TRIGGER_MS = 8, 2, 200
-
-
-def _rebalance_dag(cfg):  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location("tune_rebalance", REPO / "dags" / "ballast_rebalance.py")
-    mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    spec.loader.exec_module(mod)  # type: ignore[union-attr]
-    return mod.make_dag(cfg, None)
 
 
 def test_a_rebalance_run_tunes_a_real_jobs_trigger_toward_its_latency_goal(spark, kafka_bootstrap, make_topics,
@@ -51,7 +41,7 @@ def test_a_rebalance_run_tunes_a_real_jobs_trigger_toward_its_latency_goal(spark
         wait_until(lambda: len([e for e in store.epoch_window(db_url, job, "keycount", 10) if e.input_rows]) >= 4,
                    240, "four loaded epochs")
         assert store.job_settings(db_url, job, "keycount") == (TRIGGER_MS, None)
-        dr = _rebalance_dag(cfg).test()
+        dr = rebalance_dag(cfg, "tune_rebalance").test()
         d = store.latest_decision(db_url, job, "keycount")
         states = {ti.task_id: ti.state for ti in dr.get_task_instances()}
         assert d is not None and d.action == "tune", (d.reason if d else None, states)

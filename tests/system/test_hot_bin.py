@@ -6,28 +6,18 @@ even."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
 from ballast import store
 from ballast.config import load_jobs
 from spark_jobs.runner import RunConfig, start_job
+from tests.helpers.dag_bag import rebalance_dag
 from tests.helpers.jobs import write_jobs_file
 from tests.helpers.key_load import Load
 from tests.helpers.wait import wait_until
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.dataplane, pytest.mark.slow]
-REPO = Path(__file__).resolve().parents[2]
 BINS, WORKERS, HOT_SHARE = 8, 4, 0.2
-
-
-def _rebalance_dag(cfg):  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location("hot_rebalance", REPO / "dags" / "ballast_rebalance.py")
-    mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    spec.loader.exec_module(mod)  # type: ignore[union-attr]
-    return mod.make_dag(cfg, None)
 
 
 def _skew(url: str, job: str, map_version: int, n: int = 4) -> float | None:
@@ -63,7 +53,7 @@ def test_scheduled_rebalance_splits_a_hot_bin_then_balances_its_parts(spark, kaf
         before = wait_until(lambda: _skew(db_url, job, 0), 240, "four loaded epochs under the first map")
         assert before > 1.4, f"the hot key's worker should carry ~1.6x the mean, got {before:.2f}"
 
-        dr = _rebalance_dag(cfg).test()  # run 1: the hot bin bounds every placement -> split
+        dr = rebalance_dag(cfg, "hot_rebalance").test()  # run 1: the hot bin bounds every placement -> split
         d = store.latest_decision(db_url, job, "keycount")
         assert d.action == "split", d.reason
         split = store.recent_plans(db_url, job=job)[0]
@@ -73,7 +63,7 @@ def test_scheduled_rebalance_splits_a_hot_bin_then_balances_its_parts(spark, kaf
         assert after_split.bins == 32 and after_split.workers == WORKERS
         wait_until(lambda: _skew(db_url, job, after_split.map_version), 240, "four loaded epochs at 32 bins")
 
-        _rebalance_dag(cfg).test()  # run 2: placement at 32 bins moves the hot bin's cold parts away
+        rebalance_dag(cfg, "hot_rebalance").test()  # run 2: placement at 32 bins moves the hot bin's cold parts away
         d = store.latest_decision(db_url, job, "keycount")
         assert d.action == "rebalance", d.reason
         final = store.latest_map(db_url, job, "keycount")

@@ -16,11 +16,18 @@ from sqlalchemy import select
 from ballast.protocol import ControlStep, Settings
 from migrations_db import models as m
 from migrations_db.db import session_scope
-from spark_jobs.offsets import committed_epochs, read_end_offsets
+from spark_jobs.offsets import committed_epochs
 from spark_jobs.output import read_output
 from spark_jobs.runner import RunConfig, start_job
 from tests.helpers.control import send_control
-from tests.helpers.dp_helpers import check_state, checkpoints, outputs_as_set, reference_by_epoch, zipf_keys
+from tests.helpers.dp_helpers import (
+    check_state,
+    checkpoints,
+    consumed_rows,
+    outputs_as_set,
+    reference_by_epoch,
+    zipf_keys,
+)
 from tests.helpers.wait import wait_until
 
 pytestmark = [pytest.mark.dataplane, pytest.mark.slow]
@@ -55,9 +62,7 @@ def test_a_settings_step_changes_trigger_and_cap_live_and_a_restart_keeps_them(
     ckpt = cfg.checkpoint_dir + "/spark"
 
     def consumed(n: int) -> bool:
-        eps = committed_epochs(ckpt)
-        end = read_end_offsets(ckpt, eps[-1]) if eps else None
-        return bool(end) and sum(end.get(topic, {}).values()) == n
+        return consumed_rows(ckpt, topic) == n
 
     runner = start_job(spark, cfg)
 

@@ -13,7 +13,7 @@ from sqlalchemy import select
 from ballast.protocol import ControlStep, Move, split_assignment
 from migrations_db import models as m
 from migrations_db.db import session_scope
-from spark_jobs.offsets import committed_epochs, read_end_offsets
+from spark_jobs.offsets import committed_epochs
 from spark_jobs.output import read_output
 from spark_jobs.runner import RunConfig, start_job
 from tests.helpers.control import send_control
@@ -21,6 +21,7 @@ from tests.helpers.dp_helpers import (
     check_migration_property,
     check_state,
     checkpoints,
+    consumed_rows,
     outputs_as_set,
     reference_by_epoch,
     zipf_keys,
@@ -59,9 +60,7 @@ def _split_move_restart(spark, kafka_bootstrap, make_topics, unique_name, tmp_pa
     ckpt = cfg.checkpoint_dir + "/spark"
 
     def consumed(n: int) -> bool:
-        eps = committed_epochs(ckpt)
-        end = read_end_offsets(ckpt, eps[-1]) if eps else None
-        return bool(end) and sum(end.get(topic, {}).values()) == n
+        return consumed_rows(ckpt, topic) == n
 
     runner = start_job(spark, cfg)
 
@@ -150,9 +149,7 @@ def test_a_window_processor_splits_with_timers_pending_and_every_window_fires_on
         return sorted(as_tuple(json.loads(o.value)) for o in read_output(kafka_bootstrap, f"{job}.output")[0])
 
     def consumed() -> int:
-        eps = committed_epochs(ckpt)
-        end = read_end_offsets(ckpt, eps[-1]) if eps else None
-        return sum((end or {}).get(topic, {}).values())
+        return consumed_rows(ckpt, topic)
 
     try:
         wait_until(lambda: (runner.last_epoch or 0) >= 2, 180, "a few epochs at 8 bins", check=alive)

@@ -4,6 +4,7 @@ then plan it like a scheduled one, or take over a plan whose run is gone."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from ballast import policy, store
@@ -71,7 +72,7 @@ def plan_manual(url: str, cfg: JobConfig, params: dict[str, Any]) -> dict[str, A
     except NotReady as exc:
         raise InvalidRequest(str(exc)) from exc
     current = MapState(snap.map_version, snap.epoch, snap.workers, snap.assignment)
-    if any(params.get(k) is not None for k in SETTINGS_PARAMS):
+    if any(params.get(k) is not None for k in Settings.NAMES):
         return _plan_settings(url, cfg, current, params)
     if params.get("split_to"):
         return _plan_split(url, cfg, current, int(params["split_to"]), params)
@@ -115,22 +116,8 @@ def _plan_split(url: str, cfg: JobConfig, current: MapState, bins: int, params: 
         raise InvalidRequest(f"split_to must be a power of two above the job's {have} bins and at most "
                              f"rebalance.max_bins ({cfg.rebalance.max_bins}), got {bins}")
     rendered = f"split: {have} -> {bins} bins at map v{current.version}; every bin's parts stay on its worker"
-    if params.get("dry_run"):
-        log.info("DRY RUN — nothing stored, nothing emitted: %s", rendered)
-        return {"dry_run": True, "plan_id": None, "steps": 1, "bins": 0, "predicted_ms": 0.0,
-                "predicted_max_pause_ms": 0.0, "rendered": rendered}
-    req = PlanRequest(strategy="all-at-once", emit_mode=params.get("emit_mode") or cfg.rebalance.emit_mode,
-                      source="manual", reason=params.get("reason") or "manual split")
-    try:
-        out = store_split(url, cfg, current, bins, req).to_dict()
-    except store.PlanConflict as exc:
-        raise InvalidRequest(str(exc)) from exc
-    out["rendered"] = rendered
-    return out
-
-
-#: the request fields of a settings step (the migrate DAG's params): protocol name -> param name
-SETTINGS_PARAMS = ("trigger_ms", "max_records_per_epoch")
+    return _one_step(cfg, params, rendered, "manual split",
+                     lambda req: store_split(url, cfg, current, bins, req).to_dict())
 
 
 def _plan_settings(url: str, cfg: JobConfig, current: MapState, params: dict[str, Any]) -> dict[str, Any]:
@@ -139,7 +126,7 @@ def _plan_settings(url: str, cfg: JobConfig, current: MapState, params: dict[str
     if params.get("target_workers") or params.get("moves") or params.get("split_to"):
         raise InvalidRequest("trigger_ms and max_records_per_epoch change the job's settings alone: leave "
                              "target_workers, moves and split_to empty (migrate in a run of its own)")
-    values = {k: params[k] for k in SETTINGS_PARAMS if params.get(k) is not None}
+    values = {k: params[k] for k in Settings.NAMES if params.get(k) is not None}  # the DAG's params, same names
     for k, v in values.items():
         top = MAX_TRIGGER_MS if k == "trigger_ms" else 2**31 - 1
         if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= top:
@@ -148,14 +135,22 @@ def _plan_settings(url: str, cfg: JobConfig, current: MapState, params: dict[str
     rendered = (f"settings at map v{current.version}: "
                 + ", ".join(f"{k} -> {v if v or k == 'trigger_ms' else 'no cap'}" for k, v in values.items())
                 + "; the job restarts its streaming query in its own process, nothing moves")
+    return _one_step(cfg, params, rendered, "manual settings change",
+                     lambda req: store_settings(url, cfg, current, settings, req).to_dict())
+
+
+def _one_step(cfg: JobConfig, params: dict[str, Any], rendered: str, reason: str,
+              store_it: Callable[[PlanRequest], dict[str, Any]]) -> dict[str, Any]:
+    """A one-step plan that moves nothing (a split, a settings change): printed on a dry run, else
+    stored by `store_it` (a conflicting open plan is the request's error)."""
     if params.get("dry_run"):
         log.info("DRY RUN — nothing stored, nothing emitted: %s", rendered)
         return {"dry_run": True, "plan_id": None, "steps": 1, "bins": 0, "predicted_ms": 0.0,
                 "predicted_max_pause_ms": 0.0, "rendered": rendered}
     req = PlanRequest(strategy="all-at-once", emit_mode=params.get("emit_mode") or cfg.rebalance.emit_mode,
-                      source="manual", reason=params.get("reason") or "manual settings change")
+                      source="manual", reason=params.get("reason") or reason)
     try:
-        out = store_settings(url, cfg, current, settings, req).to_dict()
+        out = store_it(req)
     except store.PlanConflict as exc:
         raise InvalidRequest(str(exc)) from exc
     out["rendered"] = rendered

@@ -10,6 +10,7 @@ from typing import Any
 from sqlalchemy import select
 
 from ballast.dbtime import as_utc
+from ballast.protocol import Settings
 from migrations_db import models as m
 from migrations_db.db import session_scope
 
@@ -67,8 +68,6 @@ def job_settings(url: str, job: str, operator: str) -> tuple[int | None, int | N
     """The trigger interval and the records-per-epoch cap (None: no cap) the job runs with: its last
     start's command line (the job row) under every settings step it applied, in the order it applied
     them (the job's own rule: ballast.protocol.Settings.over). (None, None) before the job's first start."""
-    from ballast.protocol import Settings
-
     with session_scope(url) as s:
         row = s.get(m.Job, (job, operator))
         if row is None:
@@ -81,10 +80,8 @@ def job_settings(url: str, job: str, operator: str) -> tuple[int | None, int | N
             .where(m.StepCheckpoint.job == job, m.StepCheckpoint.operator == operator,
                    m.StepCheckpoint.status == "applied")
             .order_by(m.StepCheckpoint.applied_epoch)).scalars().all()
-    now = Settings()
+    now = Settings(config.get("trigger_ms"), config.get("max_offsets_per_trigger"))  # the command line
     for payload in steps:
         if isinstance(payload, dict) and payload.get("kind") == "settings":
             now = Settings(**payload.get("settings", {})).over(now)
-    trigger = now.trigger_ms if now.trigger_ms is not None else config.get("trigger_ms")
-    cap = now.max_records_per_epoch if now.max_records_per_epoch is not None else config.get("max_offsets_per_trigger")
-    return (int(trigger) if trigger is not None else None), (int(cap) if cap else None)
+    return now.trigger_ms, now.max_records_per_epoch or None
