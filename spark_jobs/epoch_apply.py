@@ -104,6 +104,7 @@ class EpochApply:
                 **self._clients.spark_kafka_options(source=False))
         times.lap("plan")
         writer.save()
+        self.stream_plan.inputs.after_job(epoch)  # a hand-off's mark observed in the job, before the manifest
         times.lap("spark")
         faults.hit("before_manifest")
         docs = self._fencing.commit_manifest(durable, epoch, st.map_version, tasks, snapshot)

@@ -14,26 +14,54 @@ outputs are all written before the next epoch starts; so a record whose (epoch, 
 the high-water mark of what this operator already took is a copy. The mark after each epoch is
 logged in `ballast/handoff/<epoch>.json`; a replay uses the mark of the newest earlier epoch, so
 it filters exactly as the first run did. Copies inside one batch: the lowest offset is kept.
+
+The mark is observed in the epoch's own Spark job where it can be (`observe`: a keyed operator with
+transactional output, whose job ends in Spark's `noop` sink, where an `Observation` reports): one
+`max` per (topic, partition, upstream worker) the marks already know, and the set of groups the
+batch holds; `after_job` writes it before the epoch's manifest. A batch with a group the marks do
+not know yet (the first epochs, an upstream that scaled out) or a job that ends in Kafka's sink
+(where an Observation never reports) reads the batch once more for its mark, before the job (a
+`collect`: a second Spark job per epoch, which the trace shows in the driver's `plan`).
 """
 
 from __future__ import annotations
 
 import re
+import uuid
+from dataclasses import dataclass
 from typing import Any
 
 from spark_jobs.storage import Location
 
 Mark = dict[str, list[int]]  # "topic|partition|worker" -> [epoch, seq]
 NO_EMPTY_PROPAGATION = "org.apache.spark.sql.execution.adaptive.AQEPropagateEmptyRelation"
+#: at most this many (topic, partition, upstream worker) groups are observed (one `max` each); more
+#: are read by the collect
+MAX_OBSERVED_GROUPS = 256
+
+
+@dataclass
+class _Observed:
+    """An epoch's mark, being observed in its job: what `after_job` needs to write it."""
+
+    epoch: int
+    before: Mark
+    groups: list[str]
+    observation: Any  # pyspark.sql.Observation
+    tagged: Any  # the rows with their ids, unobserved: the collect's input when a group is new
 
 
 class InputRows:
     """Select, tag and deduplicate the input rows of one epoch (module docstring)."""
 
-    def __init__(self, topics: list[str], handoff: tuple[str, ...], journal_dir: Location) -> None:
+    def __init__(self, topics: list[str], handoff: tuple[str, ...], journal_dir: Location,
+                 observe: bool = False) -> None:
         self.topics = list(topics)
         self.handoff = [t for t in handoff if t in topics]
         self.dir = journal_dir / "handoff"
+        self.observe = observe  # the epoch's job ends in Spark's noop sink: its mark is observed there
+        self._observed: _Observed | None = None
+        self.collects = 0  # marks read by a collect of their own (a second job): tests and logs
         if self.handoff:
             self.dir.makedirs()
 
@@ -76,29 +104,68 @@ class InputRows:
         rows = [(k.split("|")[0], int(k.split("|")[1]), int(k.split("|")[2]), int(v[0]), int(v[1]))
                 for k, v in before.items()]
         marks = src.sparkSession.createDataFrame(rows, "m_topic string, m_part int, m_w long, m_e long, m_s long")
-        joined = tagged.join(F.broadcast(marks), (F.col("topic") == F.col("m_topic"))
-                             & (F.col("partition") == F.col("m_part")) & (F.col("__w") == F.col("m_w")), "left")
+        self._observed = None
+        observed = tagged
+        if not (self.dir / f"{epoch}.json").exists():
+            groups = sorted(before)
+            if self.observe and 0 < len(groups) <= MAX_OBSERVED_GROUPS:
+                observed = self._observe(tagged, epoch, before, groups)
+            else:
+                self._write_mark(tagged, before, epoch)
+        joined = observed.join(F.broadcast(marks), (F.col("topic") == F.col("m_topic"))
+                               & (F.col("partition") == F.col("m_part")) & (F.col("__w") == F.col("m_w")), "left")
         new = (F.col("__id").isNull() | F.col("m_e").isNull() | (F.col("__e") > F.col("m_e"))
                | ((F.col("__e") == F.col("m_e")) & (F.col("__s") > F.col("m_s"))))
         first = Window.partitionBy("topic", "partition", "__id").orderBy("offset")
         kept = (joined.where(new).withColumn("__n", F.row_number().over(first))
                 .where(F.col("__id").isNull() | (F.col("__n") == 1)))
-        if not (self.dir / f"{epoch}.json").exists():
-            self._write_mark(tagged, before, epoch)
         return kept.drop("m_topic", "m_part", "m_w", "m_e", "m_s", "__n", "__id", "__e", "__w", "__s")
 
     def _write_mark(self, tagged: Any, before: Mark, epoch: int) -> None:
         from pyspark.sql import functions as F
 
+        self.collects += 1
         agg = (tagged.where(F.col("__id").isNotNull()).groupBy("topic", "partition", "__w")
                .agg(F.max(F.struct("__e", "__s")).alias("m")).collect())
+        self._save_mark(before, {f"{r['topic']}|{r['partition']}|{r['__w']}": r["m"] for r in agg}, epoch)
+
+    def _save_mark(self, before: Mark, found: dict[str, Any], epoch: int) -> None:
+        """`before` raised by the batch's highest (epoch, seq) per group (`found`: group -> a row
+        with `__e`, `__s`, or None), logged as the epoch's mark."""
         mark = dict(before)
-        for r in agg:
-            k = f"{r['topic']}|{r['partition']}|{r['__w']}"
-            new = [int(r["m"]["__e"]), int(r["m"]["__s"])]
+        for k, m in found.items():
+            if m is None:
+                continue
+            new = [int(m["__e"]), int(m["__s"])]
             if k not in mark or tuple(new) > tuple(mark[k]):
                 mark[k] = new
         (self.dir / f"{epoch}.json").write_json(mark)
+
+    def _observe(self, tagged: Any, epoch: int, before: Mark, groups: list[str]) -> Any:
+        """`tagged` with the mark's aggregates observed in the epoch's job (module docstring)."""
+        from pyspark.sql import Observation
+        from pyspark.sql import functions as F
+
+        has_id = F.col("__id").isNotNull()
+        group = F.when(has_id, F.concat_ws("|", F.col("topic"), F.col("partition").cast("string"),
+                                          F.col("__w").cast("string")))
+        obs = Observation(f"ballast_handoff_{epoch}_{uuid.uuid4().hex[:8]}")
+        aggs = [F.max(F.when(group == g, F.struct("__e", "__s"))).alias(f"g{i}") for i, g in enumerate(groups)]
+        observed = tagged.observe(obs, F.collect_set(group).alias("seen"), *aggs)
+        self._observed = _Observed(epoch, before, groups, obs, tagged)
+        return observed
+
+    def after_job(self, epoch: int) -> None:
+        """After the epoch's job ran: its observed mark logged (a batch with a group the marks did
+        not know is read once more for it). Nothing to do when the mark was read before the job."""
+        o, self._observed = self._observed, None
+        if o is None or o.epoch != epoch or (self.dir / f"{epoch}.json").exists():
+            return
+        got = o.observation.get
+        if not set(got["seen"] or ()) <= set(o.groups):
+            self._write_mark(o.tagged, o.before, epoch)
+            return
+        self._save_mark(o.before, {g: got[f"g{i}"] for i, g in enumerate(o.groups)}, epoch)
 
     def gc(self, below: int) -> None:
         """Drop marks older than `below`, always keeping the newest (the next epoch's base)."""

@@ -61,11 +61,12 @@ from spark_jobs.output import dlq_topic
 from spark_jobs.processing import ProcessorOperator
 from spark_jobs.rebalance_signals import RebalanceSignals
 from spark_jobs.run_config import COMMITS_TOPIC_CONFIG, RunConfig, ensure_job_topics, tick_topic
+from spark_jobs.stateless import StatelessOperator
 from spark_jobs.storage import Location
 from spark_jobs.stream_plan import StreamPlan
 from spark_jobs.streaming_query import Effective, StreamingQuery
 from spark_jobs.timers import ClockLog, TimerSchedule
-from spark_jobs.txn_output import COMMITS_PARTITIONS, commits_topic
+from spark_jobs.txn_output import COMMITS_PARTITIONS, TRANSACTIONAL, commits_topic
 from spark_jobs.warmup import WarmUp, default_cache_dir
 
 __all__ = ["JobRunner", "RunConfig", "StopRequested", "ensure_job_topics", "start_job", "tick_topic"]
@@ -91,7 +92,10 @@ class JobRunner:
         self.cfg = cfg
         self.op = get_operator(cfg.path)
         self.journal = Journal(cfg.checkpoint_dir)
-        self.inputs = InputRows(cfg.input_topics, cfg.handoff_inputs, self.journal.dir)
+        # a keyed operator with transactional output ends its epoch's job in Spark's noop sink, where
+        # the hand-off's mark can be observed (spark_jobs.inputs)
+        self.inputs = InputRows(cfg.input_topics, cfg.handoff_inputs, self.journal.dir,
+                                observe=cfg.output_mode == TRANSACTIONAL and not isinstance(self.op, StatelessOperator))
         self.read_topics = read_topics(cfg.input_topics, self.op.sources(), cfg.operator)
         self.stream_plan = StreamPlan(self.op, self.inputs, cfg.input_topics, cfg.output_topic, dlq_topic(cfg.job))
         spec = self.op.spec if isinstance(self.op, ProcessorOperator) else None

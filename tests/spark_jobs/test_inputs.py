@@ -50,3 +50,42 @@ def test_replayed_upstream_outputs_are_taken_once(spark, kafka_bootstrap, unique
     assert batch(1) == second, "a replay of the downstream epoch filters as its first run did"
     assert batch(2) == ["8:0:4", "plain"]
     assert inputs.mark_before(99) == {f"{topic}|0|0": [8, 4], f"{topic}|0|1": [7, 2]}
+
+
+def test_an_observed_mark_equals_the_collected_one_and_needs_no_job_of_its_own(spark, kafka_bootstrap, unique_name,
+                                                                               tmp_path):
+    """`observe` (a transactional keyed operator): once the marks know a batch's (partition, upstream
+    worker) groups, the mark is observed in the epoch's own job (here a `noop` write, as the
+    epoch's) and written by `after_job`; a batch with a new group, and the first, are collected.
+    The rows taken and the marks are those of the collecting path."""
+    topic = f"{unique_name}.obs.out"
+    create_missing_topics(kafka_bootstrap, {topic: 1})
+    batches = [[f"7:0:{s}" for s in range(6)],  # the first batch: no groups known yet
+               [f"7:0:{s}" for s in range(6, 10)] + [f"7:1:{s}" for s in range(3)],  # worker 1 is new
+               [f"7:0:{s}" for s in range(4, 12)] + ["7:1:2", "7:1:3", None],  # known groups, copies and new ids
+               ["8:0:0", "8:0:0", "7:1:3"]]
+    _send(kafka_bootstrap, topic, [i for b in batches for i in b])
+    cuts = [0]
+    for b in batches:
+        cuts.append(cuts[-1] + len(b))
+
+    def df(i: int):
+        return (spark.read.format("kafka").option("kafka.bootstrap.servers", kafka_bootstrap)
+                .option("subscribe", topic).option("includeHeaders", "true")
+                .option("startingOffsets", json.dumps({topic: {"0": cuts[i]}}))
+                .option("endingOffsets", json.dumps({topic: {"0": cuts[i + 1]}})).load())
+
+    seen = InputRows([topic], (topic,), Location.of(str(tmp_path / "observed")), observe=True)
+    ref = InputRows([topic], (topic,), Location.of(str(tmp_path / "collected")))
+    for i in range(len(batches)):
+        before = seen.collects
+        rows = seen.rows(df(i), i + 1)
+        rows.write.format("noop").mode("overwrite").save()
+        seen.after_job(i + 1)
+        took_observed = sorted(bytes(r["value"]).decode() for r in seen.rows(df(i), i + 1).collect())
+        seen.after_job(i + 1)  # the mark exists: the replay changes nothing
+        took = sorted(bytes(r["value"]).decode() for r in ref.rows(df(i), i + 1).collect())
+        assert took_observed == took, i
+        assert seen.mark_before(i + 2) == ref.mark_before(i + 2), i
+        assert seen.collects - before == (1 if i < 2 else 0), f"batch {i}: a collect of its own"
+    assert ref.mark_before(99) == {f"{topic}|0|0": [8, 0], f"{topic}|0|1": [7, 3]}
