@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from ballast.protocol import CheckpointMessage, acks_topic, message_key, utcnow
+from ballast.job_messages import CheckpointMessage
+from ballast.protocol import acks_topic, message_key, utcnow
 from ballast.store import writer as mx
 from ballast.store.event_log import CACHE_DEGRADED
 from ballast.store.traces import replace_trace, trace_row

@@ -14,8 +14,9 @@ import logging
 import time
 from typing import Any
 
+from ballast.job_messages import RebalanceSignal
 from ballast.policy.signals import EpochLoad, Signal, Signaller
-from ballast.protocol import MAX_INT, RebalanceSignal, message_key, signals_topic, utcnow
+from ballast.protocol import MAX_INT, message_key, signals_topic, utcnow
 from spark_jobs.run_config import RunConfig
 
 log = logging.getLogger("ballast.signals")

@@ -2,8 +2,8 @@
 
 The controller (Airflow) writes one `ControlStep` per Kafka message on `<job>.control`; the job
 reads that topic as a second source of its streaming query, applies steps in order at epoch
-boundaries and answers every step with a `CheckpointMessage` (metrics DB, echoed on
-`<job>.control.acks`). This module is pure Python on purpose: both sides import it, neither pulls
+boundaries and answers every step with a `CheckpointMessage` (ballast.job_messages; metrics DB, echoed
+on `<job>.control.acks`). This module is pure Python on purpose: both sides import it, neither pulls
 the other's framework in. The full contract, with the rules that are enforced where, lives in
 docs/protocol.md.
 """
@@ -11,16 +11,14 @@ docs/protocol.md.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
 from ballast.errors import BallastError
 
 SCHEMA = "ballast.control/v1"
-ACK_SCHEMA = "ballast.ack/v1"
 KINDS = ("moves", "map", "noop", "split", "settings")
-STATUSES = ("applied", "rejected", "superseded")
 
 # Bounds of one control message, checked before anything else looks at it: a record larger than
 # MAX_MESSAGE_BYTES is rejected unparsed (the job's --max-control-bytes overrides it). The field
@@ -35,7 +33,6 @@ MAX_BINS = 1 << 16  # the largest bin count a job may have (a split may not go p
 MAX_TRIGGER_MS = 3_600_000  # a settings step's trigger interval: at most an hour between epochs
 
 StepKind = Literal["moves", "map", "noop", "split", "settings"]
-CheckpointStatus = Literal["applied", "rejected", "superseded"]
 
 
 class ProtocolError(BallastError, ValueError):
@@ -82,6 +79,11 @@ def acks_topic(job: str) -> str:
     return f"{job}.control.acks"
 
 
+def signals_topic(job: str) -> str:
+    """Where a job asks for a rebalance now (ballast.policy.signals); an Airflow asset watches it."""
+    return f"{job}.signals"
+
+
 def message_key(job: str, operator: str) -> bytes:
     """Kafka key of control and ack messages: one partition per (job, operator) keeps steps in order."""
     return f"{job}/{operator}".encode()
@@ -91,13 +93,15 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-def _iso(ts: datetime) -> str:
+def iso_utc(ts: datetime) -> str:
+    """A message's timestamp as it travels: ISO-8601 in UTC with a Z (an aware time only)."""
     if ts.tzinfo is None:
         raise ProtocolError("timestamps must be timezone-aware UTC")
     return ts.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
-def _parse_ts(value: Any, name: str) -> datetime:
+def parse_utc(value: Any, name: str) -> datetime:
+    """The aware UTC time of a message's ISO-8601 field `name` (ProtocolError if it is none)."""
     if not isinstance(value, str):
         raise ProtocolError(f"{name} must be an ISO-8601 UTC string, got {type(value).__name__}")
     if len(value) > 64:
@@ -165,10 +169,10 @@ class Settings:
             raise ProtocolError(f"unknown setting(s) {brief(unknown)}; a settings step may change {cls.NAMES}")
         if not doc:
             raise ProtocolError(f"a settings step changes at least one of {cls.NAMES}")
-        trigger = _req(doc, "trigger_ms", int) if "trigger_ms" in doc else None
+        trigger = required_field(doc, "trigger_ms", int) if "trigger_ms" in doc else None
         if trigger is not None and trigger > MAX_TRIGGER_MS:
             raise ProtocolError(f"setting 'trigger_ms' must be in 0..{MAX_TRIGGER_MS}, got {brief(trigger)}")
-        cap = _req(doc, "max_records_per_epoch", int) if "max_records_per_epoch" in doc else None
+        cap = required_field(doc, "max_records_per_epoch", int) if "max_records_per_epoch" in doc else None
         return cls(trigger_ms=trigger, max_records_per_epoch=cap)
 
 
@@ -210,8 +214,8 @@ class ControlStep:
             "moves": [m.to_dict() for m in self.moves],
             "workers": self.workers,
             "map_version": self.map_version,
-            "issued_at": _iso(self.issued_at),
-            "effective_at": _iso(self.effective_at),
+            "issued_at": iso_utc(self.issued_at),
+            "effective_at": iso_utc(self.effective_at),
             "reason": self.reason,
             **({"precopy": True} if self.precopy else {}),
             **({"bins": self.bins} if self.bins is not None else {}),
@@ -222,7 +226,8 @@ class ControlStep:
         return json.dumps(self.to_dict(), sort_keys=True).encode()
 
 
-def _req(doc: dict[str, Any], name: str, typ: type | tuple[type, ...]) -> Any:
+def required_field(doc: dict[str, Any], name: str, typ: type | tuple[type, ...]) -> Any:
+    """Field `name` of a message, present and of type `typ` (an int also within 0..MAX_INT)."""
     if name not in doc:
         raise ProtocolError(f"missing field {name!r}")
     value = doc[name]
@@ -237,11 +242,11 @@ def _req(doc: dict[str, Any], name: str, typ: type | tuple[type, ...]) -> Any:
     return value
 
 
-def _text(doc: dict[str, Any], name: str, limit: int, required: bool = True) -> str:
+def text_field(doc: dict[str, Any], name: str, limit: int, required: bool = True) -> str:
     """A string field that the DB and the logs can take as is (bounded, no NUL, valid UTF-8)."""
     if not required and name not in doc:
         return ""
-    value: str = _req(doc, name, str)
+    value: str = required_field(doc, name, str)
     if len(value) > limit:
         raise ProtocolError(f"field {name!r} is longer than {limit} characters ({len(value)})")
     if "\x00" in value:
@@ -298,25 +303,25 @@ def step_from_document(doc: dict[str, Any]) -> ControlStep:
     """The ControlStep of an already parsed JSON object (see parse_control)."""
     if doc.get("schema") != SCHEMA:
         raise ProtocolError(f"unknown schema {brief(doc.get('schema'))}; expected {SCHEMA!r}")
-    kind = _req(doc, "kind", str)
+    kind = required_field(doc, "kind", str)
     if kind not in KINDS:
         raise ProtocolError(f"unknown kind {brief(kind)}; expected one of {KINDS}")
-    step, steps = _req(doc, "step", int), _req(doc, "steps", int)
+    step, steps = required_field(doc, "step", int), required_field(doc, "steps", int)
     if steps < 1 or not 1 <= step <= steps:
         raise ProtocolError(f"step {step} of {steps} is out of range (steps are numbered 1..steps)")
-    workers = _req(doc, "workers", int)
+    workers = required_field(doc, "workers", int)
     if workers < 1:
         raise ProtocolError(f"workers after the step must be >= 1, got {workers}")
-    map_version = _req(doc, "map_version", int)
+    map_version = required_field(doc, "map_version", int)
     if map_version < 0:
         raise ProtocolError(f"map_version must be >= 0, got {map_version}")
-    raw_moves = _req(doc, "moves", list)
+    raw_moves = required_field(doc, "moves", list)
     moves: list[Move] = []
     seen: set[int] = set()
     for i, m in enumerate(raw_moves):
         if not isinstance(m, dict):
             raise ProtocolError(f"moves[{i}] must be an object")
-        b, s, d = (_req(m, k, int) for k in ("bin", "from", "to"))
+        b, s, d = (required_field(m, k, int) for k in ("bin", "from", "to"))
         if min(b, s, d) < 0:
             raise ProtocolError(f"moves[{i}] has a negative bin or worker")
         if s == d:
@@ -329,17 +334,17 @@ def step_from_document(doc: dict[str, Any]) -> ControlStep:
         raise ProtocolError(f"a {kind} step carries no moves")
     bins: int | None = None
     if kind == "split":
-        bins = _req(doc, "bins", int)
+        bins = required_field(doc, "bins", int)
         if bins < 2 or bins & (bins - 1) or bins > MAX_BINS:
             raise ProtocolError(f"a split step's bins must be a power of two in 2..{MAX_BINS}, got {brief(bins)}")
     elif "bins" in doc:
         raise ProtocolError(f"field 'bins' belongs to split steps only, not to a {kind} step")
     settings: Settings | None = None
     if kind == "settings":
-        settings = Settings.from_dict(_req(doc, "settings", dict))
+        settings = Settings.from_dict(required_field(doc, "settings", dict))
     elif "settings" in doc:
         raise ProtocolError(f"field 'settings' belongs to settings steps only, not to a {kind} step")
-    plan_id = _text(doc, "plan_id", MAX_PLAN_ID_CHARS)
+    plan_id = text_field(doc, "plan_id", MAX_PLAN_ID_CHARS)
     if not plan_id:
         raise ProtocolError("plan_id must not be empty")
     precopy = doc.get("precopy", False)
@@ -347,8 +352,8 @@ def step_from_document(doc: dict[str, Any]) -> ControlStep:
         raise ProtocolError(f"field 'precopy' must be true or false, got {type(precopy).__name__}")
     reason = doc.get("reason", "")
     return ControlStep(
-        job=_text(doc, "job", MAX_NAME_CHARS),
-        operator=_text(doc, "operator", MAX_NAME_CHARS),
+        job=text_field(doc, "job", MAX_NAME_CHARS),
+        operator=text_field(doc, "operator", MAX_NAME_CHARS),
         plan_id=plan_id,
         step=step,
         steps=steps,
@@ -356,100 +361,10 @@ def step_from_document(doc: dict[str, Any]) -> ControlStep:
         moves=tuple(moves),
         workers=workers,
         map_version=map_version,
-        issued_at=_parse_ts(_req(doc, "issued_at", str), "issued_at"),
-        effective_at=_parse_ts(_req(doc, "effective_at", str), "effective_at"),
-        reason=_text(doc, "reason", MAX_REASON_CHARS) if isinstance(reason, str) else "",
+        issued_at=parse_utc(required_field(doc, "issued_at", str), "issued_at"),
+        effective_at=parse_utc(required_field(doc, "effective_at", str), "effective_at"),
+        reason=text_field(doc, "reason", MAX_REASON_CHARS) if isinstance(reason, str) else "",
         precopy=precopy,
         bins=bins,
         settings=settings,
     )
-
-
-@dataclass(frozen=True)
-class CheckpointMessage:
-    """Step checkpoint: the completion record of one step, what the controller waits on.
-
-    For a message that could not even be parsed, plan_id is "" and step is 0; `message_offset`
-    then names the control record (partition:offset) so an operator can find it.
-    """
-
-    job: str
-    operator: str
-    plan_id: str
-    step: int
-    status: CheckpointStatus
-    applied_epoch: int | None
-    applied_at: datetime | None
-    completed_at: datetime
-    bins_moved: int = 0
-    keys_moved: int = 0
-    bytes_moved: int = 0
-    migration_ms: float = 0.0
-    map_version_after: int | None = None
-    reason: str = ""
-    message_offset: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["schema"] = ACK_SCHEMA
-        d["applied_at"] = _iso(self.applied_at) if self.applied_at else None
-        d["completed_at"] = _iso(self.completed_at)
-        return d
-
-    def to_json(self) -> bytes:
-        return json.dumps(self.to_dict(), sort_keys=True).encode()
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> CheckpointMessage:
-        d = {k: v for k, v in d.items() if k != "schema"}
-        d["applied_at"] = _parse_ts(d["applied_at"], "applied_at") if d.get("applied_at") else None
-        d["completed_at"] = _parse_ts(d["completed_at"], "completed_at")
-        return cls(**d)
-
-
-# ------------------------------------------------------------------------------ signals
-
-SIGNAL_SCHEMA = "ballast.signal/v1"
-MAX_SIGNAL_BYTES = 4096
-
-
-def signals_topic(job: str) -> str:
-    """Where a job asks for a rebalance now (ballast.policy.signals); an Airflow asset watches it."""
-    return f"{job}.signals"
-
-
-@dataclass(frozen=True)
-class RebalanceSignal:
-    """"Look at me now": DS2's inputs crossed a threshold in epoch `epoch`. It only wakes the
-    rebalance DAG; DS2 and the guards decide, so a forged or stale one costs a DAG run, no more."""
-
-    job: str
-    operator: str
-    epoch: int
-    reason: str  # backlog_growing | busy | idle
-    detail: str
-    backlog: int
-    busy: float
-    at: datetime
-    schema: str = SIGNAL_SCHEMA
-
-    def to_json(self) -> bytes:
-        d = asdict(self)
-        d["at"] = _iso(self.at)
-        return json.dumps(d, separators=(",", ":")).encode()
-
-
-def parse_signal(raw: bytes | bytearray | str | None) -> RebalanceSignal:
-    """A signal record, checked (schema, names, types); ProtocolError with a storable reason."""
-    doc = parse_document(raw, MAX_SIGNAL_BYTES)
-    if doc.get("schema") != SIGNAL_SCHEMA:
-        raise ProtocolError(f"not a {SIGNAL_SCHEMA} message (schema {brief(doc.get('schema'))})")
-    epoch = _req(doc, "epoch", int)
-    backlog = _req(doc, "backlog", int)
-    busy = _req(doc, "busy", (int, float))
-    if isinstance(epoch, bool) or isinstance(backlog, bool) or isinstance(busy, bool) or epoch < 0 or backlog < 0:
-        raise ProtocolError("epoch and backlog must be non-negative integers, busy a number")
-    return RebalanceSignal(job=_text(doc, "job", MAX_NAME_CHARS), operator=_text(doc, "operator", MAX_NAME_CHARS),
-                           epoch=epoch, reason=_text(doc, "reason", 40), detail=_text(doc, "detail", 500),
-                           backlog=backlog, busy=float(busy), at=_parse_ts(doc.get("at"), "at"))

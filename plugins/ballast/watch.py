@@ -12,7 +12,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from ballast.protocol import ProtocolError, parse_signal, signals_topic
+from ballast.job_messages import parse_signal
+from ballast.protocol import ProtocolError, signals_topic
 
 log = logging.getLogger(__name__)
 

@@ -10,8 +10,9 @@ from datetime import UTC, datetime
 
 import pytest
 
+from ballast.job_messages import RebalanceSignal
 from ballast.policy.signals import GROWING, SignalConfig
-from ballast.protocol import RebalanceSignal, signals_topic
+from ballast.protocol import signals_topic
 from ballast.watch import accept_signal
 from spark_jobs.job_clients import JobClients
 from spark_jobs.journal import Journal

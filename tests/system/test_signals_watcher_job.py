@@ -12,7 +12,8 @@ from urllib.parse import quote
 
 import pytest
 
-from ballast.protocol import RebalanceSignal, signals_topic
+from ballast.job_messages import RebalanceSignal
+from ballast.protocol import signals_topic
 from tests.helpers import console_stack as cs
 from tests.helpers.wait import wait_until
 
