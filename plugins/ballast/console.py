@@ -1,4 +1,5 @@
-"""What the console shows, as plain JSON-ready dicts (no Airflow import: plugin.py serves it).
+"""What the console shows, as plain JSON-ready dicts (no Airflow import: plugin.py serves it); the
+plans view is ballast.console_plans.
 
 Every function takes the metrics DB URL and reads through `repository`; the page (static/console.js)
 draws what these return. Times are ISO 8601 UTC strings; sizes are bytes; loads are records per epoch.
@@ -18,7 +19,8 @@ BIN_EPOCHS = 10  # a map version's heat map: the load of the last this-many epoc
 DEFAULT_HEARTBEAT_TIMEOUT_S = 120.0
 
 
-def _iso(ts: datetime | None) -> str | None:
+def iso(ts: datetime | None) -> str | None:
+    """A time as the page reads it (ISO 8601), None as None."""
     return ts.isoformat() if ts else None
 
 
@@ -132,11 +134,11 @@ def jobs(url: str, now: datetime | None = None) -> list[dict[str, Any]]:
             "epoch": hb.last_epoch if hb else None, "workers": hb.workers if hb else None,
             "map_version": hb.map_version if hb else None,
             "executors": hb.executors if hb else None, "capacity": hb.capacity if hb else None,
-            "heartbeat_at": _iso(hb.updated_at) if hb else None,
+            "heartbeat_at": iso(hb.updated_at) if hb else None,
             "heartbeat_age_s": round((now - hb.updated_at).total_seconds(), 1) if hb else None,
-            "started_at": _iso(hb.started_at) if hb else None,
+            "started_at": iso(hb.started_at) if hb else None,
             "input_rate": e.input_rate if e else None, "backlog": e.backlog if e else None,
-            "batch_ms": e.batch_ms if e else None, "last_epoch_at": _iso(e.ended_at) if e else None,
+            "batch_ms": e.batch_ms if e else None, "last_epoch_at": iso(e.ended_at) if e else None,
             "dead_letters": store.dead_letter_counts(url, job, op, now)[0],
             "min_workers": cfg.min_workers if cfg else None, "max_workers": cfg.max_workers if cfg else None,
             "open_plan": plan, "trigger_ms": trigger_ms, "max_records_per_epoch": max_records,
@@ -171,11 +173,11 @@ def series(url: str, job: str, operator: str, window: str, now: datetime | None 
     for p in store.recent_plans(url, 200, job):
         if p.operator != operator or (p.finished_at and p.finished_at < since):
             continue
-        plans.append({"plan_id": p.plan_id, "status": p.status, "start": _iso(p.created_at),
-                      "end": _iso(p.finished_at) or _iso(now), "workers": f"{p.source_workers}->{p.target_workers}"})
+        plans.append({"plan_id": p.plan_id, "status": p.status, "start": iso(p.created_at),
+                      "end": iso(p.finished_at) or iso(now), "workers": f"{p.source_workers}->{p.target_workers}"})
     return {
-        "window": window, "since": _iso(since), "now": _iso(now),
-        "t": [_iso(p.at) for p in pts], "first_epoch": [p.first_epoch for p in pts],
+        "window": window, "since": iso(since), "now": iso(now),
+        "t": [iso(p.at) for p in pts], "first_epoch": [p.first_epoch for p in pts],
         "last_epoch": [p.last_epoch for p in pts], "epochs": [p.epochs for p in pts],
         "input_rate": [p.input_rate for p in pts], "processed_rate": [p.processed_rate for p in pts],
         "backlog": [p.backlog for p in pts], "batch_ms": [p.batch_ms for p in pts],
@@ -259,121 +261,6 @@ def binmap(url: str, job: str, operator: str, version: int | None = None) -> dic
     }
 
 
-# ---------------------------------------------------------------------------------- plans
-
-
-def plan_summary(p: store.PlanRecord) -> dict[str, Any]:
-    return {"plan_id": p.plan_id, "job": p.job, "operator": p.operator, "status": p.status,
-            "strategy": p.strategy, "created_at": _iso(p.created_at), "finished_at": _iso(p.finished_at),
-            "source_workers": p.source_workers, "target_workers": p.target_workers,
-            "workers": f"{p.source_workers}->{p.target_workers}", "steps": p.steps,
-            "source_map_version": p.source_map_version, "duration_predicted_ms": p.predicted_ms, "reason": p.reason,
-            "source": p.params.get("source"), "emit_mode": p.params.get("emit_mode"),
-            "gap_seconds": p.params.get("gap_seconds"), "decision_id": p.params.get("decision_id"),
-            "predicted_max_pause_ms": p.params.get("predicted_max_pause_ms")}
-
-
-def _predicted_vs_measured(p: store.PlanRecord, steps: list[store.StepRecord],
-                           cps: dict[int, store.CheckpointRow]) -> dict[str, Any]:
-    """The cost model's two predictions, each beside the measurement of the same quantity.
-
-    Pause: the steps' predicted pauses against the measured ones, over the applied steps (a plan
-    in flight compares what has happened). Duration: the plan's predicted total (pauses, epochs
-    and the gaps between steps) against first emit → last checkpoint, once the plan has ended.
-    Mixing the two (the whole duration "predicted" beside the pauses "measured") misled operators."""
-    applied = {n: c for n, c in cps.items() if c.status == "applied"}
-    pred_pause = [s.predicted_ms for s in steps if s.step in applied and s.predicted_ms is not None]
-    emitted = [s.emitted_at for s in steps if s.emitted_at]
-    done = [c.completed_at for c in cps.values()]
-    ended = p.status not in ("planned", "emitting")
-    wall_ms = (max(done) - min(emitted)).total_seconds() * 1000 if done and emitted and ended else None
-    return {
-        "pause_predicted_ms": sum(pred_pause) if applied and len(pred_pause) == len(applied) else None,
-        "pause_measured_ms": sum(c.migration_ms for c in applied.values()) if applied else None,
-        "duration_predicted_ms": p.predicted_ms,
-        "duration_measured_ms": wall_ms,
-    }
-
-
-def plans(url: str, job: str, operator: str | None = None, limit: int = 20) -> list[dict[str, Any]]:
-    """Recent plans of a job, newest first, with how many steps applied and the cost model's
-    predictions beside the measurements."""
-    out = []
-    for p in store.recent_plans(url, limit, job):
-        if operator and p.operator != operator:
-            continue
-        cps = store.checkpoints(url, p.plan_id)
-        out.append({**plan_summary(p), "applied": sum(1 for c in cps.values() if c.status == "applied"),
-                    "rejected": sum(1 for c in cps.values() if c.status != "applied"),
-                    "bytes_moved": sum(c.bytes_moved for c in cps.values() if c.status == "applied"),
-                    **_predicted_vs_measured(p, store.plan_steps(url, p.plan_id), cps)})
-    return out
-
-
-def prediction_accuracy(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """How far the cost model was off over recent plans (rows of `plans`), per quantity: the median
-    of measured ÷ predicted (above 1: the model is optimistic) and the median absolute relative
-    error, over the plans that have both figures. Tells operators whether to trust a dry run."""
-    out: dict[str, Any] = {}
-    for q in ("pause", "duration"):
-        ratios = sorted(r[f"{q}_measured_ms"] / r[f"{q}_predicted_ms"] for r in rows
-                        if r.get(f"{q}_measured_ms") is not None and r.get(f"{q}_predicted_ms"))
-        errors = sorted(abs(x - 1.0) for x in ratios)
-        out[q] = {"plans": len(ratios), "median_ratio": _median(ratios), "median_abs_error": _median(errors)}
-    return out
-
-
-def _median(xs: list[float]) -> float | None:
-    if not xs:
-        return None
-    mid = len(xs) // 2
-    return xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2
-
-
-def step_status(step: store.StepRecord, cp: store.CheckpointRow | None) -> str:
-    if cp is not None:
-        return cp.status  # applied | rejected | superseded
-    return "in flight" if step.emitted else "pending"
-
-
-def plan(url: str, plan_id: str) -> dict[str, Any] | None:
-    """One plan with its per-step timeline: emitted, applied, checkpoint; pause and bytes; predicted
-    vs measured pause per step, and the plan's pause and duration, each predicted vs measured."""
-    p = store.get_plan(url, plan_id)
-    if p is None:
-        return None
-    cps = store.checkpoints(url, plan_id)
-    steps = store.plan_steps(url, plan_id)
-    rows = []
-    for s in steps:
-        c = cps.get(s.step)
-        mv = s.payload.get("moves", [])
-        rows.append({
-            "step": s.step, "status": step_status(s, c), "moves": mv, "bins": len(mv),
-            "workers": s.payload.get("workers"), "map_version": s.payload.get("map_version"),
-            "kind": s.payload.get("kind"), "effective_at": _iso(s.effective_at), "emitted_at": _iso(s.emitted_at),
-            "offset": s.kafka_offset, "partition": s.kafka_partition,
-            "applied_at": _iso(c.applied_at) if c else None, "applied_epoch": c.applied_epoch if c else None,
-            "checkpoint_at": _iso(c.completed_at) if c else None,
-            "pause_ms": c.migration_ms if c else None, "bytes": c.bytes_moved if c else None,
-            "keys": c.keys_moved if c else None, "predicted_ms": s.predicted_ms,
-            "latency_s": (c.completed_at - s.emitted_at).total_seconds() if c and s.emitted_at else None,
-            "map_version_after": c.map_version_after if c else None, "reason": c.reason if c else "",
-        })
-    applied = [c for c in cps.values() if c.status == "applied"]
-    emitted = [s.emitted_at for s in steps if s.emitted_at]
-    done = [c.completed_at for c in cps.values()]
-    wall = (max(done) - min(emitted)).total_seconds() if done and emitted else None
-    return {
-        **plan_summary(p), "step_rows": rows, "applied": len(applied),
-        "open": p.status in ("planned", "emitting"),
-        "bytes_moved": sum(c.bytes_moved for c in applied),
-        "keys_moved": sum(c.keys_moved for c in applied), "wall_s": wall,
-        "first_emitted_at": _iso(min(emitted)) if emitted else None,
-        **_predicted_vs_measured(p, steps, cps),
-    }
-
-
 # ------------------------------------------------------------------------------ decisions
 
 _GUARDS = (  # (text in the reason, label): the reasons written by ballast.policy.guards, in its order
@@ -404,7 +291,7 @@ def decisions(url: str, job: str, operator: str, window: str, now: datetime | No
     for d in store.decisions_since(url, job, operator, window_start(window, now)):
         util = d.inputs.get("utilization")
         out.append({
-            "id": d.id, "at": _iso(d.decided_at), "action": d.action, "current_workers": d.current_workers,
+            "id": d.id, "at": iso(d.decided_at), "action": d.action, "current_workers": d.current_workers,
             "proposed_workers": d.proposed_workers, "target_workers": d.target_workers,
             "utilization": util, "target_utilization": d.inputs.get("target_utilization"),
             "utilization_band": d.inputs.get("utilization_band"), "guard": guard_of(d.action, d.reason),
@@ -425,7 +312,7 @@ def events(url: str, job: str, window: str, *, level: str = "", kind: str = "", 
     if kind != "step_rejected":
         for e in store.events_since(url, job, since, levels=[level] if level else [], kinds=[kind] if kind else [],
                                    text=text, limit=limit):
-            rows.append({"at": _iso(e.at), "level": e.level, "kind": e.kind, "message": e.message,
+            rows.append({"at": iso(e.at), "level": e.level, "kind": e.kind, "message": e.message,
                          "epoch": e.epoch, "operator": e.operator, "plan_id": e.details.get("plan_id"),
                          "step": e.details.get("step"), "details": e.details})
     if kind in ("", "step_rejected") and level in ("", "warning"):
@@ -433,7 +320,7 @@ def events(url: str, job: str, window: str, *, level: str = "", kind: str = "", 
             msg = f"step {c.step} of plan {c.plan_id} {c.status}: {c.reason}"
             if text and text.lower() not in msg.lower():
                 continue
-            rows.append({"at": _iso(c.completed_at), "level": "warning", "kind": "step_rejected", "message": msg,
+            rows.append({"at": iso(c.completed_at), "level": "warning", "kind": "step_rejected", "message": msg,
                          "epoch": c.applied_epoch, "operator": "", "plan_id": c.plan_id, "step": c.step,
                          "details": {}})
     rows.sort(key=lambda r: r["at"] or "", reverse=True)

@@ -31,7 +31,7 @@ from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.exceptions import HTTPException as FastAPIHTTPException
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
 
-from ballast import console, console_trace, dag_ids, store
+from ballast import console, console_plans, console_trace, dag_ids, store
 from ballast.links import ConsolePlanLink
 
 log = logging.getLogger(__name__)
@@ -196,7 +196,7 @@ def api_binmap(job: str, operator: str | None = None, version: int | None = None
 @app.get("/api/jobs/{job}/plans")
 def api_job_plans(job: str, operator: str | None = None, limit: int = Query(20, ge=1, le=200)) -> list[dict[str, Any]]:
     url = _url()
-    return _with_run_links(console.plans(url, job, _operator(url, job, operator), limit), job, "created_at")
+    return _with_run_links(console_plans.plans(url, job, _operator(url, job, operator), limit), job, "created_at")
 
 
 @app.get("/api/jobs/{job}/plan-accuracy")
@@ -204,7 +204,7 @@ def api_plan_accuracy(job: str, operator: str | None = None,
                       limit: int = Query(20, ge=1, le=200)) -> dict[str, Any]:
     """How far the cost model's pause and duration predictions were off over the recent plans."""
     url = _url()
-    return console.prediction_accuracy(console.plans(url, job, _operator(url, job, operator), limit))
+    return console_plans.prediction_accuracy(console_plans.plans(url, job, _operator(url, job, operator), limit))
 
 
 @app.get("/api/jobs/{job}/decisions")
@@ -228,13 +228,13 @@ def api_critical(job: str, operator: str | None = None, last: int = Query(30, ge
 @app.get("/api/plans")
 def list_plans(job: str | None = None, limit: int = Query(50, ge=1, le=500)) -> list[dict[str, Any]]:
     url = _url()
-    return [console.plan_summary(p) for p in store.recent_plans(url, limit, job)]
+    return [console_plans.plan_summary(p) for p in store.recent_plans(url, limit, job)]
 
 
 @app.get("/api/plans/{plan_id}")
 def get_plan(plan_id: str) -> dict[str, Any]:
     url = _url()
-    p = console.plan(url, plan_id)
+    p = console_plans.plan(url, plan_id)
     if p is None:
         raise HTTPException(404, f"plan {plan_id} not found")
     from ballast.controller import summary_table

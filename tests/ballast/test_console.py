@@ -258,17 +258,6 @@ def test_plan_rows_compare_like_with_like_and_accuracy_spans_recent_plans(client
     assert acc["duration"]["median_ratio"] == pytest.approx(row["duration_measured_ms"] / row["duration_predicted_ms"])
 
 
-def test_prediction_accuracy_medians():
-    rows = [{"pause_predicted_ms": 10.0, "pause_measured_ms": m_, "duration_predicted_ms": None,
-             "duration_measured_ms": 5.0} for m_ in (5.0, 10.0, 30.0, None)]
-    acc = console.prediction_accuracy(rows)
-    assert acc["pause"] == {"plans": 3, "median_ratio": 1.0, "median_abs_error": 0.5}  # ratios 0.5, 1, 3
-    assert acc["duration"] == {"plans": 0, "median_ratio": None, "median_abs_error": None}
-    rows.pop()
-    rows.pop(1)  # ratios 0.5 and 3: an even count averages the middle two
-    assert console.prediction_accuracy(rows)["pause"]["median_ratio"] == pytest.approx(1.75)
-
-
 def test_topics_link_to_the_kafka_ui_when_one_is_configured(monkeypatch):
     monkeypatch.setenv("BALLAST_KAFKA_UI_URL", "http://kafka-ui:8080/ui/clusters/local/all-topics/{topic}")
     links = {t["role"]: t["url"] for t in console.topic_links("clicks", ["clicks.in"])}
