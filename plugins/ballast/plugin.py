@@ -18,7 +18,6 @@ import json
 import logging
 import threading
 import time
-from datetime import UTC, datetime, timedelta
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -31,7 +30,7 @@ from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.exceptions import HTTPException as FastAPIHTTPException
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
 
-from ballast import console, console_plans, console_trace, dag_ids, store
+from ballast import console, console_plans, console_trace, dag_ids, dag_run_links, store
 from ballast.links import ConsolePlanLink
 
 log = logging.getLogger(__name__)
@@ -108,77 +107,12 @@ async def _auth_page(request: Request, exc: FastAPIHTTPException) -> Response:
     return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=getattr(exc, "headers", None))
 
 
-# ------------------------------------------------------------------- links to DAG runs
-
-
-def _dag_runs(since: datetime) -> list[Any]:
-    """Ballast's DAG runs that were alive at or after `since`, newest first (Airflow's metadata DB)."""
-    try:
-        from airflow.models.dagrun import DagRun
-        from airflow.utils.session import create_session
-        from sqlalchemy import or_, select
-
-        with create_session() as session:
-            return list(session.execute(
-                select(DagRun.dag_id, DagRun.run_id, DagRun.start_date, DagRun.end_date, DagRun.conf)
-                .where(DagRun.dag_id.like("ballast%"), or_(DagRun.end_date.is_(None), DagRun.end_date >= since))
-                .order_by(DagRun.start_date.desc()).limit(5000)
-            ).all())
-    except Exception:  # links are a convenience: the console works without them
-        log.debug("could not read DAG runs", exc_info=True)
-        return []
-
-
-def _run_link(runs: list[Any], at: str | None, prefix: str, job: str) -> dict[str, str] | None:
-    """The run of DAG `prefix`, or of a per-job DAG `prefix…<job>…`, that was running at `at` (the
-    per-job one wins); a dry run stores no plan, so it is never the run behind one."""
-    if not at:
-        return None
-    t = datetime.fromisoformat(at)
-    slack = timedelta(seconds=5)
-    found = []
-    for r in runs:
-        if not r.dag_id.startswith(prefix) or (r.dag_id != prefix and job not in r.dag_id) or r.start_date is None:
-            continue
-        conf = r.conf if isinstance(r.conf, dict) else {}
-        if conf.get("job") not in (None, job) or conf.get("dry_run") is True:
-            continue
-        end = r.end_date or datetime.now(UTC)
-        if r.start_date - slack <= t <= end + slack:
-            found.append(r)
-    if not found:
-        return None
-    best = max(found, key=lambda r: (job in r.dag_id, r.start_date))
-    return {"dag_id": best.dag_id, "run_id": best.run_id,
-            "url": f"{_airflow_base()}/dags/{quote(best.dag_id, safe='')}/runs/{quote(best.run_id, safe='')}"}
-
-
-def _with_run_links(rows: list[dict[str, Any]], job: str, time_key: str) -> list[dict[str, Any]]:
-    if not rows:
-        return rows
-    since = min(datetime.fromisoformat(r[time_key]) for r in rows if r.get(time_key)) - timedelta(minutes=5)
-    runs = _dag_runs(since)
-    for r in rows:
-        manual = r.get("source") == "manual"
-        r["run"] = _run_link(runs, r.get(time_key), MIGRATE_DAG if manual else "ballast_rebalance", job)
-    return rows
-
-
 # ------------------------------------------------------------------------------ JSON API
 
 
 @app.get("/api/jobs")
 def api_jobs() -> list[dict[str, Any]]:
-    return _with_dag_links(console.jobs(_url()))
-
-
-def _with_dag_links(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Each job's DAG runs in Airflow's UI: its rebalance and supervise DAGs (dags/ naming)."""
-    base = _airflow_base()
-    for r in rows:
-        ids = {"rebalance": dag_ids.rebalance(r["job"]), "supervise": dag_ids.supervise(r["job"])}
-        r["dags"] = [{"name": kind, "url": f"{base}/dags/{quote(d, safe='')}/runs"} for kind, d in ids.items()]
-    return rows
+    return dag_run_links.with_dag_links(console.jobs(_url()))
 
 
 @app.get("/api/jobs/{job}/series")
@@ -196,7 +130,7 @@ def api_binmap(job: str, operator: str | None = None, version: int | None = None
 @app.get("/api/jobs/{job}/plans")
 def api_job_plans(job: str, operator: str | None = None, limit: int = Query(20, ge=1, le=200)) -> list[dict[str, Any]]:
     url = _url()
-    return _with_run_links(console_plans.plans(url, job, _operator(url, job, operator), limit), job, "created_at")
+    return dag_run_links.with_run_links(console_plans.plans(url, job, _operator(url, job, operator), limit), job, "created_at")
 
 
 @app.get("/api/jobs/{job}/plan-accuracy")
@@ -210,7 +144,7 @@ def api_plan_accuracy(job: str, operator: str | None = None,
 @app.get("/api/jobs/{job}/decisions")
 def api_decisions(job: str, operator: str | None = None, window: str = "1h") -> list[dict[str, Any]]:
     url = _url()
-    return _with_run_links(console.decisions(url, job, _operator(url, job, operator), _window(window)), job, "at")
+    return dag_run_links.with_run_links(console.decisions(url, job, _operator(url, job, operator), _window(window)), job, "at")
 
 
 @app.get("/api/jobs/{job}/events")
@@ -240,7 +174,7 @@ def get_plan(plan_id: str) -> dict[str, Any]:
     from ballast.controller import summary_table
 
     p["summary"] = summary_table(url, plan_id)
-    _with_run_links([p], p["job"], "created_at")
+    dag_run_links.with_run_links([p], p["job"], "created_at")
     return p
 
 

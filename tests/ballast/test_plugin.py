@@ -1,14 +1,13 @@
 """ballast.plugin: the console app mounted at /ballast answers nothing without Airflow's auth (401,
 a login page for a browser), serves only its own static files, refuses an unknown job or window
-with 404/422, escapes what it shows, links plans and decisions to the DAG run that made them, and
-caches the metrics DB URL for a while. Fast: a migrated SQLite metrics DB through the hook's
+with 404/422, escapes what it shows and caches the metrics DB URL for a while (the links to DAG
+runs: test_dag_run_links.py). Fast: a migrated SQLite metrics DB through the hook's
 BALLAST_DB_URL fallback, the auth stood in (the moved route/link tests migrate Airflow's DB)."""
 
 from __future__ import annotations
 
 import json
 import time
-from datetime import UTC, datetime, timedelta
 
 import pytest
 from fastapi import HTTPException
@@ -54,34 +53,6 @@ def test_every_console_route_refuses_anonymous_callers(airflow_db):
         assert res.status_code == 401, (path, res.status_code, res.text)
     page = client.get("/", headers={"accept": "text/html"})
     assert page.status_code == 401 and "Log in" in page.text
-
-
-def test_decisions_and_plans_link_to_the_dag_run_that_was_running(airflow_db):
-    from types import SimpleNamespace as Run
-
-    from ballast import plugin
-
-    t = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
-    runs = [
-        Run(dag_id="ballast_migrate", run_id="dry", start_date=t, end_date=t + timedelta(minutes=5),
-            conf={"job": "clicks", "dry_run": True}),
-        Run(dag_id="ballast_migrate", run_id="other-job", start_date=t, end_date=t + timedelta(minutes=5),
-            conf={"job": "orders", "dry_run": False}),
-        Run(dag_id="ballast_migrate", run_id="manual__1", start_date=t, end_date=None,
-            conf={"job": "clicks", "dry_run": False}),
-        Run(dag_id="ballast_rebalance", run_id="scheduled__a", start_date=t, end_date=t + timedelta(seconds=30),
-            conf={}),
-        Run(dag_id="ballast_rebalance_clicks", run_id="scheduled__b", start_date=t, end_date=t + timedelta(seconds=30),
-            conf={}),
-    ]
-    at = (t + timedelta(seconds=10)).isoformat()
-    link = plugin._run_link(runs, at, "ballast_migrate", "clicks")
-    assert link["run_id"] == "manual__1" and link["url"].endswith("/dags/ballast_migrate/runs/manual__1")
-    assert plugin._run_link(runs, at, "ballast_rebalance", "clicks")["run_id"] == "scheduled__b"  # per-job DAG wins
-    assert plugin._run_link(runs, at, "ballast_rebalance", "orders")["run_id"] == "scheduled__a"
-    assert plugin._run_link(runs, (t + timedelta(minutes=2)).isoformat(), "ballast_rebalance", "clicks") is None
-    assert plugin._run_link(runs, None, "ballast_migrate", "clicks") is None
-
 
 
 def test_a_caller_the_auth_manager_refuses_gets_403_as_a_page_or_json(monkeypatch):
