@@ -4,7 +4,7 @@ Why here: the Kafka connector is not in the pyspark wheel (its jars come from Ma
 `.cache/jars/spark-kafka`, see jvm/spark-kafka/pom.xml), and Spark's Python workers default to
 `python3` on PATH rather than this venv (docs/operations.md, "Traps"). Both the job and the tests build sessions here.
 A job whose checkpoint is on S3 also gets Hadoop's S3A and the AWS SDK modules it uses
-(`.cache/jars/hadoop-aws`, jvm/hadoop-aws/pom.xml) and the S3A settings of spark_jobs.storage.s3a_conf.
+(`.cache/jars/hadoop-aws`, jvm/hadoop-aws/pom.xml) and the S3A settings of spark_jobs.s3a.s3a_conf.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ballast.errors import BallastError
 from ballast.options import settings
-from spark_jobs.storage import is_s3_uri, s3a_conf
+from spark_jobs.s3a import is_s3_uri, s3a_conf
 
 REPO = Path(__file__).resolve().parent.parent
 CONNECTOR_JARS = settings().cache_dir / "jars" / "spark-kafka"

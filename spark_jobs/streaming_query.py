@@ -21,7 +21,7 @@ from typing import Any
 
 from ballast.protocol import Settings
 from spark_jobs.run_config import RunConfig, tick_topic
-from spark_jobs.storage import explain_spark_storage_error
+from spark_jobs.s3a import explain_spark_storage_error
 
 log = logging.getLogger("ballast.runner")
 
