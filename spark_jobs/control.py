@@ -1,4 +1,5 @@
 """Control records → a per-epoch decision: which steps apply, are rejected, queued, superseded.
+(The state it decides over and the decision it returns are spark_jobs.control_state.)
 
 Pure Python and deterministic given (state before the epoch, the epoch's control records, `now`):
 the runner logs the result durably before acting on it (spark_jobs.journal), and a replayed epoch
@@ -33,15 +34,13 @@ from __future__ import annotations
 
 import copy
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from ballast.protocol import (
     MAX_MESSAGE_BYTES,
     ControlStep,
-    Move,
-    Settings,
     clip,
     describe_error,
     parse_document,
@@ -49,14 +48,11 @@ from ballast.protocol import (
     step_from_document,
 )
 from ballast.signing import Keyring, SignatureError
+from spark_jobs.control_state import AppliedStep, ControlState, Entry, EpochControl, QueuedStep, step_key
 
 TICK_SCHEMA = "ballast.tick/v1"
 KEEP_FINAL = 2000
 KEEP_PLANS = 200
-
-
-def step_key(plan_id: str, step: int) -> str:
-    return f"{plan_id}#{step}"
 
 
 @dataclass
@@ -65,137 +61,6 @@ class ControlRecord:
 
     offset: str  # "partition:offset"
     value: bytes | None
-
-
-@dataclass(frozen=True)
-class QueuedStep:
-    """A step received but not applied yet: the protocol's typed step, where it came from
-    (`partition:offset` of the control record) and the epoch that received it."""
-
-    step: ControlStep
-    offset: str
-    epoch: int
-
-    @property
-    def key(self) -> str:
-        return step_key(self.step.plan_id, self.step.step)
-
-    def to_dict(self) -> dict[str, Any]:
-        """The journal's JSON (unchanged since the queue held dicts: old checkpoints still load)."""
-        return {"msg": self.step.to_dict(), "offset": self.offset, "epoch": self.epoch}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> QueuedStep:
-        return cls(step_from_document(d["msg"]), d["offset"], d["epoch"])
-
-
-@dataclass(frozen=True)
-class AppliedStep:
-    """The step an epoch applied, as the runner and the epoch commit act on it."""
-
-    plan_id: str
-    step: int
-    kind: str
-    moves: tuple[Move, ...]
-    workers_before: int
-    workers: int
-    bins_before: int
-    bins: int
-    map_version_before: int
-    map_version_after: int
-
-    @property
-    def is_split(self) -> bool:
-        """It raised the bin count."""
-        return self.kind == "split"
-
-    @property
-    def is_settings(self) -> bool:
-        """It changed the job's settings: the streaming query restarts after the epoch (spark_jobs.runner)."""
-        return self.kind == "settings"
-
-    def to_dict(self) -> dict[str, Any]:
-        """The journal's JSON (moves as [bin, from, to] triples, as before the type existed)."""
-        d = asdict(self)
-        d["moves"] = [[m.bin, m.src, m.dst] for m in self.moves]
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> AppliedStep:
-        return cls(**{**d, "moves": tuple(Move(int(b), int(s), int(t)) for b, s, t in d["moves"])})
-
-
-@dataclass
-class ControlState:
-    """Everything the job knows about its configuration after an epoch (logged with the decision)."""
-
-    map_version: int
-    workers: int
-    assignment: list[int]
-    queue: list[QueuedStep] = field(default_factory=list)
-    final: dict[str, dict[str, Any]] = field(default_factory=dict)  # step_key -> {status, epoch, reason}
-    plans: list[str] = field(default_factory=list)  # plan ids in arrival order; last = current
-    # what the applied settings steps set (None fields: the job's own configuration holds)
-    settings: Settings = field(default_factory=Settings)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"map_version": self.map_version, "workers": self.workers, "assignment": list(self.assignment),
-                "queue": [q.to_dict() for q in self.queue], "final": self.final, "plans": list(self.plans),
-                **({"settings": s} if (s := self.settings.to_dict()) else {})}  # none: the line as before
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> ControlState:
-        """A journal's state; one written before settings steps existed has none."""
-        return cls(**{**d, "queue": [QueuedStep.from_dict(q) for q in d.get("queue", [])],
-                      "settings": Settings(**d.get("settings", {}))})
-
-
-@dataclass
-class Entry:
-    """One line of the decision log (a StepDecision row)."""
-
-    seq: int
-    action: str  # apply | reject | queue | duplicate | supersede
-    plan_id: str
-    step: int
-    reason: str
-    offset: str
-    job: str
-    operator: str
-    checkpoint: bool  # a DB checkpoint row + ack is owed for this entry
-    reecho: bool = False  # duplicate of a finished step: re-echo its ack
-    event: bool = False  # malformed / foreign: Event row + ack only
-    map_version_after: int | None = None
-    message: dict[str, Any] | None = None
-
-
-@dataclass
-class EpochControl:
-    epoch: int
-    decided_at: str
-    entries: list[Entry]
-    state_after: ControlState
-    map_version_before: int
-    workers_before: int
-    applied: AppliedStep | None = None
-    warm: dict[str, list[int]] = field(default_factory=dict)  # worker -> bins to pre-copy in this epoch
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "epoch": self.epoch, "decided_at": self.decided_at,
-            "entries": [asdict(e) for e in self.entries], "state_after": self.state_after.to_dict(),
-            "map_version_before": self.map_version_before, "workers_before": self.workers_before,
-            "applied": self.applied.to_dict() if self.applied else None, "warm": self.warm,
-        }
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> EpochControl:
-        return cls(
-            epoch=d["epoch"], decided_at=d["decided_at"], entries=[Entry(**e) for e in d["entries"]],
-            state_after=ControlState.from_dict(d["state_after"]), map_version_before=d["map_version_before"],
-            workers_before=d["workers_before"], warm=d.get("warm", {}),
-            applied=AppliedStep.from_dict(d["applied"]) if d.get("applied") else None,
-        )
 
 
 def validate(step: ControlStep, st: ControlState) -> str | None:
@@ -406,9 +271,3 @@ def warm_plan(st: ControlState) -> dict[str, list[int]]:
             if 0 <= m.bin < bins:
                 warm.setdefault(str(m.dst), set()).add(m.bin)
     return {w: sorted(bs) for w, bs in sorted(warm.items())}
-
-
-def initial_state(bins: int, workers: int) -> ControlState:
-    from spark_jobs.bins import uniform_assignment
-
-    return ControlState(map_version=0, workers=workers, assignment=uniform_assignment(bins, workers))

@@ -15,7 +15,7 @@ from typing import Any
 
 from spark_jobs import faults
 from spark_jobs.bins import bits_for
-from spark_jobs.control import ControlState
+from spark_jobs.control_state import ControlState
 from spark_jobs.durable import DurableState
 from spark_jobs.epoch_times import EpochTimes
 from spark_jobs.executors import ExecutorScaler

@@ -23,7 +23,7 @@ from ballast.store.traces import replace_trace, trace_row
 from ballast.tracing import Trace
 from migrations_db import models as m
 from spark_jobs import faults
-from spark_jobs.control import AppliedStep, EpochControl
+from spark_jobs.control_state import AppliedStep, EpochControl
 from spark_jobs.executors import ExecutorScaler
 from spark_jobs.fencing import DriverFence
 from spark_jobs.job_clients import JobClients

@@ -16,7 +16,7 @@ import re
 from typing import Any
 
 from ballast.errors import BallastError
-from spark_jobs.control import ControlState, EpochControl
+from spark_jobs.control_state import ControlState, EpochControl
 from spark_jobs.storage import Location
 
 KEEP_EPOCHS = 200

@@ -37,14 +37,9 @@ from ballast.topics import create_missing_topics
 from spark_jobs import faults, prom_metrics
 from spark_jobs.binding import bind_state, check_job_row, job_row_config
 from spark_jobs.bins import bits_for
-from spark_jobs.control import (
-    ControlState,
-    decide,
-    has_due_step,
-    initial_state,
-    tick_message,
-)
+from spark_jobs.control import decide, has_due_step, tick_message
 from spark_jobs.control_reader import read_control
+from spark_jobs.control_state import ControlState, initial_state
 from spark_jobs.durable import DurableState
 from spark_jobs.epoch_apply import EpochApply, EpochWork
 from spark_jobs.epoch_commit import EpochCommit, EpochReport, summarize_moves

@@ -12,7 +12,8 @@ from datetime import UTC, datetime
 import pytest
 
 from ballast.protocol import MAX_MESSAGE_BYTES, ControlStep, Move, ProtocolError, parse_control
-from spark_jobs.control import ControlRecord, decide, initial_state
+from spark_jobs.control import ControlRecord, decide
+from spark_jobs.control_state import initial_state
 
 pytestmark = pytest.mark.security
 

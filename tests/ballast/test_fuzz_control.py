@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 from ballast.protocol import MAX_INT, MAX_NAME_CHARS, MAX_PLAN_ID_CHARS, ProtocolError, parse_control
 from ballast.signing import Keyring, SigningKey, sign
-from spark_jobs.control import ControlRecord, decide, initial_state
+from spark_jobs.control import ControlRecord, decide
+from spark_jobs.control_state import initial_state
 from tests.helpers.fuzz_messages import NOW, encode, hostile_bytes, near_valid, valid_docs
 
 pytestmark = [pytest.mark.security, pytest.mark.slow]  # ~1-2 min of Hypothesis examples

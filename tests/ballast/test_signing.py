@@ -11,7 +11,8 @@ import pytest
 from ballast.errors import BallastError
 from ballast.protocol import ControlStep, Move
 from ballast.signing import ALG, KeyConfigError, Keyring, SigningKey, canonical, load_keyring, sign, signed_step
-from spark_jobs.control import ControlRecord, decide, initial_state
+from spark_jobs.control import ControlRecord, decide
+from spark_jobs.control_state import initial_state
 
 pytestmark = pytest.mark.security
 

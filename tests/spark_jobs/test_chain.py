@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from spark_jobs.chain import ChainError, OperatorSpec, operator_configs
-from spark_jobs.control import ControlRecord, decide, initial_state
+from spark_jobs.control import ControlRecord, decide
+from spark_jobs.control_state import initial_state
 from spark_jobs.runner import RunConfig
 
 pytestmark = pytest.mark.dataplane

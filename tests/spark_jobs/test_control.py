@@ -1,7 +1,7 @@
 """spark_jobs.control: an epoch applies at most one valid step (one new map version each) and
 rejects a step that cannot apply whole, with its reason; steps queue in order, duplicates change
 nothing, a newer plan supersedes; splits and pre-copy; the typed steps round-trip through the
-journal's JSON, lines written before the types included."""
+journal's JSON (lines written before the types: test_control_state.py)."""
 
 from __future__ import annotations
 
@@ -11,16 +11,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from ballast.protocol import ControlStep, Move
-from spark_jobs.control import (
-    AppliedStep,
-    ControlRecord,
-    EpochControl,
-    QueuedStep,
-    decide,
-    has_due_step,
-    initial_state,
-    tick_message,
-)
+from spark_jobs.control import ControlRecord, decide, has_due_step, tick_message
+from spark_jobs.control_state import AppliedStep, EpochControl, QueuedStep, initial_state
 from tests.helpers.control import control_step as _step
 
 pytestmark = pytest.mark.dataplane
@@ -185,20 +177,6 @@ def test_decide_hands_typed_steps_to_the_runner_and_the_journal_round_trips_them
     assert again.to_dict() == d.to_dict()
 
 
-def test_a_journal_line_written_when_the_queue_held_dicts_still_loads():
-    msg = _typed_step(2, 2, (Move(5, 1, 0),), 1).to_dict()
-    old = {"epoch": 4, "decided_at": NOW.isoformat(), "entries": [], "map_version_before": 0, "workers_before": 2,
-           "state_after": {"map_version": 1, "workers": 2, "assignment": [1, 0, 0, 0, 1, 1, 1, 1],
-                           "queue": [{"msg": msg, "offset": "0:7", "epoch": 4}], "final": {}, "plans": ["p1"]},
-           "applied": {"plan_id": "p1", "step": 1, "kind": "moves", "moves": [[0, 0, 1]], "workers_before": 2,
-                       "workers": 2, "bins_before": 8, "bins": 8, "map_version_before": 0, "map_version_after": 1},
-           "warm": {}}
-    d = EpochControl.from_dict(old)
-    assert d.applied is not None and d.applied.moves == (Move(0, 0, 1),) and not d.applied.is_split
-    assert d.state_after.queue[0].step.moves == (Move(5, 1, 0),) and d.state_after.queue[0].offset == "0:7"
-    assert d.to_dict() == old
-
-
 # ------------------------------------------------------------------ settings steps ---------------
 
 
@@ -227,7 +205,7 @@ def test_a_settings_step_changes_the_settings_and_nothing_else_and_is_one_map_ve
 
 def test_the_settings_survive_the_journals_json_and_an_older_journal_has_none():
     from ballast.protocol import Settings
-    from spark_jobs.control import ControlState
+    from spark_jobs.control_state import ControlState
 
     d = _run(initial_state(8, 2), [_settings(trigger_ms=250)])
     back = EpochControl.from_dict(json.loads(json.dumps(d.to_dict())))

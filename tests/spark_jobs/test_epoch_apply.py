@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from spark_jobs.control import initial_state
+from spark_jobs.control_state import initial_state
 from spark_jobs.epoch_apply import EpochApply, EpochWork, stateless_docs
 from spark_jobs.epoch_times import EpochTimes
 from spark_jobs.fencing import DriverFence

@@ -19,7 +19,8 @@ from ballast.protocol import Move, acks_topic, message_key
 from ballast.store.event_log import CACHE_DEGRADED
 from migrations_db import models as m
 from migrations_db.db import session_scope
-from spark_jobs.control import AppliedStep, ControlRecord, decide, initial_state
+from spark_jobs.control import ControlRecord, decide
+from spark_jobs.control_state import AppliedStep, initial_state
 from spark_jobs.epoch_commit import EpochCommit, EpochReport, summarize_moves
 from spark_jobs.run_config import RunConfig
 from tests.helpers.control import control_step as _step

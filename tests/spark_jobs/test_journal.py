@@ -10,7 +10,8 @@ import pytest
 
 from ballast.protocol import ControlStep, Move
 from spark_jobs import journal as J
-from spark_jobs.control import ControlRecord, decide, initial_state
+from spark_jobs.control import ControlRecord, decide
+from spark_jobs.control_state import initial_state
 from spark_jobs.journal import JobMismatch, Journal
 
 pytestmark = pytest.mark.dataplane

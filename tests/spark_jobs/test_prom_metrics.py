@@ -14,7 +14,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from spark_jobs import prom_metrics
-from spark_jobs.control import Entry, EpochControl, initial_state
+from spark_jobs.control_state import Entry, EpochControl, initial_state
 from spark_jobs.epoch_commit import EpochReport
 
 T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)

@@ -159,7 +159,7 @@ Action = Literal["scale_up", "scale_down", "rebalance", "split", "tune", "no_cha
 @dataclass(frozen=True)
 class ScalingDecision(_Flat):
     """evaluate → plan: what DS2 and the guards decided (stored as a `decisions` row). Named apart
-    from policy.GuardVerdict (the guards' raw verdict) and spark_jobs.control.EpochControl (an
+    from policy.GuardVerdict (the guards' raw verdict) and spark_jobs.control_state.EpochControl (an
     epoch's control outcome)."""
 
     decision_id: int | None
