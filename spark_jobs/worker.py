@@ -13,7 +13,7 @@ It never trusts local files it did not check:
    * bring every owned and warm bin to the state after epoch e-1 — nothing to do when the cache
      is current; replay the bin's changelog batches since its cache epoch (a pre-copied bin at
      its cut-over, a cache that missed epochs); or load it from the durable state (a bin that
-     moved in, a new or lost executor);
+     moved in, a new or lost executor): spark_jobs.worker_bins;
    * fold the rows (sorted by hash, key, Kafka partition, offset: deterministic), recording
      every state change by bin; a record without a key or whose fold raises goes to the
      dead-letter topic with its reason (spark_jobs.records);
@@ -30,7 +30,6 @@ rows for Spark's Kafka sink (`--output-mode at-least-once`).
 
 from __future__ import annotations
 
-import functools
 import os
 import socket
 import time
@@ -50,6 +49,7 @@ from spark_jobs.records import (
     source_of,
     split_rejected,
 )
+from spark_jobs.worker_bins import owned_bins, prepare_bins
 
 
 @dataclass(frozen=True)
@@ -197,54 +197,6 @@ def _run(cfg: ApplyConfig, cache: Any, txn: Any, worker: int, table: Any, n: int
 
 def _us(t: float) -> int:
     return int(t * 1e6)
-
-
-@functools.lru_cache(maxsize=8)
-def owned_bins(assignment: tuple[int, ...], worker: int) -> frozenset[int]:
-    """The bins `worker` owns under a map; cached per Python worker process, which serves many
-    epochs of one map (a set built from the map costs ~0.7 ms an epoch at B = 4096)."""
-    return frozenset(b for b, w in enumerate(assignment) if w == worker)
-
-
-def prepare_bins(cache: Any, txn: Any, src: Any, owned: set[int], warm: set[int], incoming: set[int],
-                 target: int, k: int) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Bring owned and warm bins to the state after `target`; drop the rest. Returns stats of the
-    bins that moved in (cut-over) and of the bins warmed for a pre-copy step."""
-    cached = cache.cached_bins(txn)
-    for b in sorted(cached.keys() - owned - warm):
-        cache.drop_bin(txn, b, k)
-    last_change = max((x.epoch for x in src.h.entries if x.epoch <= target), default=-1)
-    moved: dict[str, Any] = {}
-    warmed: dict[str, Any] = {}
-    # set operations, not a loop over every owned bin: nothing to do for a current bin, and at
-    # B = 4096 there are thousands of them each epoch
-    current = {b for b, cur in cached.items() if last_change <= cur <= target} & (owned | warm)
-    for b in sorted((owned | warm) - current | (incoming & current)):
-        cur = cached.get(b)
-        if b in current:  # pre-copied and nothing changed since: a free cut-over
-            moved[str(b)] = {"keys": 0, "bytes": 0, "ms": 0.0, "mode": "warm"}
-            continue
-        t0 = time.perf_counter()
-        if cur is not None and cur <= target and src.can_catch_up(cur):
-            batches = src.changes_since(b, cur, target)
-            mode = "catchup"
-        else:
-            if cur is not None:
-                cache.drop_bin(txn, b, k)
-            _, batches = src.full(b, target)
-            mode = "load"
-        nkeys = nbytes = 0
-        for keys, values in batches:
-            dk, db = cache.apply_changes(txn, b, keys, values)
-            nkeys += dk
-            nbytes += db
-        cache.set_bin_at(txn, b, target)
-        info = {"keys": nkeys, "bytes": nbytes, "ms": (time.perf_counter() - t0) * 1000, "mode": mode}
-        if b in incoming:
-            moved[str(b)] = info
-        elif b in warm:
-            warmed[str(b)] = info
-    return moved, warmed
 
 
 @dataclass(frozen=True)

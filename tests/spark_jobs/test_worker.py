@@ -16,7 +16,7 @@ from spark_jobs.durable import find_object
 from spark_jobs.objects import DEAD_LETTER, OUTPUT, ObjectReader, ObjectWriter
 from spark_jobs.operators import OPERATORS, KeyCount, decode_count
 from spark_jobs.storage import Location
-from spark_jobs.worker import BinRecords, _done_outputs, fold_rows, owned_bins
+from spark_jobs.worker import BinRecords, _done_outputs, fold_rows
 from tests.helpers.worker_epochs import Harness, K, keys_of
 
 pytestmark = pytest.mark.dataplane
@@ -251,13 +251,6 @@ def test_an_epoch_without_rows_folds_nothing(tmp_path):
         writer = ObjectWriter(meta={})
         assert cache.write(lambda txn: fold_rows(hz.cfg(), cache, txn, None, 0, writer)) == (0, BinRecords.empty())
         assert writer.outputs == []
-
-
-def test_owned_bins_follow_the_map():
-    assignment = (0, 1, 1, 0, 2, 2, 2, 0)
-    assert owned_bins(assignment, 0) == {0, 3, 7} and owned_bins(assignment, 2) == {4, 5, 6}
-    assert owned_bins(assignment, 3) == frozenset()
-    assert owned_bins(assignment, 0) is owned_bins(tuple(assignment), 0), "one set per map and worker"
 
 
 def test_bin_metrics_read_the_counters_the_epoch_did_not_change(tmp_path):
