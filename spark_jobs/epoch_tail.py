@@ -23,6 +23,17 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
+
+from spark_jobs.epoch_commit import EpochCommit, EpochReport
+from spark_jobs.epoch_times import EpochTimes, spark_outside
+from spark_jobs.epoch_trace import critical_path_text, epoch_critical_path
+from spark_jobs.inputs import InputRows
+from spark_jobs.job_clients import JobClients
+from spark_jobs.journal import KEEP_EPOCHS, Journal
+from spark_jobs.rebalance_signals import RebalanceSignals
+from spark_jobs.run_config import RunConfig
+from spark_jobs.timers import ClockLog
 
 log = logging.getLogger("ballast.runner")
 
@@ -60,3 +71,38 @@ class EpochTail:
             return False
         self._thread = None
         return True
+
+
+class AfterCommit:
+    """The tail's work (what `EpochTail.start` runs for a committed epoch): prune the journal, log,
+    signal, find the critical path and store the trace. A component of `spark_jobs.runner.JobRunner`,
+    handed the runner's components; `query` gives the streaming query in force (a settings step
+    replaces it)."""
+
+    def __init__(self, cfg: RunConfig, journal: Journal, clocks: ClockLog | None, inputs: InputRows,
+                 committer: EpochCommit, signals: RebalanceSignals, clients: JobClients,
+                 query: Callable[[], Any]) -> None:
+        self.cfg = cfg
+        self.journal = journal
+        self.clocks = clocks
+        self.inputs = inputs
+        self.committer = committer
+        self.signals = signals
+        self.clients = clients
+        self.query = query
+
+    def __call__(self, report: EpochReport, times: EpochTimes) -> None:
+        epoch = report.epoch
+        self.journal.gc(epoch)
+        if self.clocks is not None:
+            self.clocks.gc(epoch - KEEP_EPOCHS)
+        self.inputs.gc(epoch - KEEP_EPOCHS)
+        self.committer.log_epoch(report)
+        self.signals.after_commit(epoch, report.backlog, report.batch_ms, report.decision.state_after.workers)
+        log.info("epoch %d time ms: %s", epoch, times.text(spark_outside(self.query(), batch=epoch - 1)))
+        found = epoch_critical_path(epoch, times.spans, report.workers) if self.cfg.trace else None  # docs/tracing.md
+        if found is not None:  # whole now that the commit and acks are done; its own transaction
+            self.clients.db("the epoch's trace", self.committer.store_trace, epoch, found[0])
+        cp = found[1] if found is not None else None
+        if cp is not None and cp.length_us:
+            log.info("epoch %d critical path %.0f ms: %s", epoch, cp.length_us / 1000, critical_path_text(cp))

@@ -15,10 +15,11 @@ Per epoch (foreachBatch), in this order — each step is safe to redo when Spark
 
 The loop and the lifecycle are here; each step is a component with an explicit hand-off:
 `JobClients` (spark_jobs.job_clients: the job's Kafka clients, DB/Kafka calls with outage budgets,
-offsets), `DriverFence` (spark_jobs.fencing: the driver's token), `EpochApply`
-(spark_jobs.epoch_apply: steps 3–4, given an `EpochWork`), `EpochCommit` (spark_jobs.epoch_commit:
-step 5, given an `EpochReport`) and `WarmUp` (spark_jobs.warmup). The configuration is
-spark_jobs.run_config.
+offsets), `DriverFence` (spark_jobs.fencing: the driver's token), `EpochDecide`
+(spark_jobs.epoch_decide: steps 1–2, giving an `EpochDecided`), `EpochApply` (spark_jobs.epoch_apply:
+steps 3–4, given an `EpochWork`), `EpochCommit` (spark_jobs.epoch_commit: step 5, given an
+`EpochReport`), `AfterCommit` (spark_jobs.epoch_tail: the work after it) and `WarmUp`
+(spark_jobs.warmup). The configuration is spark_jobs.run_config.
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ import threading
 import time
 from typing import Any
 
-from ballast.errors import BallastError
 from ballast.protocol import Settings, acks_topic, control_topic, message_key, utcnow
 from ballast.store import writer as mx
 from ballast.store.fencing import Fence, Fenced
@@ -37,20 +37,19 @@ from ballast.topics import create_missing_topics
 from spark_jobs import faults, prom_metrics
 from spark_jobs.binding import bind_state, check_job_row, job_row_config
 from spark_jobs.bins import bits_for
-from spark_jobs.control import decide, has_due_step, tick_message
-from spark_jobs.control_reader import read_control
-from spark_jobs.control_state import ControlState, initial_state
+from spark_jobs.control import has_due_step, tick_message
+from spark_jobs.control_state import ControlState
 from spark_jobs.durable import DurableState
 from spark_jobs.epoch_apply import EpochApply, EpochWork
 from spark_jobs.epoch_commit import EpochCommit, EpochReport, summarize_moves
-from spark_jobs.epoch_tail import EpochTail
-from spark_jobs.epoch_times import EpochTimes, spark_outside
-from spark_jobs.epoch_trace import critical_path_text, epoch_critical_path
+from spark_jobs.epoch_decide import EpochDecide
+from spark_jobs.epoch_tail import AfterCommit, EpochTail
+from spark_jobs.epoch_times import EpochTimes
 from spark_jobs.executors import ExecutorScaler
 from spark_jobs.fencing import DriverFence
 from spark_jobs.inputs import InputRows
 from spark_jobs.job_clients import JobClients
-from spark_jobs.journal import KEEP_EPOCHS, Journal
+from spark_jobs.journal import Journal
 from spark_jobs.operator_loader import get_operator
 from spark_jobs.output import dlq_topic
 from spark_jobs.processing import ProcessorOperator
@@ -73,10 +72,6 @@ log = logging.getLogger("ballast.runner")
 
 class StopRequested(RuntimeError):
     """Raised into a batch that began after a stop was requested."""
-
-
-class EpochUnreadable(BallastError, RuntimeError):
-    """Spark's offset log cannot say which records an epoch covers."""
 
 
 class JobRunner:
@@ -104,6 +99,7 @@ class JobRunner:
         # the components (one concern each) and what they hand each other
         self.clients = JobClients(cfg, self.journal, self.read_topics, self._stopping)
         self.fencing = DriverFence(cfg, self.clients, self._stopping)
+        self.decider = EpochDecide(cfg, self.clients, self.journal, self.fencing, self.ctl_topic)
         self.applier = EpochApply(cfg, self.op, self.stream_plan, self.clients, self.fencing, self.timers)
         self.committer = EpochCommit(cfg, self.clients, self.fencing, self._stopping, self.started_at)
         self.signals = RebalanceSignals(cfg, self.clients)
@@ -121,6 +117,8 @@ class JobRunner:
         self.last_epoch: int | None = None
         self.prom: prom_metrics.Endpoint | None = None  # --metrics-port: the driver's Prometheus endpoint
         self.tail = EpochTail()  # each epoch's work after its commit (spark_jobs.epoch_tail)
+        self.after_commit = AfterCommit(cfg, self.journal, self.clocks, self.inputs, self.committer, self.signals,
+                                        self.clients, lambda: self.query)
 
     @property
     def fence(self) -> Fence | None:
@@ -319,37 +317,9 @@ class JobRunner:
         if self.tail.waited_ms >= 1.0:  # a tail that outlasted Spark's own work between the epochs
             times.lap("tail")
         started_at = utcnow()
-        ranges = self.clients.offset_ranges(epoch)
-        if ranges is None:
-            raise EpochUnreadable(
-                f"Spark's offset log under {self.journal.spark_checkpoint} has no readable entry for epoch {epoch} or "
-                f"{epoch - 1}: the checkpoint was damaged or edited. Restore it, or start the job on a new "
-                "checkpoint (docs/dataplane.md, 'Running a job')")
-        input_rows = sum(e - s for t in cfg.input_topics for s, e in ranges.get(t, {}).values())
-        control = ranges.get(self.ctl_topic, {})
-        control_rows = sum(e - s for s, e in control.values())
-        end_offsets = {(t, p): e for t in cfg.input_topics for p, (_, e) in ranges.get(t, {}).items()}
-        # the control records: read by the driver from the epoch's logged range (spark_jobs.control_reader)
-        records = (self.clients.kafka("the control records", read_control, self.clients.consumer, self.ctl_topic,
-                                       control)
-                   if control_rows else [])
-        times.lap("control")
-
-        # 2) decision: reuse the logged one on replay
-        decision = self.journal.load_decision(epoch)
-        replay = decision is not None
-        if decision is None:
-            before = self.journal.state_before(epoch) or initial_state(cfg.bins, cfg.workers)
-            decision = decide(before, records, epoch=epoch, now=started_at, job=cfg.job, operator=cfg.operator,
-                              max_future_s=cfg.max_future_s, max_message_bytes=cfg.max_control_bytes,
-                              keyring=cfg.control_keyring, siblings=frozenset(cfg.siblings))
-            if records or decision.entries or before.queue or self.journal.latest_state() is None:
-                self.fencing.guard(f"the decision of epoch {epoch}")  # a stale one would rewrite the newer's
-                self.journal.write_decision(decision)
-        if decision.entries:  # also on replay: a crash may have come between the file and the rows
-            self.clients.db("the decision log", mx.write_step_decisions, cfg.db_url, cfg.job, cfg.operator, epoch,
-                            decision.entries, self.fence)
-        faults.hit("after_decision")
+        # 1+2) the epoch's control records and its decision, logged before anything moves (or reused on replay)
+        decided = self.decider.run(epoch, started_at, times)
+        decision, input_rows = decided.decision, decided.input_rows
         st = decision.state_after
         self._state = st
 
@@ -374,13 +344,13 @@ class JobRunner:
         faults.hit("after_apply")
 
         # 5) metrics, routing map, checkpoints, events, heartbeat: one DB transaction, then the acks
-        backlog, rate, end_now = self.clients.backlog(end_offsets)
+        backlog, rate, end_now = self.clients.backlog(decided.end_offsets)
         times.lap("backlog")
         report = EpochReport(epoch=epoch, decision=decision, moves=moves_doc,
                              workers=self.committer.worker_metrics(st.workers, worker_docs), started_at=started_at,
                              ended_at=utcnow(), batch_ms=(time.perf_counter() - t0) * 1000, input_rows=input_rows,
-                             control_rows=control_rows, backlog=backlog, rate=rate, end_offsets=end_now,
-                             replay=replay)
+                             control_rows=decided.control_rows, backlog=backlog, rate=rate, end_offsets=end_now,
+                             replay=decided.replay)
         acks = self.clients.db("the epoch's commit", self.committer.commit, report)
         times.lap("db")
         if self.prom is not None:  # committed values only: after the commit returned
@@ -396,24 +366,7 @@ class JobRunner:
                 self.streaming.restart(wanted, epoch)
                 self.signals.follow_trigger(wanted.trigger_ms)
         # the rest changes nothing a replay or a restart reads: it runs while Spark plans the next epoch
-        self.tail.start(epoch, lambda: self._after_commit(report, times))
-
-    def _after_commit(self, report: EpochReport, times: EpochTimes) -> None:
-        """An epoch's tail (spark_jobs.epoch_tail): prune the journal, log, signal, find the critical path."""
-        epoch = report.epoch
-        self.journal.gc(epoch)
-        if self.clocks is not None:
-            self.clocks.gc(epoch - KEEP_EPOCHS)
-        self.inputs.gc(epoch - KEEP_EPOCHS)
-        self.committer.log_epoch(report)
-        self.signals.after_commit(epoch, report.backlog, report.batch_ms, report.decision.state_after.workers)
-        log.info("epoch %d time ms: %s", epoch, times.text(spark_outside(self.query, batch=epoch - 1)))
-        found = epoch_critical_path(epoch, times.spans, report.workers) if self.cfg.trace else None  # docs/tracing.md
-        if found is not None:  # whole now that the commit and acks are done; its own transaction
-            self.clients.db("the epoch's trace", self.committer.store_trace, epoch, found[0])
-        cp = found[1] if found is not None else None
-        if cp is not None and cp.length_us:
-            log.info("epoch %d critical path %.0f ms: %s", epoch, cp.length_us / 1000, critical_path_text(cp))
+        self.tail.start(epoch, lambda: self.after_commit(report, times))
 
     def _observe(self, report: EpochReport) -> None:
         """The committed epoch's figures to the Prometheus endpoint; a failure there is logged, never the epoch's."""
