@@ -120,6 +120,24 @@ class BallastJob:
             raise RuntimeError(f"job {self.spec.job} has no routing map yet")
         return snap.map_version, snap.workers, list(snap.assignment)
 
+    def snapshot(self, eps: list[EpochRow], version: int, workers: int, assignment: list[int],
+                 **settings: int | None) -> Any:
+        """The controller's view of the job over the epochs `eps` (a `ballast.control.handoffs.Snapshot`,
+        what the rebalance run's collect stage builds from the metrics DB), for experiments that call
+        its evaluator themselves; `settings`: trigger_ms / max_records_per_epoch in force."""
+        from ballast.control.handoffs import BinLoad, EpochSample, MapState, Snapshot, WorkerSample
+
+        wk = self.worker_rows([e.epoch for e in eps])
+        load, size = self.bin_stats(len(eps))
+        return Snapshot(
+            map=MapState(version, eps[0].epoch, workers, tuple(assignment)),
+            bins=BinLoad(tuple(load), tuple(size), (0,) * len(size), len(eps)),
+            epochs=tuple(EpochSample(e.epoch, e.input_rows, e.batch_ms, e.input_rate or 0.0, e.backlog or 0)
+                         for e in eps),
+            workers=tuple(WorkerSample(w.epoch, w.worker, w.records_in, w.records_out, w.useful_ms, w.wall_ms)
+                          for w in wk),
+            latest_epoch=eps[-1].epoch, **settings)
+
     def checkpoints(self, plan_id: str) -> list[CheckpointRow]:
         by_step = self.store.checkpoints(plan_id)
         return [by_step[k] for k in sorted(by_step)]
@@ -153,7 +171,7 @@ class BallastJob:
                 job=self.spec.job, operator=self.spec.operator, plan_id=plan_id, step=st.step,
                 steps=total or len(steps), kind=st.kind, moves=tuple(st.moves), workers=st.workers,
                 map_version=st.map_version, issued_at=now, effective_at=now + timedelta(seconds=(st.step - 1) * gap_s),
-                reason=reason, precopy=precopy))
+                reason=reason, precopy=precopy, bins=st.split_to, settings=st.settings))
         return now.timestamp()
 
     def wait_plan(self, plan_id: str, steps: int, timeout: float) -> list[Any]:

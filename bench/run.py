@@ -1,10 +1,11 @@
 """Benchmark entry point: `python -m bench.run --smoke | --full [--only migration,native,bins,ds2,cluster]`.
 
 `spike` (the migration spike at GBs of state, bench/experiments/spike.py), `trace` (tracing's
-latency overhead and the critical-path analysis's cost, bench/experiments/trace_overhead.py) and
+latency overhead and the critical-path analysis's cost, bench/experiments/trace_overhead.py),
 `reaction` (a load step's reaction time, event-driven vs schedule, in the stack's real Airflow:
-bench/experiments/reaction.py) run only when named in `--only`: none is in the default set nor in
-the smoke run `make test` starts.
+bench/experiments/reaction.py) and `autotune` (the autotuner against fixed trigger intervals on a
+stepped load, bench/experiments/autotune.py) run only when named in `--only`: none is in the
+default set nor in the smoke run `make test` starts.
 
 Results go to bench/results/<run-id>/ (ignored by git): one directory per experiment with CSVs,
 PNGs and a README.md, plus the run's summary.json and REPORT.md. `--publish` also copies the
@@ -29,22 +30,24 @@ from typing import Any
 from bench import cluster as cl
 from bench import experiments as ex
 from bench import report as rp
-from bench.experiments import ds2, latency, migration, native, nexmark, reaction, spike, trace_overhead
+from bench.experiments import autotune, ds2, latency, migration, native, nexmark, reaction, spike, trace_overhead
 from bench.infra import REPO, git_commit, kafka_up, machine_info
 
 RESULTS = REPO / "bench" / "results"
 PUBLISH = REPO / "bench" / "report"
 ORDER = ("migration", "native", "bins", "ds2", "latency", "cluster", "nexmark")
-OPTIONAL = ("spike", "trace", "reaction")  # only when asked for by name (--only)
-RUNNERS = {"spike": spike.exp_spike, "trace": trace_overhead.exp_trace, "reaction": reaction.exp_reaction,
+OPTIONAL = ("spike", "trace", "reaction", "autotune")  # only when asked for by name (--only)
+RUNNERS = {"autotune": autotune.exp_autotune,
+           "spike": spike.exp_spike, "trace": trace_overhead.exp_trace, "reaction": reaction.exp_reaction,
            "migration": migration.exp_migration, "native": native.exp_native, "bins": migration.exp_bins,
            "ds2": ds2.exp_ds2, "latency": latency.exp_latency,
            "cluster": cl.exp_cluster, "nexmark": nexmark.exp_nexmark}
 # what each experiment contributes to summary.json and to the run directory (for a partial publish)
 SUMMARY_KEYS = {"migration": ("migration",), "native": ("throughput", "reconfig"), "bins": ("bins",),
                 "ds2": ("ds2",), "latency": ("latency",), "cluster": ("cluster",), "nexmark": ("nexmark",),
-                "spike": ("spike",), "trace": ("trace",), "reaction": ("reaction",)}
-RUN_DIRS = {"spike": ("spike",), "trace": ("trace",), "reaction": ("reaction",),
+                "spike": ("spike",), "trace": ("trace",), "reaction": ("reaction",),
+                "autotune": ("autotune",)}
+RUN_DIRS = {"autotune": ("autotune",), "spike": ("spike",), "trace": ("trace",), "reaction": ("reaction",),
             "migration": ("migration-b*",), "native": ("native",), "bins": ("bins", "bins-b*"), "ds2": ("ds2",),
             "latency": ("latency",),
             "cluster": ("cluster",), "nexmark": ("nexmark",)}
@@ -141,6 +144,7 @@ def build_summary(ctx: ex.Ctx, results: dict[str, Any], errors: dict[str, str], 
     s["spike"] = (results.get("spike") or {}).get("summary") or {}
     s["trace"] = (results.get("trace") or {}).get("summary") or {}
     s["reaction"] = (results.get("reaction") or {}).get("summary") or {}
+    s["autotune"] = (results.get("autotune") or {}).get("summary") or {}
     return s
 
 
@@ -193,6 +197,8 @@ def write_report(run_dir: Path, s: dict[str, Any]) -> Path:
             trace_overhead.readme(s["trace"]).split("\n", 2)[2]] if s.get("trace") else []),
         *(["", "## 10. Reaction to a load step: event-driven vs schedule", "",
             reaction.readme(s["reaction"]).split("\n", 2)[2]] if s.get("reaction") else []),
+        *(["", "## 12. Autotuning against fixed trigger intervals", "",
+            autotune.readme(s["autotune"]).split("\n", 2)[2]] if s.get("autotune") else []),
         "", "Per-experiment details (tables, timelines, CDFs): the README.md of each directory of the run.",
     ]
     if s["errors"]:

@@ -42,7 +42,6 @@ def exp_ds2(ctx: Ctx) -> dict[str, Any]:
     from ballast import policy
     from ballast.config import JobConfig, RebalanceConfig
     from ballast.control.evaluate import assess
-    from ballast.control.handoffs import BinLoad, EpochSample, MapState, Snapshot, WorkerSample
 
     P = ctx.profile
     out = ctx.run_dir / "ds2"
@@ -114,16 +113,7 @@ def exp_ds2(ctx: Ctx) -> dict[str, Any]:
             eps = eps[-6:]
             if len(eps) < 3:
                 continue
-            wk = job.worker_rows([e.epoch for e in eps])
-            bin_load, bin_size = job.bin_stats(len(eps))
-            snap = Snapshot(
-                map=MapState(ver, eps[0].epoch, cur, tuple(assignment)),
-                bins=BinLoad(tuple(bin_load), tuple(bin_size), (0,) * len(bin_size), len(eps)),
-                epochs=tuple(EpochSample(e.epoch, e.input_rows, e.batch_ms, e.input_rate or 0.0, e.backlog or 0)
-                             for e in eps),
-                workers=tuple(WorkerSample(w.epoch, w.worker, w.records_in, w.records_out, w.useful_ms, w.wall_ms)
-                              for w in wk),
-                latest_epoch=eps[-1].epoch)
+            snap = job.snapshot(eps, ver, cur, assignment)
             now = time.time()
             dec = assess(cfg, snap, gstate, datetime.fromtimestamp(now, UTC))
             gstate, tr = dec.state, dec.true_rate

@@ -19,7 +19,15 @@ from pathlib import Path
 from typing import Any
 
 from bench import report as rp
-from bench.ballast_job import BallastJob, JobSpec, OffsetLogTail, offset_ranges, output_times, record_latencies
+from bench.ballast_job import (
+    OPERATOR,
+    BallastJob,
+    JobSpec,
+    OffsetLogTail,
+    offset_ranges,
+    output_times,
+    record_latencies,
+)
 from bench.experiments.common import Ctx, _gen_stats, _prefill, _prog_end, _read_progress, _start_gen
 from bench.hist import LogHistogram
 from bench.infra import PY, Proc, ensure_topics, unix, wait_until
@@ -102,16 +110,19 @@ class _Ballast:
     """Ballast key-count as the latency run drives it; its job log has each epoch's phases (`epoch N time ms:`)."""
 
     def __init__(self, ctx: Ctx, label: str, topic: str, trigger_ms: int, *, extra_args: tuple[str, ...] | None = None,
-                 bins: int | None = None, max_offsets: int | None = None) -> None:
-        """`extra_args`, `bins`, `max_offsets`: None takes the profile's (the `trace` experiment sets its own)."""
+                 bins: int | None = None, max_offsets: int | None = None, workers: int = 2,
+                 operator: str = OPERATOR, operator_path: str | None = None, env: dict[str, str] | None = None) -> None:
+        """`extra_args`, `bins`, `max_offsets`: None takes the profile's (the `trace` and `autotune`
+        experiments set their own, and the latter its own operator and worker count)."""
         P = ctx.profile
         self.ctx, self.topic = ctx, topic
         if extra_args is None:  # e.g. `--set 'extra={"latency_job_args": ["--no-trace"]}'`
             extra_args = tuple(P.extra.get("latency_job_args", ()))
-        self.spec = JobSpec(job=ctx.name(label), input_topic=topic, bins=bins or P.latency_bins, workers=2,
+        self.spec = JobSpec(job=ctx.name(label), input_topic=topic, bins=bins or P.latency_bins, workers=workers,
                             db_url=ctx.db_url, bootstrap=ctx.bootstrap, run_dir=ctx.run_dir, trigger_ms=trigger_ms,
                             max_offsets_per_trigger=max_offsets or P.latency_max_offsets, log_level="DEBUG",
-                            extra_args=extra_args)
+                            extra_args=extra_args, operator=operator, operator_path=operator_path,
+                            env=dict(env or {}))
         self.job = BallastJob(self.spec)
         self.tail = OffsetLogTail(self.spec.checkpoint_dir, topic)
         self.log = ctx.run_dir / "logs" / f"{self.spec.job}.log"

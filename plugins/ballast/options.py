@@ -161,6 +161,10 @@ class Settings(BaseSettings):
         default=None, description="tests: a finished `bench.run --smoke` result dir that tests/bench/test_smoke.py "
         "checks instead of starting a run (tests/helpers/bench_smoke.py)"
     )
+    bench_row_us: float = Field(
+        default=300.0, ge=0, description="bench: CPU µs per record of bench.slow_ops.SlowKeyCount (the autotune "
+        "experiment sets it in its jobs' environment)"
+    )
     faults_file: Path | None = Field(
         default=None, description="tests: file of `<point> <n>` lines, the n-th pass of a fault point kills the process"
     )
