@@ -1,14 +1,20 @@
 """spark_jobs.streaming_query: the values a query runs with are the configuration's where no
-settings step changed them, a step's 0 lifts the cap, and a step's values win over the command line
-(the restart itself, on real Spark and Kafka: tests/system/test_settings_job.py). Fast: no services."""
+settings step changed them, a step's 0 lifts the cap, and a step's values win over the command line;
+the old query is stopped only once Spark reports the settings epoch committed (a stand-in query: the
+moment between the batch's return and Spark's commit-log write cannot be held open on real Spark;
+the restart itself, on real Spark and Kafka: tests/system/test_settings_job.py). Fast: no services."""
 
 from __future__ import annotations
+
+import threading
+import time
+from typing import Any
 
 import pytest
 
 from ballast.protocol import Settings
 from spark_jobs.run_config import RunConfig
-from spark_jobs.streaming_query import Effective
+from spark_jobs.streaming_query import Effective, await_commit
 
 pytestmark = pytest.mark.dataplane
 
@@ -28,3 +34,37 @@ def test_a_settings_steps_values_win_and_leave_the_others_alone() -> None:
     assert Effective.of(_cfg(500, 2000), Settings(max_records_per_epoch=300)) == Effective(500, 300)
     assert Effective.of(_cfg(500, 2000), Settings(max_records_per_epoch=0)) == Effective(500, None), "0: no cap"
     assert Effective.of(_cfg(500, None), Settings(250, 40)) == Effective(250, 40)
+
+
+class _Query:
+    """A query whose progress reports `batch` once `commit_at` (monotonic s) has passed."""
+
+    def __init__(self, batch: int, commit_in_s: float, active: bool = True) -> None:
+        self.batch, self.commit_at, self.isActive = batch, time.monotonic() + commit_in_s, active
+
+    @property
+    def lastProgress(self) -> dict[str, Any] | None:
+        return {"batchId": self.batch} if time.monotonic() >= self.commit_at else {"batchId": self.batch - 1}
+
+
+def test_the_old_query_is_stopped_only_once_spark_reports_the_settings_epoch_committed() -> None:
+    q = _Query(7, commit_in_s=0.3)
+    t0 = time.monotonic()
+    await_commit(q, 7)
+    assert time.monotonic() >= q.commit_at and time.monotonic() - t0 < 2, "returned on the commit, not before"
+    t0 = time.monotonic()
+    await_commit(_Query(8, commit_in_s=0.0), 7)  # a later batch reported: committed long ago
+    assert time.monotonic() - t0 < 0.1
+
+
+def test_a_query_that_ended_or_never_reports_does_not_hold_the_restart() -> None:
+    ended = _Query(7, commit_in_s=60, active=False)  # the next batch refused to run: Spark had committed
+    t0 = time.monotonic()
+    await_commit(ended, 7)
+    assert time.monotonic() - t0 < 0.1
+    silent = _Query(7, commit_in_s=60)
+    threading.Timer(0.2, lambda: setattr(silent, "isActive", False)).start()
+    await_commit(silent, 7, timeout_s=5)
+    t0 = time.monotonic()
+    await_commit(_Query(7, commit_in_s=60), 7, timeout_s=0.2)
+    assert time.monotonic() - t0 < 1, "bounded: it stops anyway after the timeout"

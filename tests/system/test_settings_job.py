@@ -91,6 +91,9 @@ def test_a_settings_step_changes_trigger_and_cap_live_and_a_restart_keeps_them(
         produce_with_spark(topic, second)
         wait_until(lambda: consumed(len(first) + len(second)), 240, "the second part consumed under the new cap",
                    check=alive)
+        # the old query stopped once the settings epoch was committed: the new one did not run it again
+        new_batches = sorted(int(p["batchId"]) for p in runner.query.recentProgress)
+        assert new_batches and new_batches[0] > applied_at, (applied_at, new_batches[:5])
     finally:
         runner.stop()
     cp = checkpoints(db_url, job)[("tune", 1)]

@@ -6,12 +6,15 @@ of an epoch (Spark's planning, the commit) and c the seconds of work per row at 
 count. With a trigger interval I ≥ D, epochs start I apart and read λ·I rows each (λ the input
 rate); a record waits up to I for its epoch and then D, so
 
-    p99 ≈ I + o + c·λ·I          (the job keeps up iff D(λ·I) ≤ I, i.e. I ≥ o / (1 − c·λ))
+    p99 ≈ I + t·(o + c·λ·I)      (the job keeps up iff D(λ·I) ≤ I, i.e. I ≥ o / (1 − c·λ))
 
-and the cost per event, o / (λ·I) + c, falls as I grows. The cheapest interval that meets a latency
-goal G (less a margin) is therefore the largest one: I* = (G·(1 − margin) − o) / (1 + c·λ), never
-below the keep-up bound. When even the keep-up bound misses the goal, the goal is out of reach at
-this worker count: the advice says so (DS2 scales the workers; this tunes within them).
+with t the epochs' tail: the window's slowest epoch over its median (1 when every epoch lasts
+alike; a snapshot epoch, a garbage collection or a busy machine make some epochs last longer than
+the model's mean D, and those set the p99). The cost per event, o / (λ·I) + c, falls as I grows.
+The cheapest interval that meets a latency goal G (less a margin) is therefore the largest one:
+I* = (G·(1 − margin) − t·o) / (1 + t·c·λ), never below the keep-up bound. When even the keep-up
+bound misses the goal, the goal is out of reach at this worker count: the advice says so (DS2
+scales the workers; this tunes within them).
 
 The records per epoch bound one epoch after a burst or a restart: enough for (1 + headroom) times
 the rate over an interval, so a backlog drains, and otherwise no more than an epoch can process
@@ -56,6 +59,7 @@ class TuneInputs:
     per_row_s: float  # c: seconds of work per input row at the current worker count
     trigger_ms: int  # the interval in force
     max_records_per_epoch: int | None  # the cap in force (None: none)
+    epoch_tail: float = 1.0  # t: the window's slowest epoch over its median (≥ 1; `epoch_tail`)
 
 
 @dataclass(frozen=True)
@@ -79,22 +83,34 @@ def back_to_back_s(inp: TuneInputs) -> float:
     return max(inp.overhead_s, 0.0) / (1 - load) if load < 1 else math.inf
 
 
+def epoch_tail(batch_ms: list[float], limit: float = 3.0) -> float:
+    """t: the slowest epoch of a window over its median epoch, within [1, `limit`] (a window's one
+    outlier, a restart's first epoch, must not set the interval alone). 1 for fewer than 3 epochs."""
+    xs = sorted(b for b in batch_ms if b > 0)
+    if len(xs) < 3:
+        return 1.0
+    mid = xs[len(xs) // 2] if len(xs) % 2 else (xs[len(xs) // 2 - 1] + xs[len(xs) // 2]) / 2
+    return min(max(xs[-1] / mid, 1.0), limit)
+
+
 def predicted_p99_ms(interval_s: float, inp: TuneInputs) -> float:
-    """p99 latency at interval I: I + o + c·λ·I while epochs fit in I; below that they run back to
-    back and a record waits up to one epoch, then one more: 2·o / (1 − c·λ) (the two agree at the
-    bound)."""
+    """p99 latency at interval I: I + t·(o + c·λ·I) while epochs fit in I; below that they run back
+    to back and a record waits up to one epoch, then one more of the tail's: (1 + t)·o / (1 − c·λ)
+    (the two agree at the bound)."""
     bound = back_to_back_s(inp)
     if not math.isfinite(bound):
         return math.inf
+    tail = max(inp.epoch_tail, 1.0)
     if interval_s <= bound:
-        return 1000.0 * 2 * bound
-    return 1000.0 * (interval_s + max(inp.overhead_s, 0.0) + max(inp.per_row_s, 0.0) * max(inp.rate_rows_s, 0.0)
-                     * interval_s)
+        return 1000.0 * (1 + tail) * bound
+    return 1000.0 * (interval_s + tail * (max(inp.overhead_s, 0.0) + max(inp.per_row_s, 0.0)
+                                          * max(inp.rate_rows_s, 0.0) * interval_s))
 
 
 def advise(inp: TuneInputs, cfg: TuneConfig, now_s: float, last_change_s: float | None) -> TuneAdvice:
     """The cheapest settings that meet the goal, within the guards."""
     lam, o, c = max(inp.rate_rows_s, 0.0), max(inp.overhead_s, 0.0), max(inp.per_row_s, 0.0)
+    tail = max(inp.epoch_tail, 1.0)
     goal_s = cfg.latency_goal_ms / 1000.0 * (1 - cfg.margin)
     current = predicted_p99_ms(inp.trigger_ms / 1000.0, inp)
     bound = back_to_back_s(inp)
@@ -102,7 +118,7 @@ def advise(inp: TuneInputs, cfg: TuneConfig, now_s: float, last_change_s: float 
         return TuneAdvice(inp.trigger_ms, inp.max_records_per_epoch or 0, math.inf, current, False, 0, False,
                           f"the workers cannot keep up with {lam:,.0f} rows/s at any interval (c·λ = {c * lam:.2f}): "
                           "scaling them is DS2's decision; the settings are kept")
-    best_s = (goal_s - o) / (1 + c * lam)
+    best_s = (goal_s - tail * o) / (1 + tail * c * lam)
     feasible = best_s >= bound
     wanted_s = best_s if feasible else bound  # out of reach: the lowest latency (and cheapest) the workers allow
     now = inp.trigger_ms / 1000.0
@@ -112,12 +128,13 @@ def advise(inp: TuneInputs, cfg: TuneConfig, now_s: float, last_change_s: float 
     interval_s = max(interval_s, min(bound, cfg.max_trigger_ms / 1000.0))  # below keep-up: no faster, dearer
     trigger_ms = _ceil10(interval_s)
     drain = max(math.ceil((1 + cfg.headroom) * lam * trigger_ms / 1000.0), 1)
-    within_goal = (goal_s - o) / c if c > 0 else math.inf  # the rows one epoch processes within the goal
+    within_goal = (goal_s - tail * o) / (tail * c) if c > 0 else math.inf  # rows an epoch processes within the goal
     cap = max(drain, int(within_goal)) if math.isfinite(within_goal) else drain
     predicted = predicted_p99_ms(trigger_ms / 1000.0, inp)
     rel = abs(trigger_ms - inp.trigger_ms) / max(inp.trigger_ms, 1)
     held = last_change_s is not None and now_s - last_change_s < cfg.hold_s
-    why = (f"rate {lam:,.0f} rows/s, epoch overhead {o * 1000:,.0f} ms, {c * 1e6:,.1f} µs per row: interval "
+    why = (f"rate {lam:,.0f} rows/s, epoch overhead {o * 1000:,.0f} ms, {c * 1e6:,.1f} µs per row"
+           + (f", slowest epoch {tail:.2f}× the median" if tail > 1 else "") + ": interval "
            f"{inp.trigger_ms} -> {trigger_ms} ms predicts p99 {current:,.0f} -> {predicted:,.0f} ms against a goal "
            f"of {cfg.latency_goal_ms:,.0f} ms")
     if not feasible:
