@@ -95,6 +95,14 @@ def test_the_guards_keep_small_changes_hold_after_a_change_and_bound_one_step() 
     assert not near.change and "below the 20% threshold" in near.reason
     held = advise(inp, CFG, now_s=1_000, last_change_s=970)
     assert not held.change and "held" in held.reason
+    # a load step up within the hold: the interval in force now misses the goal itself, so it is
+    # shortened at once; lengthening it (cheaper, not urgent) still waits
+    long = dataclasses.replace(_inputs(rate=4_000), trigger_ms=5_000)
+    assert predicted_p99_ms(5.0, long) > CFG.latency_goal_ms
+    urgent = advise(long, CFG, now_s=1_000, last_change_s=970)
+    assert urgent.change and urgent.trigger_ms < 5_000 and "not held" in urgent.reason
+    calm = advise(dataclasses.replace(long, rate_rows_s=100, trigger_ms=1_000), CFG, now_s=1_000, last_change_s=970)
+    assert not calm.change and "held" in calm.reason
     one_step = advise(_inputs(trigger_ms=100, o=0.05), CFG, 1_000, None)
     assert one_step.trigger_ms == 400 and one_step.change, "at most x4 in one decision"
     bound = advise(_inputs(trigger_ms=100, o=0.4), CFG, 1_000, None)

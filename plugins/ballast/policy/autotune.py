@@ -19,7 +19,8 @@ scales the workers; this tunes within them).
 The records per epoch bound one epoch after a burst or a restart: enough for (1 + headroom) times
 the rate over an interval, so a backlog drains, and otherwise no more than an epoch can process
 within the goal. Guards like DS2's: a change smaller than `min_change` is not made, one decision
-moves the interval by at most `max_factor`, and a change waits `hold_s` after the one before.
+moves the interval by at most `max_factor`, and a change waits `hold_s` after the one before —
+unless the interval in force misses the goal itself and the advice shortens it (a load step up).
 Pure: no framework, no I/O.
 """
 
@@ -132,7 +133,11 @@ def advise(inp: TuneInputs, cfg: TuneConfig, now_s: float, last_change_s: float 
     cap = max(drain, int(within_goal)) if math.isfinite(within_goal) else drain
     predicted = predicted_p99_ms(trigger_ms / 1000.0, inp)
     rel = abs(trigger_ms - inp.trigger_ms) / max(inp.trigger_ms, 1)
-    held = last_change_s is not None and now_s - last_change_s < cfg.hold_s
+    # the hold keeps a change's effect from being judged before it shows; it does not keep the goal
+    # missed: an interval the model says misses the goal itself is shortened at once (as DS2 scales up
+    # faster than down)
+    urgent = current > cfg.latency_goal_ms and trigger_ms < inp.trigger_ms
+    held = last_change_s is not None and now_s - last_change_s < cfg.hold_s and not urgent
     why = (f"rate {lam:,.0f} rows/s, epoch overhead {o * 1000:,.0f} ms, {c * 1e6:,.1f} µs per row"
            + (f", slowest epoch {tail:.2f}× the median" if tail > 1 else "") + ": interval "
            f"{inp.trigger_ms} -> {trigger_ms} ms predicts p99 {current:,.0f} -> {predicted:,.0f} ms against a goal "
@@ -145,6 +150,8 @@ def advise(inp: TuneInputs, cfg: TuneConfig, now_s: float, last_change_s: float 
         why += f"; a {rel:.0%} change is below the {cfg.min_change:.0%} threshold: kept"
     elif held:
         why += f"; held: the last change was {now_s - (last_change_s or 0.0):.0f} s ago (hold {cfg.hold_s:.0f} s)"
+    elif urgent and last_change_s is not None and now_s - last_change_s < cfg.hold_s:
+        why += "; not held: the interval in force misses the goal"
     return TuneAdvice(trigger_ms, cap, predicted, current, feasible, _ceil10(bound), change, why)
 
 
