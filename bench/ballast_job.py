@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from ballast.policy import MigrationStep
 from ballast.store import CheckpointRow, EpochRow, JobStore, WorkerRow
 from bench.infra import PY, Proc, unix, wait_until
 from bench.loadgen import Schedule
@@ -156,7 +157,7 @@ class BallastJob:
         wait_until(done, timeout, f"{self.spec.job} to read {total_rows} rows", poll=1.0, proc=self.proc)
 
     # ------------------------------------------------------------------------- control
-    def emit(self, steps: list[Any], plan_id: str, gap_s: float = 0.0, reason: str = "bench", *,
+    def emit(self, steps: list[MigrationStep], plan_id: str, gap_s: float = 0.0, reason: str = "bench", *,
              precopy: bool = False, total: int | None = None) -> float:
         """Send steps of a plan at once (every step unless `total`, the plan's step count, says the
         plan has more); step i is effective at now + (i-1)·gap. Returns the send time."""

@@ -13,7 +13,6 @@ import time
 import traceback
 import uuid
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 from bench.ballast_job import BallastJob, JobSpec
@@ -71,11 +70,11 @@ def run_old_job(ctx: Ctx, C: ClusterProfile, wt: Path, topic: str, rows_before: 
 
 def emit_step(job: BallastJob, moves: list[tuple[int, int, int]], precopy: bool, plan_id: str) -> float:
     """One single-step plan (optionally pre-copy) through the job's control emitter; returns the send time."""
+    from ballast.policy import MigrationStep
     from ballast.protocol import Move
 
     ver, w, _ = job.current_map()
-    step = SimpleNamespace(step=1, kind="moves" if moves else "noop", moves=tuple(Move(b, s, d) for b, s, d in moves),
-                           workers=w, map_version=ver)
+    step = MigrationStep(step=1, moves=tuple(Move(b, s, d) for b, s, d in moves), workers=w, map_version=ver)
     return job.emit([step], plan_id, reason=f"bench cluster: precopy={precopy}", precopy=precopy)
 
 

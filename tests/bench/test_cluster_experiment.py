@@ -1,5 +1,6 @@
-"""The cluster experiment's pure parts (bench.cluster): the plan it sends, the runner's phase lines
-it parses, and the files it writes when a half of the run failed (no figures, NaNs everywhere)."""
+"""The cluster experiment's pure parts (bench.cluster): the plan it sends, the control steps it emits
+(through a stand-in emitter: the real one needs a broker), the runner's phase lines it parses, and the
+files it writes when a half of the run failed (no figures, NaNs everywhere)."""
 
 from __future__ import annotations
 
@@ -8,12 +9,40 @@ from pathlib import Path
 
 import pytest
 
+from bench.ballast_job import BallastJob, JobSpec
 from bench.cluster import CLUSTER_SMOKE, report_section, summarize
-from bench.cluster.local import epoch_phases, precopy_moves
+from bench.cluster.local import emit_step, epoch_phases, precopy_moves
 from bench.cluster.writeup import write_files
 from spark_jobs.epoch_times import EpochTimes
 
 pytestmark = pytest.mark.bench
+
+
+class _Sent:
+    def __init__(self) -> None:
+        self.steps: list = []
+
+    def send(self, step: object) -> None:
+        self.steps.append(step)
+
+
+class _Job(BallastJob):
+    def current_map(self) -> tuple[int, int, list[int]]:
+        return 3, 2, [0, 1, 0, 1]
+
+
+def test_a_single_step_plan_is_emitted_as_a_typed_control_step(tmp_path: Path) -> None:
+    """The pre-copy run's steps (a warm-up no-op, then moves) reach the emitter as ControlSteps of the
+    map in force (a run once failed here: the step was an untyped namespace without a split field)."""
+    job = _Job(JobSpec(job="j", input_topic="t", bins=4, workers=2, db_url="sqlite://", bootstrap="127.0.0.1:1",
+                       run_dir=tmp_path))
+    sent = job._emitter = _Sent()
+    emit_step(job, [], False, "warm")
+    emit_step(job, [(1, 1, 0)], True, "move")
+    noop, move = sent.steps
+    assert (noop.kind, noop.moves, noop.map_version, noop.workers, noop.precopy) == ("noop", (), 3, 2, False)
+    assert move.kind == "moves" and [(m.bin, m.src, m.dst) for m in move.moves] == [(1, 1, 0)] and move.precopy
+    assert move.bins is None and move.settings is None
 
 
 def test_precopy_moves_swap_a_fraction_of_the_bins_between_two_workers() -> None:
