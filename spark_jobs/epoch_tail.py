@@ -23,6 +23,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from spark_jobs.epoch_commit import EpochCommit, EpochReport
@@ -73,23 +74,21 @@ class EpochTail:
         return True
 
 
+@dataclass
 class AfterCommit:
     """The tail's work (what `EpochTail.start` runs for a committed epoch): prune the journal, log,
     signal, find the critical path and store the trace. A component of `spark_jobs.runner.JobRunner`,
     handed the runner's components; `query` gives the streaming query in force (a settings step
     replaces it)."""
 
-    def __init__(self, cfg: RunConfig, journal: Journal, clocks: ClockLog | None, inputs: InputRows,
-                 committer: EpochCommit, signals: RebalanceSignals, clients: JobClients,
-                 query: Callable[[], Any]) -> None:
-        self.cfg = cfg
-        self.journal = journal
-        self.clocks = clocks
-        self.inputs = inputs
-        self.committer = committer
-        self.signals = signals
-        self.clients = clients
-        self.query = query
+    cfg: RunConfig
+    journal: Journal
+    clocks: ClockLog | None
+    inputs: InputRows
+    committer: EpochCommit
+    signals: RebalanceSignals
+    clients: JobClients
+    query: Callable[[], Any]
 
     def __call__(self, report: EpochReport, times: EpochTimes) -> None:
         epoch = report.epoch
