@@ -73,8 +73,9 @@ class S3Server:
             raise StackError(f"port {self.port} is taken: stop that process or set BALLAST_S3_PORT")
         k = self.keys()
         env = {**os.environ, "RUST_LOG": "s3s::ops=debug" if self.log_requests else "info", "NO_COLOR": "1"}
-        spawn([str(BINARY), "--host", HOST, "--port", str(self.port), "--access-key", k["access_key"],
-               "--secret-key", k["secret_key"], str(self.data)], self.logfile, self.pidfile, env)
+        # `--opt=value`: a URL-safe secret may begin with '-', which the parser would take for an option
+        spawn([str(BINARY), f"--host={HOST}", f"--port={self.port}", f"--access-key={k['access_key']}",
+               f"--secret-key={k['secret_key']}", "--", str(self.data)], self.logfile, self.pidfile, env)
         wait_healthy(lambda: port_open(self.port), "the S3 server (s3s-fs)", 30, self.logfile, self.pidfile)
         log(f"{self.name}: healthy at {self.endpoint} (buckets: {', '.join(buckets)}; "
             f"credentials: `python scripts/stack.py s3-env`)")

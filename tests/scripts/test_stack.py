@@ -247,3 +247,21 @@ def test_the_s3_server_comes_up_serves_its_bucket_with_its_keys_and_goes_down(is
         down = subprocess.run([*stack, "down", "s3"], cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
     assert down.returncode == 0, down.stdout + down.stderr
     assert not _port_open(int(env["BALLAST_S3_PORT"]))
+
+
+def test_an_s3_secret_key_that_begins_with_a_dash_starts_the_server(tmp_path):
+    """A URL-safe secret begins with '-' one time in 64: s3s-fs must take it as the key's value, not as
+    an option (it refused to start, and a test of the stack failed at random)."""
+    import ballast_stack as stack  # scripts/stack.py, loaded by tests/conftest.py
+
+    s3 = stack.S3Server(tmp_path, free_port())
+    s3.keys_file.parent.mkdir(parents=True)
+    s3.keys_file.write_text(json.dumps({"access_key": "-ballast-test", "secret_key": "-3dash-first-" + "x" * 27}))
+    s3.keys_file.chmod(0o600)
+    try:
+        s3.up()
+        assert s3.alive() and _port_open(s3.port)
+        assert s3.keys()["secret_key"].startswith("-3dash")
+    finally:
+        s3.down()
+    assert not _port_open(s3.port)
