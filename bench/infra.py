@@ -145,7 +145,9 @@ def machine_info() -> dict[str, Any]:
     except OSError:
         pass
     try:
-        java = subprocess.run(["java", "-version"], capture_output=True, text=True, timeout=30).stderr.splitlines()[0]
+        lines = subprocess.run(["java", "-version"], capture_output=True, text=True, timeout=30).stderr.splitlines()
+        # the first line may be the launcher's "Picked up JDK_JAVA_OPTIONS" note (the test suite sets it)
+        java = next((x for x in lines if " version " in x), lines[0] if lines else "unknown")
     except Exception as exc:  # noqa: BLE001
         java = f"unknown ({exc})"
     import pyspark
@@ -155,6 +157,7 @@ def machine_info() -> dict[str, Any]:
         "cores": os.cpu_count(), "ram_gb": round(psutil.virtual_memory().total / 2**30, 1), "cpu_model": cpu,
         "python": platform.python_version(), "java": java, "spark": pyspark.__version__,
         "os": platform.platform(), "loadavg_at_start": [round(load1, 2), round(load5, 2), round(load15, 2)],
+        "jvm_options": os.environ.get("JDK_JAVA_OPTIONS", ""),  # e.g. the test suite's C1-only JIT
     }
 
 

@@ -159,7 +159,8 @@ def write_report(run_dir: Path, s: dict[str, Any]) -> Path:
     lines = [
         f"# Ballast benchmark report — run `{s['run_id']}` ({s['profile']})", "",
         f"commit `{s['commit']}`; {mach['cores']} cores, {mach['ram_gb']} GB, {mach['cpu_model']}; "
-        f"Python {mach['python']}, Spark {mach['spark']}, {mach['java']}; load average at start "
+        f"Python {mach['python']}, Spark {mach['spark']}, {mach['java']}"
+        f"{'; JVM options ' + repr(mach['jvm_options']) if mach.get('jvm_options') else ''}; load average at start "
         f"{mach['loadavg_at_start']} ({'quiet' if s['quiet_machine'] else 'NOT quiet: other work was running'}); "
         f"{s['elapsed_s'] / 60:.1f} min.", "",
         f"## 1. Migration strategies (key-count, B={m.get('bins')}, {m.get('keys')} keys, W=2)", "",
