@@ -238,7 +238,7 @@ def test_with_a_latency_goal_a_run_that_keeps_w_tunes_the_settings_by_a_settings
     assert a.action == "tune" and a.target_workers == 2 and a.settings is not None, a.reason
     assert a.settings["trigger_ms"] == 4000, "at most x4 in one decision"
     assert a.inputs["tune.predicted_p99_ms"] < 8000 * 0.8 and "predicts p99" in a.reason
-    assert a.inputs["tune.epoch_tail"] >= 1.0  # the window's slowest epoch over its median, in the decision
+    assert a.inputs["tune.slow_epoch_factor"] >= 1.0  # the window's slowest epoch over its median, in the decision
     untuned = _job_with(tmp_path, monkeypatch, unique_name)
     assert evaluate.assess(untuned, snap, policy.GuardState(), now).action == "no_change", "no goal: no tuning"
     held = policy.GuardState(last_change_at=now.timestamp() - 30)

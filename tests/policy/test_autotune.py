@@ -9,7 +9,7 @@ import math
 
 import pytest
 
-from ballast.policy.autotune import TuneConfig, TuneInputs, advise, back_to_back_s, epoch_tail, predicted_p99_ms
+from ballast.policy.autotune import TuneConfig, TuneInputs, advise, back_to_back_s, predicted_p99_ms, slow_epoch_factor
 
 pytestmark = pytest.mark.controlplane
 
@@ -62,18 +62,18 @@ def test_a_goal_out_of_reach_is_said_so_and_the_interval_goes_to_the_keep_up_bou
 
 
 def test_the_tail_is_the_slowest_epoch_over_the_median_within_bounds() -> None:
-    assert epoch_tail([400, 400, 400]) == 1.0
-    assert epoch_tail([400, 300, 600, 800, 400]) == pytest.approx(2.0)
-    assert epoch_tail([300, 300, 300, 3_000]) == 3.0, "one outlier does not set the interval alone"
-    assert epoch_tail([400, 900]) == 1.0, "too few epochs to say"
-    assert epoch_tail([0, 0, 400, 400, 600]) == pytest.approx(1.5), "epochs without a duration are not counted"
+    assert slow_epoch_factor([400, 400, 400]) == 1.0
+    assert slow_epoch_factor([400, 300, 600, 800, 400]) == pytest.approx(2.0)
+    assert slow_epoch_factor([300, 300, 300, 3_000]) == 3.0, "one outlier does not set the interval alone"
+    assert slow_epoch_factor([400, 900]) == 1.0, "too few epochs to say"
+    assert slow_epoch_factor([0, 0, 400, 400, 600]) == pytest.approx(1.5), "epochs without a duration are not counted"
 
 
 def test_a_tail_of_slow_epochs_shortens_the_interval_and_its_prediction_counts_them() -> None:
     """Epochs that sometimes last 1.5x the mean: the interval that meets the goal is shorter, and the
     model, continuous at the keep-up bound, predicts p99 with the slow epoch in it."""
     even = _inputs(trigger_ms=1_000)
-    tailed = dataclasses.replace(even, epoch_tail=1.5)
+    tailed = dataclasses.replace(even, slow_epoch_factor=1.5)
     bound = back_to_back_s(tailed)
     assert predicted_p99_ms(bound, tailed) == pytest.approx(predicted_p99_ms(bound * (1 + 1e-9), tailed), rel=1e-6)
     assert predicted_p99_ms(2.0, tailed) == pytest.approx(1000 * (2.0 + 1.5 * (0.4 + 100e-6 * 2_000 * 2.0)))

@@ -128,18 +128,18 @@ def assess(cfg: JobConfig, snap: Snapshot, state: policy.GuardState, now: dateti
     if action == "no_change" and rb.latency_goal_ms and snap.trigger_ms is not None and res.model == "microbatch":
         # W stays: batch so that p99 meets the goal at the least cost per event (docs/policy.md, "Autotuning")
         per = target.per_instance_rate
-        tail = policy.autotune.epoch_tail([e.batch_ms for e in snap.epochs if e.input_rows > 0])
+        tail = policy.autotune.slow_epoch_factor([e.batch_ms for e in snap.epochs if e.input_rows > 0])
         tune = policy.autotune.advise(
             policy.autotune.TuneInputs(rate_rows_s=target.target_in_rate, overhead_s=float(res.inputs["overhead_s"]),
                                        per_row_s=1.0 / (cur * per) if per else 0.0, trigger_ms=snap.trigger_ms,
                                        max_records_per_epoch=snap.max_records_per_epoch,
-                                       epoch_tail=tail),
+                                       slow_epoch_factor=tail),
             policy.autotune.TuneConfig(latency_goal_ms=rb.latency_goal_ms, hold_s=rb.autotune_hold_s),
             now.timestamp(), state.last_change_at)
         inputs.update({"tune.trigger_ms": tune.trigger_ms, "tune.max_records_per_epoch": tune.max_records_per_epoch,
                        "tune.predicted_p99_ms": tune.predicted_p99_ms, "tune.current_p99_ms": tune.current_p99_ms,
                        "tune.feasible": tune.feasible, "tune.keep_up_ms": tune.keep_up_ms, "tune.reason": tune.reason,
-                       "tune.epoch_tail": round(tail, 3)})
+                       "tune.slow_epoch_factor": round(tail, 3)})
         if tune.change:
             action, reason = "tune", f"{reason}; {tune.reason}"
             settings = {"trigger_ms": tune.trigger_ms, "max_records_per_epoch": tune.max_records_per_epoch}

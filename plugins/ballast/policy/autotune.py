@@ -8,7 +8,7 @@ rate); a record waits up to I for its epoch and then D, so
 
     p99 ≈ I + t·(o + c·λ·I)      (the job keeps up iff D(λ·I) ≤ I, i.e. I ≥ o / (1 − c·λ))
 
-with t the epochs' tail: the window's slowest epoch over its median (1 when every epoch lasts
+with t the slow-epoch factor: the window's slowest epoch over its median (1 when every epoch lasts
 alike; a snapshot epoch, a garbage collection or a busy machine make some epochs last longer than
 the model's mean D, and those set the p99). The cost per event, o / (λ·I) + c, falls as I grows.
 The cheapest interval that meets a latency goal G (less a margin) is therefore the largest one:
@@ -60,7 +60,7 @@ class TuneInputs:
     per_row_s: float  # c: seconds of work per input row at the current worker count
     trigger_ms: int  # the interval in force
     max_records_per_epoch: int | None  # the cap in force (None: none)
-    epoch_tail: float = 1.0  # t: the window's slowest epoch over its median (≥ 1; `epoch_tail`)
+    slow_epoch_factor: float = 1.0  # t: the window's slowest epoch over its median (≥ 1; `slow_epoch_factor`)
 
 
 @dataclass(frozen=True)
@@ -84,7 +84,7 @@ def back_to_back_s(inp: TuneInputs) -> float:
     return max(inp.overhead_s, 0.0) / (1 - load) if load < 1 else math.inf
 
 
-def epoch_tail(batch_ms: list[float], limit: float = 3.0) -> float:
+def slow_epoch_factor(batch_ms: list[float], limit: float = 3.0) -> float:
     """t: the slowest epoch of a window over its median epoch, within [1, `limit`] (a window's one
     outlier, a restart's first epoch, must not set the interval alone). 1 for fewer than 3 epochs."""
     xs = sorted(b for b in batch_ms if b > 0)
@@ -101,7 +101,7 @@ def predicted_p99_ms(interval_s: float, inp: TuneInputs) -> float:
     bound = back_to_back_s(inp)
     if not math.isfinite(bound):
         return math.inf
-    tail = max(inp.epoch_tail, 1.0)
+    tail = max(inp.slow_epoch_factor, 1.0)
     if interval_s <= bound:
         return 1000.0 * (1 + tail) * bound
     return 1000.0 * (interval_s + tail * (max(inp.overhead_s, 0.0) + max(inp.per_row_s, 0.0)
@@ -111,7 +111,7 @@ def predicted_p99_ms(interval_s: float, inp: TuneInputs) -> float:
 def advise(inp: TuneInputs, cfg: TuneConfig, now_s: float, last_change_s: float | None) -> TuneAdvice:
     """The cheapest settings that meet the goal, within the guards."""
     lam, o, c = max(inp.rate_rows_s, 0.0), max(inp.overhead_s, 0.0), max(inp.per_row_s, 0.0)
-    tail = max(inp.epoch_tail, 1.0)
+    tail = max(inp.slow_epoch_factor, 1.0)
     goal_s = cfg.latency_goal_ms / 1000.0 * (1 - cfg.margin)
     current = predicted_p99_ms(inp.trigger_ms / 1000.0, inp)
     bound = back_to_back_s(inp)
