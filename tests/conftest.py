@@ -11,6 +11,7 @@ import fcntl
 import importlib.util
 import logging
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -213,6 +214,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     smoke = config.stash.get(_SMOKE, None)
     if smoke is not None:
         smoke.stop()
+        if smoke.proc is None:  # no smoke test was selected (`make test-fast`): its log dir stays empty
+            shutil.rmtree(Path(smoke.run.log).parent, ignore_errors=True)
     for service, down in (("kafka", stack.kafka_down), ("postgres", stack.postgres_down)):
         if _owned_mark(service).exists():
             down()

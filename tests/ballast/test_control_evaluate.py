@@ -252,3 +252,10 @@ def test_with_a_latency_goal_a_run_that_keeps_w_tunes_the_settings_by_a_settings
     assert step.kind == "settings" and step.settings == Settings(**d.settings)  # type: ignore[arg-type]
     assert apply_step(db_url, unique_name, "keycount", step) is not None
     assert store.job_settings(db_url, unique_name, "keycount") == (4000, step.settings.max_records_per_epoch)
+    # the same name deployed again on a new checkpoint (its old row deleted, as the binding check asks):
+    # its journal holds none of the old deployment's settings, and neither does what the controller reads
+    with session_scope(db_url) as s:
+        s.delete(s.get(m.Job, (unique_name, "keycount")))
+    writer.ensure_job_row(db_url, unique_name, "keycount", 16, {"trigger_ms": 700, "max_offsets_per_trigger": 900},
+                          datetime.now(UTC) + timedelta(seconds=1))
+    assert store.job_settings(db_url, unique_name, "keycount") == (700, 900)

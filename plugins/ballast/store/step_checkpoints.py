@@ -67,7 +67,11 @@ def recent_checkpoints(url: str, job: str, operator: str, limit: int = 200) -> l
 def job_settings(url: str, job: str, operator: str) -> tuple[int | None, int | None]:
     """The trigger interval and the records-per-epoch cap (None: no cap) the job runs with: its last
     start's command line (the job row) under every settings step it applied, in the order it applied
-    them (the job's own rule: ballast.protocol.Settings.over). (None, None) before the job's first start."""
+    them (the job's own rule: ballast.protocol.Settings.over). (None, None) before the job's first start.
+
+    Only steps applied since the row was made count: a row is made again when a deployment under
+    the same name starts on a new checkpoint (its old row deleted, spark_jobs.binding.db_problem),
+    and that job's journal holds none of the old deployment's settings."""
     with session_scope(url) as s:
         row = s.get(m.Job, (job, operator))
         if row is None:
@@ -78,7 +82,7 @@ def job_settings(url: str, job: str, operator: str) -> tuple[int | None, int | N
             .join(m.StepCheckpoint, (m.StepCheckpoint.plan_id == m.PlanStep.plan_id)
                   & (m.StepCheckpoint.step == m.PlanStep.step))
             .where(m.StepCheckpoint.job == job, m.StepCheckpoint.operator == operator,
-                   m.StepCheckpoint.status == "applied")
+                   m.StepCheckpoint.status == "applied", m.StepCheckpoint.applied_at >= row.created_at)
             .order_by(m.StepCheckpoint.applied_epoch)).scalars().all()
     now = Settings(config.get("trigger_ms"), config.get("max_offsets_per_trigger"))  # the command line
     for payload in steps:
