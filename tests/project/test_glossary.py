@@ -70,3 +70,20 @@ def test_the_check_fails_for_a_missing_name() -> None:
         resolve("ballast.protocol.NoSuchClass")
     with pytest.raises(ModuleNotFoundError):
         resolve("ballast_nothing.x")
+
+
+def words_of(rows: list[str]) -> list[str]:
+    """Each bold word of the glossary's first column (a row may name several: `**plan** / **open plan**`)."""
+    return [w.lower() for row in rows for w in re.findall(r"\*\*([^*]+)\*\*", row)]
+
+
+def test_each_word_has_one_meaning() -> None:
+    """One word per concept: a word the glossary defines twice (the autotuner's "epoch tail" beside
+    the driver's, once) means two things to a newcomer."""
+    words = words_of(list(glossary()))
+    twice = sorted({w for w in words if words.count(w) > 1})
+    assert not twice, f"README's glossary defines {twice} more than once: rename one of each"
+
+
+def test_the_one_meaning_check_fails_for_a_word_defined_twice() -> None:
+    assert words_of(["**epoch tail**", "**slow-epoch factor** / **epoch tail**"]).count("epoch tail") == 2
