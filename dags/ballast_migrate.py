@@ -55,6 +55,10 @@ def migrate_params(jobs: dict[str, JobConfig]) -> dict[str, Param]:
         "split_to": Param(None, type=["null", "integer"], minimum=2, maximum=65536, title="Split to bins",
                           description="Raise the bin count to this power of two (a split: nothing moves, each "
                                       "bin's parts stay on its worker). Alone: no target workers, no moves."),
+        "merge_to": Param(None, type=["null", "integer"], minimum=1, maximum=32768, title="Merge to bins",
+                          description="Lower the bin count to this power of two (a merge, the inverse of a split): "
+                                      "parts that do not share a worker move together first, then one merge step "
+                                      "moves no key. Alone: no target workers, no moves, no split."),
         "trigger_ms": Param(None, type=["null", "integer"], minimum=0, maximum=3_600_000,
                             title="Trigger interval (ms)",
                             description="Change the job's interval between epochs, live (a settings step: the job "

@@ -202,34 +202,53 @@ class WorkerCache:
         return _I.unpack(v)[0] if v else default
 
     def ensure_bits(self, txn: Any, k: int, default: int) -> None:
-        """Renumber the cache's bins to `k` after a split raised the job's bin count: bin b at the
-        old k is bins b·2^d .. b·2^d + 2^d − 1 at the new one (d = k − old k), each at b's epoch, and
-        its counters are recounted from its keys (one scan of the cached data, once per split). No
-        key is rewritten: a bin is a key range at any k. A cache numbered *above* k (never written by
-        a correct run) is emptied, and rebuilt from the durable state."""
+        """Renumber the cache's bins to `k` after a split raised the job's bin count or a merge
+        lowered it; counters are recounted from the keys (one scan of the cached data, once per
+        split or merge). No key is rewritten: a bin is a key range at any k.
+
+        Split (d = k − old k): bin b at the old k is bins b·2^d .. b·2^d + 2^d − 1, each at b's epoch.
+        Merge (d = old k − k): bin p is the parts p·2^d .. (p+1)·2^d − 1. When the cache holds every
+        part, p is held at the oldest part's epoch (owned when every part was): a catch-up from there
+        replays changes a newer part already has, which puts the same values again, as changelogs
+        hold values, not deltas. A part missing makes p incomplete: the parts held are dropped and p
+        is loaded whole when the worker needs it."""
         old = self.bits(txn, default)
         if old == k:
             return
-        if old > k:
-            self._clear(txn)
-            txn.put(K_BITS, _I.pack(k), db=self.meta)
-            return
-        d = k - old
         owned, at, last = self.owned(txn), self._at_entries(txn), self.last_applied(txn)
+        new_at: dict[int, int]
+        if old < k:
+            d = k - old
+            children = {b: range(b << d, (b + 1) << d) for b in set(owned) | set(at)}
+            new_at = {part: epoch for b, epoch in at.items() for part in children[b]}
+            new_owned = {part for b in owned for part in children[b]}
+        else:
+            d = old - k
+            cached = {**{b: last for b in owned}, **at}
+            new_at, new_owned = {}, set[int]()
+            for p in sorted({b >> d for b in cached}):
+                parts = range(p << d, (p + 1) << d)
+                if all(c in cached for c in parts):
+                    if all(c in owned and c not in at for c in parts):
+                        new_owned.add(p)
+                    else:
+                        new_at[p] = min(cached[c] for c in parts)
+                else:
+                    for c in parts:
+                        if c in cached:
+                            self.drop_bin(txn, c, old)
         for key in self._meta_keys(txn, P_BIN) + self._meta_keys(txn, P_AT):
             txn.delete(key, db=self.meta)
         counts: dict[int, list[int]] = {}
         for sk, v in txn.cursor(db=self.data):
-            c = counts.setdefault(bin_of_store_key(sk, k), [0, 0])
-            c[0] += 1
-            c[1] += len(sk) + len(v)
+            kb = counts.setdefault(bin_of_store_key(sk, k), [0, 0])
+            kb[0] += 1
+            kb[1] += len(sk) + len(v)
         for b, (n, nbytes) in counts.items():
             txn.put(P_BIN + _I.pack(b), _QQ.pack(n, nbytes), db=self.meta)
-        children = {b: range(b << d, (b + 1) << d) for b in set(owned) | set(at)}
-        for b, epoch in at.items():
-            for part in children[b]:
-                self.set_bin_at(txn, part, epoch)
-        self.set_owned(txn, last, {part for b in owned for part in children[b]}, set(), last)
+        for b, epoch in new_at.items():
+            self.set_bin_at(txn, b, epoch)
+        self.set_owned(txn, last, new_owned, set(), last)
         txn.put(K_BITS, _I.pack(k), db=self.meta)
 
     def _meta_keys(self, txn: Any, prefix: bytes) -> list[bytes]:
@@ -241,12 +260,6 @@ class WorkerCache:
                     break
                 out.append(key)
         return out
-
-    def _clear(self, txn: Any) -> None:
-        """Forget every entry and every bin (the owner record stays)."""
-        txn.drop(self.data, delete=False)
-        for key in [k for k in txn.cursor(db=self.meta).iternext(values=False) if k != K_OWNER]:
-            txn.delete(key, db=self.meta)
 
     # -- counters -------------------------------------------------------------------------------
     def bin_counter(self, txn: Any, b: int) -> tuple[int, int]:

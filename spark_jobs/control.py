@@ -43,9 +43,11 @@ from ballast.protocol import (
     ControlStep,
     clip,
     describe_error,
+    merge_assignment,
     parse_document,
     split_assignment,
     step_from_document,
+    unmerged_siblings,
 )
 from ballast.signing import Keyring, SignatureError
 from spark_jobs.control_state import AppliedStep, ControlState, Entry, EpochControl, QueuedStep, step_key
@@ -66,7 +68,7 @@ class ControlRecord:
 def validate(step: ControlStep, st: ControlState) -> str | None:
     """Why `step` cannot apply to state `st` (None when it can). Checks everything before changing anything.
 
-    The bin count is the map's (`len(st.assignment)`): a split step raises it."""
+    The bin count is the map's (`len(st.assignment)`): a split step raises it, a merge lowers it."""
     bins = len(st.assignment)
     if step.map_version != st.map_version:
         return f"map version mismatch: step expects {step.map_version}, job is at {st.map_version}"
@@ -76,6 +78,19 @@ def validate(step: ControlStep, st: ControlState) -> str | None:
             return f"a split must raise the bin count: the job has {bins} bins, the step asks for {step.bins}"
         if w_after != w_before:
             return f"a split keeps the worker count ({w_before}); the step asks for {w_after}"
+        return None
+    if step.kind == "merge":
+        if step.bins is None or step.bins >= bins:
+            return f"a merge must lower the bin count: the job has {bins} bins, the step asks for {step.bins}"
+        if w_after != w_before:
+            return f"a merge keeps the worker count ({w_before}); the step asks for {w_after}"
+        if w_after > step.bins:
+            return f"a merge to {step.bins} bins leaves fewer bins than the {w_after} workers"
+        apart = unmerged_siblings(st.assignment, step.bins)
+        if apart:
+            b, ws = apart[0]
+            return (f"a merge to {step.bins} bins joins bins whose parts share a worker; {len(apart)} do not "
+                    f"(first: bin {b}, parts on workers {ws}): move them together in an earlier step")
         return None
     if step.kind == "settings":
         if w_after != w_before:
@@ -236,6 +251,8 @@ def decide(
         before = (st.map_version, st.workers, list(st.assignment))
         if s.kind == "split" and s.bins is not None:
             st.assignment = split_assignment(st.assignment, s.bins)
+        elif s.kind == "merge" and s.bins is not None:
+            st.assignment = merge_assignment(st.assignment, s.bins)
         for m in s.moves:
             st.assignment[m.bin] = m.dst
         if s.settings is not None:

@@ -62,6 +62,11 @@ class AppliedStep:
         return self.kind == "split"
 
     @property
+    def is_merge(self) -> bool:
+        """It lowered the bin count (parts that shared a worker became one bin)."""
+        return self.kind == "merge"
+
+    @property
     def is_settings(self) -> bool:
         """It changed the job's settings: the streaming query restarts after the epoch (spark_jobs.runner)."""
         return self.kind == "settings"

@@ -110,7 +110,9 @@ class BinSource:
 
     Bins are asked for at the task's `k`. An object of an epoch before a split indexes the bin's
     parent (`b >> d`, d = k - the epoch's k); the rows of bin b are the parent's rows whose store
-    key lies in b's range — a bin is a key range at any k (spark_jobs.bins), so nothing is rewritten."""
+    key lies in b's range — a bin is a key range at any k (spark_jobs.bins), so nothing is rewritten.
+    An object of an epoch before a merge indexes the bin's parts, each in the object of its owner
+    then: their rows, in order, are bin b's."""
 
     def __init__(self, history: History, k: int | None = None) -> None:
         self.h = history
@@ -130,14 +132,17 @@ class BinSource:
 
     def _bin_changes(self, kind: str, e: ManifestEntry, b: int) -> tuple[list[bytes], list[bytes | None]] | None:
         names = e.changelog if kind == "changelog" else e.snapshot
+        k_e = self.h.bits(e)
+        d = 0 if self.k is None else self.k - k_e
+        if d < 0:  # an epoch before a merge: bin b was parts b·2^-d .. , each in its owner's object then
+            parts = [ch for c in range(b << -d, (b + 1) << -d)
+                     if (ch := self._part_changes(kind, e, names, c)) is not None]
+            if not parts:
+                return None
+            return [x for ks, _ in parts for x in ks], [x for _, vs in parts for x in vs]
         w = self.h.owner(e, b, self.k)
         if w not in names:
             return None
-        k_e = self.h.bits(e)
-        d = 0 if self.k is None else self.k - k_e
-        if d < 0:
-            raise StateGap(f"epoch {e.epoch} has {1 << k_e} bins, more than the {1 << self.k} asked for "  # type: ignore[operator]
-                           "(bins are never merged): the task's map is older than the durable state")
         keys, values = self._reader(self.h.object(kind, e, w)).bin_changes(b >> d)
         if d == 0 or not keys:
             return keys, values
@@ -146,6 +151,13 @@ class BinSource:
         lo, hi = bin_range(b, self.k)  # type: ignore[arg-type]
         pick = [i for i, sk in enumerate(keys) if sk >= lo and (hi is None or sk < hi)]
         return [keys[i] for i in pick], [values[i] for i in pick]
+
+    def _part_changes(self, kind: str, e: ManifestEntry, names: dict[int, str], c: int
+                      ) -> tuple[list[bytes], list[bytes | None]] | None:
+        """Bin c at the epoch's own k, from its owner's object (parts in ascending order keep a
+        merged bin's keys sorted: a bin is a key range)."""
+        w = self.h.owner(e, c)
+        return self._reader(self.h.object(kind, e, w)).bin_changes(c) if w in names else None
 
     def changes_since(self, b: int, after: int, upto: int) -> Iterator[tuple[list[bytes], list[bytes | None]]]:
         """Bin b's changelog batches of the manifests in (after, upto], oldest first."""

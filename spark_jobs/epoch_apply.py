@@ -42,6 +42,7 @@ class EpochWork:
     warm: dict[int, tuple[int, ...]] = field(default_factory=dict)  # worker -> bins it pre-copies
     clock: EpochClock | None = None  # a processor's clock for the epoch (timers)
     split: bool = False  # the applied step splits bins
+    merged_from: int | None = None  # the applied step merges bins: the k before it
     input_rows: int = 0
 
     @property
@@ -95,6 +96,7 @@ class EpochApply:
             input_topic=cfg.input_topic, cache_dir=self.cache_dir, snapshot=snapshot, warm=work.warm,
             moving_in=work.moving_in, clock=work.clock,
             op_conf=self.op.task_conf() if isinstance(self.op, ProcessorOperator) else {}, split=work.split,
+            merged_from=work.merged_from,
             txn=self._txn_target(tasks))
         out = route(keyed, k, st.assignment, tasks, make_apply_fn(acfg))
         if acfg.txn is not None:  # each task commits its outputs itself (spark_jobs.txn_output): no sink

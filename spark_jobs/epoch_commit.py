@@ -224,6 +224,8 @@ class EpochCommit:
         a = d.applied
         if a is not None and a.is_split:
             moved = f" split {a.bins_before} -> {a.bins} bins (no key moved; each bin's parts stay on its worker)"
+        elif a is not None and a.is_merge:
+            moved = f" merged {a.bins_before} -> {a.bins} bins (no key moved; the parts shared their worker)"
         log.info("%sepoch %d%s: rows=%d W=%d B=%d map=v%d steps: %s%s; batch %.0f ms (max worker useful %.0f ms) "
                  "backlog=%s queued=%d", who, epoch, " (replay)" if r.replay else "", r.input_rows, st.workers,
                  len(st.assignment), st.map_version, steps, moved, r.batch_ms, useful, r.backlog, len(st.queue))

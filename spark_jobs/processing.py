@@ -294,6 +294,8 @@ def run_processor(cfg: Any, cache: Any, txn: Any, table: Any, n: int, owned: set
     changes = _Changes(txn, cache.data, k)
     if getattr(cfg, "split", False):  # the split's epoch: timers move under their part's start
         timers.rehome(txn, cache.data, owned, k, changes.set)
+    if getattr(cfg, "merged_from", None):  # the merge's epoch: timers move under the merged bin's start
+        timers.rehome_merged(txn, cache.data, owned, k, cfg.merged_from, changes.set)
     rt = _Runtime(op, cfg.clock, changes, writer, cfg.input_topic)
     spec, ts_cols = op.spec, tuple(cfg.op_conf.get("ts_columns", ()))
     et_col = spec.event_time_column if spec.time_mode == "EventTime" else None

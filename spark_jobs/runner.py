@@ -334,10 +334,12 @@ class JobRunner:
             clock = self.clocks.for_epoch(epoch, self.durable.event_max_before(epoch), self.timers.lateness_ms)
         work = EpochWork(epoch=epoch, state=st, moving_in=moving_in,
                          warm={int(w): tuple(bs) for w, bs in decision.warm.items()}, clock=clock,
-                         split=applied is not None and applied.is_split, input_rows=input_rows)
+                         split=applied is not None and applied.is_split, input_rows=input_rows,
+                         merged_from=bits_for(applied.bins_before) if applied is not None and applied.is_merge
+                         else None)
         worker_docs: list[dict[str, Any]] | None = None
         moves_doc: dict[str, Any] | None = None
-        if (input_rows or work.moving_in or work.warm or work.split
+        if (input_rows or work.moving_in or work.warm or work.split or work.merged_from is not None
                 or (clock and self.timers and self.timers.epoch_needs_tasks(clock))):
             worker_docs = self.applier.run(df, work, times)
             moves_doc = summarize_moves(applied, worker_docs) if applied and applied.moves else None

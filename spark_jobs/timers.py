@@ -9,7 +9,8 @@ timer also has an index entry inside its key's bin range:
 exported, dropped, loaded, snapshotted and written to the changelog with the bin like any state
 entry, and one cursor seek per bin finds its due timers in expiry order. A split (k raised) leaves
 a bin's entries under its first part's start; the split's epoch files them under their own part
-(`rehome`), recorded in the changelog like any change. Tag 0x02 never collides
+(`rehome`), recorded in the changelog like any change. A merge (k lowered) leaves them under each
+part's start; the merge's epoch files them under the merged bin's (`rehome_merged`). Tag 0x02 never collides
 with a key's store key (tags 0x00 / 0x01, spark_jobs.bins). Kinds: `t` user timers (processing or
 event time, by the query's time mode), `x` TTL expiries (processing time), so a key whose state
 expired is cleaned up without input.
@@ -74,6 +75,20 @@ def scan(txn: Any, db: Any, b: int, k: int, kind: bytes, upto: int | None) -> It
         yield ts, sk, key
 
 
+def _filed_under(txn: Any, db: Any, prefix: bytes) -> list[tuple[bytes, bytes]]:
+    """Every index entry whose key starts with `prefix` (a bin start, the tag and a kind), read
+    whole before the caller moves any."""
+    cur = txn.cursor(db=db)
+    if not cur.set_range(prefix):
+        return []
+    out = []
+    for ik, key in cur:
+        if not ik.startswith(prefix):
+            break
+        out.append((ik, key))
+    return out
+
+
 def rehome(txn: Any, db: Any, bins: Any, k: int, set_entry: Any) -> int:
     """After a split raised k: move every index entry of `bins` filed under a bin start that is not
     its key's bin at `k` (before the split, all of a bin's entries sorted under its first part).
@@ -84,15 +99,7 @@ def rehome(txn: Any, db: Any, bins: Any, k: int, set_entry: Any) -> int:
     for b in sorted(bins):
         for kind in (USER, TTL):
             prefix = struct.pack(">Q", (b << (64 - k)) if k else 0) + INDEX_TAG + kind
-            cur = txn.cursor(db=db)
-            if not cur.set_range(prefix):
-                continue
-            stray = []
-            for ik, key in cur:
-                if not ik.startswith(prefix):
-                    break
-                if bin_prefix(ik[18:], k) != ik[:8]:
-                    stray.append((ik, key))
+            stray = [(ik, key) for ik, key in _filed_under(txn, db, prefix) if bin_prefix(ik[18:], k) != ik[:8]]
             for ik, key in stray:
                 _, ts, sk = parse_index_key(ik)
                 home = struct.unpack(">Q", bin_prefix(sk, k))[0] >> (64 - k)
@@ -102,6 +109,23 @@ def rehome(txn: Any, db: Any, bins: Any, k: int, set_entry: Any) -> int:
                 set_entry(b, ik, None)
                 set_entry(home, index_key(sk, k, kind, ts), key)
                 moved += 1
+    return moved
+
+
+def rehome_merged(txn: Any, db: Any, bins: Any, k: int, from_k: int, set_entry: Any) -> int:
+    """After a merge lowered k from `from_k`: move every index entry filed under a part's start
+    (other than the first part's, which is the merged bin's) to the merged bin's start, recorded
+    through `set_entry` as `rehome` does. Run at the merge's own epoch, when the parts share a worker."""
+    moved, d = 0, from_k - k
+    for b in sorted(bins):
+        for part in range((b << d) + 1, (b + 1) << d):
+            for kind in (USER, TTL):
+                prefix = struct.pack(">Q", part << (64 - from_k)) + INDEX_TAG + kind
+                for ik, key in _filed_under(txn, db, prefix):
+                    _, ts, sk = parse_index_key(ik)
+                    set_entry(b, ik, None)
+                    set_entry(b, index_key(sk, k, kind, ts), key)
+                    moved += 1
     return moved
 
 

@@ -76,6 +76,7 @@ class ApplyConfig:
     op_conf: dict[str, Any] = field(default_factory=dict)  # processors: ProcessorOperator.task_conf()
     base_bits: int | None = None  # k of the job's first map (`--bins`): the k of a cache that never recorded one
     split: bool = False  # this epoch applies a split (k rose): processors re-file their timer index
+    merged_from: int | None = None  # this epoch applies a merge: the k before it (processors re-file too)
     # transactional output (spark_jobs.txn_output): the task commits its outputs itself and yields
     # nothing; None: it yields them as rows for Spark's Kafka sink (at least once, ids deduplicate)
     txn: Any = None

@@ -18,7 +18,7 @@ from typing import Any, Literal
 from ballast.errors import BallastError
 
 SCHEMA = "ballast.control/v1"
-KINDS = ("moves", "map", "noop", "split", "settings")
+KINDS = ("moves", "map", "noop", "split", "merge", "settings")
 
 # Bounds of one control message, checked before anything else looks at it: a record larger than
 # MAX_MESSAGE_BYTES is rejected unparsed (the job's --max-control-bytes overrides it). The field
@@ -32,7 +32,7 @@ MAX_REPORTED_CHARS = 500  # a rejection reason is clipped to this (it is echoed,
 MAX_BINS = 1 << 16  # the largest bin count a job may have (a split may not go past it)
 MAX_TRIGGER_MS = 3_600_000  # a settings step's trigger interval: at most an hour between epochs
 
-StepKind = Literal["moves", "map", "noop", "split", "settings"]
+StepKind = Literal["moves", "map", "noop", "split", "merge", "settings"]
 
 
 class ProtocolError(BallastError, ValueError):
@@ -125,6 +125,26 @@ def split_assignment(assignment: list[int] | tuple[int, ...], bins: int) -> list
     return [assignment[b >> d] for b in range(bins)]
 
 
+def merge_assignment(assignment: list[int] | tuple[int, ...], bins: int) -> list[int]:
+    """The map after a merge step to `bins` (a power of two below the current count): bin b at the
+    new k is the key range of bins b·2^d .. (b+1)·2^d − 1 at the old one, which must share a worker
+    (`unmerged_siblings`): they stay there, so no key moves."""
+    d = (len(assignment) // bins).bit_length() - 1
+    return [assignment[b << d] for b in range(bins)]
+
+
+def unmerged_siblings(assignment: list[int] | tuple[int, ...], bins: int) -> list[tuple[int, list[int]]]:
+    """The bins at the new count whose parts sit on more than one worker (a merge to `bins` needs
+    none): (bin at the new count, the workers of its parts in order)."""
+    d = (len(assignment) // bins).bit_length() - 1
+    out = []
+    for b in range(bins):
+        ws = list(assignment[b << d:(b + 1) << d])
+        if len(set(ws)) > 1:
+            out.append((b, ws))
+    return out
+
+
 @dataclass(frozen=True, order=True)
 class Move:
     """Bin `bin` leaves worker `src` for worker `dst` (JSON keys: bin, from, to)."""
@@ -199,7 +219,7 @@ class ControlStep:
     effective_at: datetime
     reason: str = ""
     precopy: bool = False  # warm the incoming bins at their new owners first; cut over an epoch later
-    bins: int | None = None  # split steps only: the bin count after the step (a power of two)
+    bins: int | None = None  # split and merge steps only: the bin count after the step (a power of two)
     settings: Settings | None = None  # settings steps only: what they change
 
     def to_dict(self) -> dict[str, Any]:
@@ -330,15 +350,16 @@ def step_from_document(doc: dict[str, Any]) -> ControlStep:
             raise ProtocolError(f"bin {b} appears twice in one step")
         seen.add(b)
         moves.append(Move(b, s, d))
-    if kind in ("noop", "split", "settings") and moves:
+    if kind in ("noop", "split", "merge", "settings") and moves:
         raise ProtocolError(f"a {kind} step carries no moves")
     bins: int | None = None
-    if kind == "split":
+    if kind in ("split", "merge"):
         bins = required_field(doc, "bins", int)
-        if bins < 2 or bins & (bins - 1) or bins > MAX_BINS:
-            raise ProtocolError(f"a split step's bins must be a power of two in 2..{MAX_BINS}, got {brief(bins)}")
+        low = 2 if kind == "split" else 1
+        if bins < low or bins & (bins - 1) or bins > MAX_BINS:
+            raise ProtocolError(f"a {kind} step's bins must be a power of two in {low}..{MAX_BINS}, got {brief(bins)}")
     elif "bins" in doc:
-        raise ProtocolError(f"field 'bins' belongs to split steps only, not to a {kind} step")
+        raise ProtocolError(f"field 'bins' belongs to split and merge steps only, not to a {kind} step")
     settings: Settings | None = None
     if kind == "settings":
         settings = Settings.from_dict(required_field(doc, "settings", dict))

@@ -45,6 +45,28 @@ def test_manual_split_is_one_step_that_moves_nothing_and_bad_counts_are_refused(
     assert list(store.get_plan(db_url, out["plan_id"]).target_assignment) == [0] * 64
 
 
+def test_manual_merge_brings_the_parts_together_then_merges_and_bad_counts_are_refused(db_url, jobs_file,
+                                                                                       unique_name):
+    from ballast.config import get_job
+
+    jobs_file(bins=8)
+    seed_job(db_url, unique_name, bins=8, workers=2, assignment=[0, 1, 0, 0, 1, 1, 1, 0])
+    job = get_job(unique_name)
+    for params, why in (({"merge_to": 8}, "power of two below the job's 8 bins"), ({"merge_to": 3}, "power of two"),
+                        ({"merge_to": 1}, "fewer bins than the job's 2 workers"),
+                        ({"merge_to": 4, "target_workers": 2}, "alone"), ({"merge_to": 4, "split_to": 16}, "alone")):
+        with pytest.raises(manual.InvalidRequest, match=why):
+            manual.plan_manual(db_url, job, {**params, "dry_run": True})
+    dry = manual.plan_manual(db_url, job, {"merge_to": 4, "dry_run": True})
+    assert dry["plan_id"] is None and dry["steps"] == 2 and "8 -> 4 bins" in dry["rendered"], dry
+    out = manual.plan_manual(db_url, job, {"merge_to": 2, "dry_run": False})
+    moves, merge = store.plan_steps(db_url, out["plan_id"])
+    assert moves.payload["kind"] == "moves" and merge.payload["kind"] == "merge"
+    assert (merge.payload["bins"], merge.payload["map_version"]) == (2, 1)
+    target = list(store.get_plan(db_url, out["plan_id"]).target_assignment)
+    assert len(target) == 2 and set(target) <= {0, 1}
+
+
 def test_manual_settings_are_one_step_that_keeps_the_map_and_bad_values_are_refused(db_url, job):
     from ballast.protocol import Settings, parse_control
 

@@ -22,12 +22,14 @@ from ballast.protocol import (
     clip,
     control_topic,
     describe_error,
+    merge_assignment,
     message_key,
     message_size,
     parse_control,
     parse_document,
     split_assignment,
     step_from_document,
+    unmerged_siblings,
 )
 from tests.helpers.control import control_step as _step
 
@@ -82,6 +84,27 @@ def test_a_split_keeps_every_part_on_its_bins_worker() -> None:
 # ----------------------------------------------------------------------------- refusals
 
 
+def test_a_merge_joins_parts_that_share_a_worker() -> None:
+    assert merge_assignment([0, 0, 0, 0, 1, 1, 1, 1], 2) == [0, 1]
+    assert merge_assignment((2, 2, 0, 0, 1, 1, 1, 1), 4) == [2, 0, 1, 1]
+    assert merge_assignment([3, 3], 1) == [3]
+    assert merge_assignment(split_assignment([2, 0, 1, 1], 16), 4) == [2, 0, 1, 1], "the inverse of a split"
+    assert unmerged_siblings([0, 0, 1, 1], 2) == []
+    assert unmerged_siblings([0, 1, 1, 1, 2, 2, 0, 2], 2) == [(0, [0, 1, 1, 1]), (1, [2, 2, 0, 2])]
+    assert unmerged_siblings([0, 1, 1, 1, 2, 2, 0, 2], 4) == [(0, [0, 1]), (3, [0, 2])]
+
+
+def test_a_merge_step_round_trips_and_goes_down_to_one_bin() -> None:
+    m = dataclasses.replace(_split(16), kind="merge", bins=4)
+    assert parse_control(m.to_json()) == m and m.to_dict()["bins"] == 4
+    assert parse_control(dataclasses.replace(m, bins=1).to_json()).bins == 1
+    for bad, why in ((3, "power of two in 1"), (0, "power of two in 1"), (1 << 17, "power of two")):
+        with pytest.raises(ProtocolError, match=why):
+            parse_control(json.dumps({**m.to_dict(), "bins": bad}))
+    with pytest.raises(ProtocolError, match="a merge step carries no moves"):
+        parse_control(json.dumps({**m.to_dict(), "moves": [{"bin": 0, "from": 0, "to": 1}]}))
+
+
 def test_a_split_may_go_to_any_power_of_two_from_2_to_max_bins() -> None:
     assert parse_control(_split(2).to_json()).bins == 2 and parse_control(_split(1 << 16).to_json()).bins == 1 << 16
 
@@ -101,7 +124,7 @@ def test_split_message_shape_is_checked(doc, why):
         parse_control(json.dumps({**msg, **doc}))
     assert parse_control(_split(16).to_json()).bins == 16
     moves = json.loads(_step().to_json())
-    with pytest.raises(ProtocolError, match="split steps only"):
+    with pytest.raises(ProtocolError, match="split and merge steps only"):
         parse_control(json.dumps({**moves, "bins": 16}))
 
 

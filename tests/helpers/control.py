@@ -23,6 +23,18 @@ def control_step(plan: str = "p", step: int = 1, steps: int = 1,
                        issued_at=STEP_TIME, effective_at=eff)
 
 
+def live_step(job: str, plan: str, version: int, operator: str = "keycount", step: int = 1, steps: int = 1,
+              **kw: object) -> ControlStep:
+    """A step for a running job, issued and effective now (a no-op unless `kw` says: kind, moves,
+    bins, settings, workers ...), expecting map `version`."""
+    import dataclasses
+
+    now = datetime.now(UTC)
+    base = ControlStep(job=job, operator=operator, plan_id=plan, step=step, steps=steps, kind="noop", moves=(),
+                       workers=2, map_version=version, issued_at=now, effective_at=now)
+    return dataclasses.replace(base, **kw)  # type: ignore[arg-type]
+
+
 def send_control(bootstrap: str, job: str, payloads: list[bytes], operator: str = "keycount") -> None:
     """Each payload as one record on `<job>.control`, keyed like the emitter's; waits for each ack."""
     p = KafkaProducer(bootstrap_servers=bootstrap, acks="all", max_block_ms=20000)

@@ -263,3 +263,17 @@ def consumed_rows(spark_ckpt: str | Path, topic: str) -> int:
     eps = committed_epochs(spark_ckpt)
     end = read_end_offsets(spark_ckpt, eps[-1]) if eps else None
     return sum((end or {}).get(topic, {}).values())
+
+
+def check_exact(bootstrap: str, topic: str, spark_ckpt: str, job: str, state_uri: str, workers: int,
+                final: list[int], bins: int) -> None:
+    """A keycount job's outputs equal the reference of its committed epochs (each once) and its
+    durable state equals the reference counts at the final map."""
+    from spark_jobs.output import read_output
+
+    ref_counts, ref_outputs = reference_by_epoch(bootstrap, topic, spark_ckpt, committed_epochs(spark_ckpt))
+    outs, _ = read_output(bootstrap, f"{job}.output")
+    got = outputs_as_set(outs)
+    assert len(got) == len(outs), "one output per (epoch, key)"
+    assert got == ref_outputs, f"{len(got ^ ref_outputs)} outputs differ from the reference"
+    check_state(state_uri, workers, final, bins, ref_counts)

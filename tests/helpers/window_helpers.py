@@ -68,3 +68,51 @@ def produce_events(bootstrap: str, topic: str, partitions: int, n: int, users: i
     keys, values = records(evs)
     produce(bootstrap, topic, keys, partitions, values)
     return evs, reference(evs)
+
+
+class WindowJob:
+    """The window processor as a live job on a topic of its own (the split and merge system tests):
+    3 000 events of 60 users produced, the job started at `bins` bins on 2 workers; `finish()` waits
+    for every event, flushes the last windows and waits for every window; `check()` asserts each
+    (user, window) was emitted exactly once and equals the reference."""
+
+    OPERATOR = "window_counts:WindowCounts"
+
+    def __init__(self, spark: Any, bootstrap: str, make_topics: Any, name: str, tmp_path: Path, db_url: str,
+                 bins: int, seed: int) -> None:
+        from spark_jobs.runner import RunConfig, start_job
+
+        self.bootstrap, self.job, self.topic = bootstrap, name, f"{name}.in"
+        make_topics({self.topic: 2})
+        self.evs, self.expected = produce_events(bootstrap, self.topic, 2, 3000, users=60, seed=seed)
+        spark.sparkContext.addPyFile(str(EXAMPLES / "window_counts.py"))
+        self.cfg = RunConfig(job=name, operator=self.OPERATOR, input_topic=self.topic,
+                             checkpoint_dir=str(tmp_path / "ckpt"), bootstrap=bootstrap, db_url=db_url, bins=bins,
+                             workers=2, trigger_ms=100, max_offsets_per_trigger=400)
+        self.runner = start_job(spark, self.cfg)
+
+    def alive(self) -> None:
+        if self.runner.query.exception() is not None:
+            raise AssertionError(f"query failed: {self.runner.query.exception()}")
+
+    def outputs(self) -> list[tuple[str, int, int, int]]:
+        from spark_jobs.output import read_output
+
+        return sorted(as_tuple(json.loads(o.value)) for o in read_output(self.bootstrap, f"{self.job}.output")[0])
+
+    def finish(self) -> None:
+        from tests.helpers.dp_helpers import consumed_rows, produce
+        from tests.helpers.wait import wait_until
+
+        ckpt = self.cfg.checkpoint_dir + "/spark"
+        wait_until(lambda: consumed_rows(ckpt, self.topic) == len(self.evs), 300, "all events consumed",
+                   check=self.alive)
+        fk, fv = flush_record(self.evs)
+        produce(self.bootstrap, self.topic, fk, 1, fv)
+        wait_until(lambda: len(self.outputs()) >= len(self.expected), 240, "every window emitted", check=self.alive)
+
+    def check(self) -> None:
+        got = self.outputs()
+        assert len(set(got)) == len(got), "a (user, window) emitted twice: a timer fired more than once"
+        assert got == self.expected, (f"{len(set(got) - set(self.expected))} unexpected, "
+                                      f"{len(set(self.expected) - set(got))} missing")

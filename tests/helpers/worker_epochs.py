@@ -28,7 +28,7 @@ class Harness:
         self.root = root
         self.uri = str(root / "state")
         self.ds = DurableState(self.uri, "j", 1 << K, snapshot_every=snapshot_every)
-        self.k = K  # raised by split()
+        self.k = K  # raised by split(), lowered by merge()
         self.assignment = B.uniform_assignment(1 << K, workers)
         self.workers = workers
         self.version = 0
@@ -101,6 +101,15 @@ class Harness:
         from ballast.protocol import split_assignment
 
         self.assignment = split_assignment(self.assignment, 1 << bits)
+        self.k = bits
+        self.version += 1
+
+    def merge(self, bits: int) -> None:
+        """A merge step: the map's bin count becomes 2^bits; each new bin's parts must share a worker."""
+        from ballast.protocol import merge_assignment, unmerged_siblings
+
+        assert not unmerged_siblings(self.assignment, 1 << bits), "move the parts together first"
+        self.assignment = merge_assignment(self.assignment, 1 << bits)
         self.k = bits
         self.version += 1
 

@@ -46,6 +46,29 @@ def test_a_split_is_one_step_that_keeps_the_workers_and_expects_the_base_version
     assert (s.step, s.kind, s.split_to, s.map_version, s.workers, s.moves) == (1, "split", 16, 7, 2, ())
 
 
+def test_a_merge_first_moves_the_parts_apart_to_where_most_of_their_bytes_are() -> None:
+    from ballast.policy import merge_plan
+    from ballast.protocol import merge_assignment, unmerged_siblings
+
+    a = [0, 1, 1, 1, 0, 0, 1, 0]  # to 2 bins: parts 0-3 mostly on worker 1, parts 4-7 mostly on 0
+    p = merge_plan(3, a, 2, 2)
+    moves, merge = p.steps
+    assert [(m.bin, m.src, m.dst) for m in moves.moves] == [(0, 0, 1), (6, 1, 0)]
+    assert (moves.kind, moves.map_version, merge.kind, merge.merge_to, merge.map_version) == ("moves", 3, "merge", 2, 4)
+    assert merge.bins_after == 2 and moves.bins_after is None and p.strategy == "merge"
+    after = apply_moves(a, list(moves.moves))
+    assert not unmerged_siblings(after, 2) and merge_assignment(after, 2) == [1, 0]
+    by_bytes = merge_plan(3, a, 2, 2, size=[900, 1, 1, 1, 5, 5, 900, 5])  # most bytes: 0 on w0, 6 on w1
+    assert [(m.bin, m.dst) for m in by_bytes.steps[0].moves] == [(1, 0), (2, 0), (3, 0), (4, 1), (5, 1), (7, 1)]
+    assert by_bytes.steps[0].bytes == 1 + 1 + 1 + 5 + 5 + 5
+    together = merge_plan(0, [0, 0, 1, 1], 2, 2)
+    assert [s.kind for s in together.steps] == ["merge"] and together.steps[0].map_version == 0
+    for bins, workers, why in ((4, 2, "smaller power of two"), (3, 2, "smaller power of two"),
+                               (1, 2, "fewer bins than the 2 workers")):
+        with pytest.raises(ValueError, match=why):
+            merge_plan(0, [0, 0, 1, 1], workers, bins)
+
+
 @pytest.mark.parametrize("bins", [4, 2, 12, 0])
 def test_a_split_must_raise_the_bin_count_to_a_power_of_two(bins: int) -> None:
     with pytest.raises(ValueError, match=f"a split raises the bin count to a larger power of two, not 4 -> {bins}"):

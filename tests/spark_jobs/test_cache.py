@@ -193,13 +193,28 @@ def test_raising_k_renumbers_bins_epochs_and_counters_without_rewriting_a_key(tm
             len(k) + len(v) for k, v in before)))
 
 
-def test_a_cache_numbered_above_k_is_emptied_but_keeps_its_owner(tmp_path):
+def test_lowering_k_merges_parts_it_holds_whole_and_drops_parts_it_does_not(tmp_path):
+    """A merge to k - 1: bins 2p and 2p+1 become bin p. Both parts owned: p is owned; both held at
+    different epochs: p is held at the older (a catch-up replays values, so re-putting a newer part's
+    change is harmless); one part missing: p is incomplete, the part held is dropped, p is loaded
+    whole later. No key is rewritten and the counters are recounted at the new k."""
     with WorkerCache(tmp_path, "s", "j", 0) as c:
-        c.write(lambda txn: c.apply_changes(txn, 1, [_sk(1, 0)], [b"v"]))
-        c.write(lambda txn: c.set_owned(txn, 4, {1}, set(), 3))
-        c.write(lambda txn: c.ensure_bits(txn, K + 1, K))
-        c.write(lambda txn: c.ensure_bits(txn, K, K))  # never by a correct run: rebuilt from durable state
-        assert c.write(lambda txn: (list(txn.cursor(db=c.data)), c.cached_bins(txn), c.totals(txn),
-                                    c.last_applied(txn), c.bits(txn, 0))) == ([], {}, (0, 0), -1, K)
-    with WorkerCache(tmp_path, "s", "j", 0) as c:  # still this worker's cache
-        assert not c.created
+        for b in range(1 << K):
+            c.write(lambda txn: c.apply_changes(txn, b, [_sk(b, i) for i in range(10)], [b"v%d" % b] * 10))
+        # owned at 9: 0, 1 (-> 0), 4 (-> 2, whose part 5 is not held); warm: 2 at 7 and 3 at 8 (-> 1),
+        # 6 at 9 beside owned 7 (-> 3)
+        c.write(lambda txn: c.set_owned(txn, 9, {0, 1, 4, 7}, set(), 9))
+        c.write(lambda txn: [c.set_bin_at(txn, b, e) for b, e in ((2, 7), (3, 8), (6, 9))])
+        c.write(lambda txn: c.drop_bin(txn, 5, K))
+        before = c.write(lambda txn: list(txn.cursor(db=c.data)))
+        c.write(lambda txn: c.ensure_bits(txn, K - 1, K))
+        assert c.write(lambda txn: c.bits(txn, K)) == K - 1
+        assert c.write(c.owned) == {0}
+        assert c.write(c.cached_bins) == {0: 9, 1: 7, 3: 9}
+        after = c.write(lambda txn: list(txn.cursor(db=c.data)))
+        part4 = {_sk(4, i) for i in range(10)}
+        assert after == [kv for kv in before if kv[0] not in part4], "part 4 dropped, no other key touched"
+        assert c.write(lambda txn: _counters(c, txn, 1 << (K - 1)) == _data_counts(c, txn, K - 1))
+        assert c.write(lambda txn: c.totals(txn)) == (len(after), sum(len(k) + len(v) for k, v in after))
+        c.write(lambda txn: c.ensure_bits(txn, K, K - 1))  # and split again: the parts at the merged epochs
+        assert c.write(c.cached_bins) == {0: 9, 1: 9, 2: 7, 3: 7, 6: 9, 7: 9}

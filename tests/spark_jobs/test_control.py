@@ -121,13 +121,41 @@ def test_split_raises_the_bin_count_and_keeps_every_key_on_its_worker():
     assert d2.warm == {}
 
 
+
+
+# ------------------------------------------------------------------ merge ------------------------
+def _merge(bins, version=0, workers=2, plan="g"):
+    import dataclasses
+
+    return dataclasses.replace(_split(bins, version, workers, plan), kind="merge")
+
+
+def test_merge_lowers_the_bin_count_where_the_parts_share_a_worker():
+    st = initial_state(8, 2)
+    st.assignment = [0, 0, 1, 1, 1, 1, 0, 0]
+    d = _run(st, [_merge(2, plan="g1")])
+    assert d.applied is None and "first: bin 0, parts on workers [0, 0, 1, 1]" in d.entries[0].reason
+    d = _run(st, [_merge(4)])
+    assert d.applied and d.applied.is_merge and not d.applied.is_split
+    assert (d.applied.bins_before, d.applied.bins, d.applied.moves) == (8, 4, ())
+    assert d.state_after.assignment == [0, 1, 1, 0] and d.state_after.map_version == 1
+    # a split after it goes back to the first map's layout
+    d2 = _run(d.state_after, [_split(8, version=1, plan="s2")], epoch=6)
+    assert d2.applied and d2.state_after.assignment == st.assignment
+
+
 @pytest.mark.parametrize("msg, why", [
     (_split(8), "must raise the bin count"),
     (_split(4), "must raise the bin count"),
     (_split(16, workers=3), "keeps the worker count"),
     (_split(16, version=2), "map version mismatch"),
+    (_merge(8), "must lower the bin count"),
+    (_merge(16), "must lower the bin count"),
+    (_merge(4, workers=3), "keeps the worker count"),
+    (_merge(1), "fewer bins than the 2 workers"),
+    (_merge(4, version=2), "map version mismatch"),
 ])
-def test_split_is_rejected_whole_when_it_cannot_apply(msg, why):
+def test_a_split_or_merge_is_rejected_whole_when_it_cannot_apply(msg, why):
     st = initial_state(8, 2)
     d = _run(st, [msg])
     assert d.applied is None and d.state_after.assignment == st.assignment

@@ -66,11 +66,12 @@ def _table(rows: list[tuple[bytes, dict]], worker: int = 0, k: int = K):  # type
 
 
 def _epoch(cache, epoch: int, rows, clock, spec_cls, k: int = K,  # type: ignore[no-untyped-def]
-           split: bool = False) -> tuple[list, dict]:
+           split: bool = False, merged_from: int | None = None) -> tuple[list, dict]:
     from spark_jobs.processing import ProcessorOperator, run_processor
 
     op = ProcessorOperator(spec_cls)
-    cfg = SimpleNamespace(bins_bits=k, clock=clock, op_conf={"ts_columns": ["ts"]}, input_topic="in", split=split)
+    cfg = SimpleNamespace(bins_bits=k, clock=clock, op_conf={"ts_columns": ["ts"]}, input_topic="in", split=split,
+                          merged_from=merged_from)
     writer = ObjectWriter(meta={"epoch": epoch})
     table = _table(rows, k=k) if rows else None
 
@@ -166,29 +167,32 @@ def test_watermark_follows_the_rows_that_pass_where(spark, tmp_path):
     assert extra["max_event_ms"] == 2_000
 
 
-def test_a_split_files_every_timer_under_its_own_part_and_each_fires_once(tmp_path):
-    """Windows over 60 users at 16 bins, then a split to 64 at an epoch: the timers of each bin's
-    other parts leave the first part's range, the changelog records it, and every window fires
-    exactly as it does in a job that never split."""
+@pytest.mark.parametrize("change, before, after", [("split", K, K + 2), ("merge", K + 2, K)])
+def test_timers_refiled_at_a_split_or_merge_each_fire_once(tmp_path, change, before, after):
+    """Windows over 60 users, then a split (16 -> 64 bins: the timers of each bin's other parts leave
+    the first part's range) or a merge (64 -> 16: the parts' timers go under the merged bin's start)
+    at an epoch: the changelog records it, and every window fires exactly as it does in a job that
+    never changed its bins (without the re-filing, the merged bins' scans would miss three parts in four)."""
     import window_counts as wc
 
     users = [f"user-{i}" for i in range(60)]
     ev = lambda name, ms: (json.dumps({"user": name}).encode(), {"user": name, "ts": ms, "amount": 1})  # noqa: E731
     first = [ev(u, 1_000 + i) for i, u in enumerate(users)]
     fired: dict[str, list] = {}
-    for name, split_at in (("plain", None), ("split", 1)):
+    for name, at in (("plain", None), (change, 1)):
         with WorkerCache(tmp_path / name, "s", "job", 0) as cache:
-            outs = _epoch(cache, 0, first, timers.EpochClock(0, 0, 0), wc.WindowCounts)[0]
+            outs = _epoch(cache, 0, first, timers.EpochClock(0, 0, 0), wc.WindowCounts, k=before)[0]
             for e in (1, 2):
-                bits = K + 2 if split_at is not None and e >= split_at else K
+                bits = after if at is not None and e >= at else before
                 outs += _epoch(cache, e, [], timers.EpochClock(e, 0, 5_000 * e), wc.WindowCounts, k=bits,
-                               split=e == split_at)[0]
+                               split=change == "split" and e == at,
+                               merged_from=before if change == "merge" and e == at else None)[0]
 
             def entries(txn):  # type: ignore[no-untyped-def]
                 return [ik for ik, _ in txn.cursor(db=cache.data) if timers.is_index_key(ik)]
             assert cache.write(entries) == [], "every window fired: no timer left"
             fired[name] = sorted((k_, json.loads(v)["count"]) for kind, k_, v, _ in outs if kind == OUTPUT)
-    assert fired["split"] == fired["plain"] and len(fired["plain"]) == len(users)
+    assert fired[change] == fired["plain"] and len(fired["plain"]) == len(users)
 
 
 def test_event_time_far_ahead_is_a_dead_letter_that_leaves_the_watermark(tmp_path):

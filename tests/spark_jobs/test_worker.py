@@ -5,7 +5,6 @@ the changes since, any key works, and a fold that raises sends its record to the
 
 from __future__ import annotations
 
-import struct
 import time
 
 import pytest
@@ -130,16 +129,37 @@ def test_a_split_moves_no_key_and_then_a_half_bin_moves_alone(tmp_path):
     _check_counters(hz, 1, "exec-b")
 
 
-def test_a_cache_numbered_above_the_job_is_emptied_and_rebuilt(tmp_path):
-    hz = Harness(tmp_path, workers=2)
-    for e in range(3):
-        hz.run_epoch(keys_of(200, e))
-    c = WorkerCache(tmp_path / "exec-a", hz.ds.store_id, "j", 0)
-    c.write(lambda txn: txn.put(b"bits", struct.pack(">I", K + 3), db=c.meta))  # never written by a real run
-    c.close()
-    hz.run_epoch(keys_of(200, 3))
+def test_a_merge_moves_no_key_and_a_fresh_executor_rebuilds_across_splits_moves_and_merges(tmp_path):
+    """8 bins, split to 16, a part moved away and back so that the parts of bin 0 lived on two workers,
+    then merged to 8 and to 4: every epoch's counts stay exact, the merge's epoch loads nothing, and a
+    fresh executor rebuilds each merged bin from objects written at 8 and 16 bins by both workers."""
+    hz = Harness(tmp_path, workers=2, snapshot_every=3)
+    for e in range(4):
+        hz.run_epoch(keys_of(300, e))
+    hz.split(K + 1)
+    hz.run_epoch(keys_of(300, 4))
+    hz.run_epoch(keys_of(300, 5), moves=[(1, 0, 1)])  # bin 0's halves now on workers 0 and 1
+    for e in range(6, 9):
+        hz.run_epoch(keys_of(300, e))
+    _, docs = hz.run_epoch(keys_of(300, 9), moves=[(0, 0, 1)])  # both halves on worker 1
+    assert list(docs[1]["moved_in"]) == ["0"]
+    hz.merge(K)
+    _, docs = hz.run_epoch(keys_of(300, 10))
+    assert all(not d["moved_in"] for d in docs), "a merge moves nothing: the parts shared a worker"
+    assert {int(b) for d in docs for b in d["bins"]} <= set(range(8))
     assert hz.durable_counts() == dict(hz.ref)
-    _check_counters(hz, 0, "exec-a")
+    for w in range(2):
+        _check_counters(hz, w, "exec-a")
+    hz.run_epoch(keys_of(300, 11), moves=[(1, 0, 1)])  # map [1, 0, 0, 0, 1, 1, 1, 1]: bring bin 1 to bin 0
+    hz.merge(K - 1)  # 8 -> 4 bins: [1, 0, 1, 1]
+    assert hz.assignment == [1, 0, 1, 1]
+    hz.run_epoch(keys_of(300, 12))
+    hz.executor_of = {0: "exec-b", 1: "exec-c"}  # both workers on fresh executors
+    for e in range(13, 17):
+        hz.run_epoch(keys_of(300, e))
+    assert hz.durable_counts() == dict(hz.ref)
+    _check_counters(hz, 0, "exec-b")
+    _check_counters(hz, 1, "exec-c")
 
 
 def test_precopy_warms_then_cuts_over_with_a_small_delta(tmp_path):

@@ -3,27 +3,21 @@ alone afterwards, then a restart with the original `--bins` — state and output
 
 from __future__ import annotations
 
-import dataclasses
 from collections import Counter
-from datetime import UTC, datetime
 
 import pytest
 from sqlalchemy import select
 
-from ballast.protocol import ControlStep, Move, split_assignment
+from ballast.protocol import Move, split_assignment
 from migrations_db import models as m
 from migrations_db.db import session_scope
-from spark_jobs.offsets import committed_epochs
-from spark_jobs.output import read_output
 from spark_jobs.runner import RunConfig, start_job
-from tests.helpers.control import send_control
+from tests.helpers.control import live_step, send_control
 from tests.helpers.dp_helpers import (
+    check_exact,
     check_migration_property,
-    check_state,
     checkpoints,
     consumed_rows,
-    outputs_as_set,
-    reference_by_epoch,
     zipf_keys,
 )
 from tests.helpers.logs import ballast_log_lines
@@ -35,11 +29,7 @@ BINS, SPLIT_TO = 8, 64
 HALF = 30_000
 
 
-def _step(job: str, plan: str, version: int, operator: str = "keycount", **kw: object) -> ControlStep:
-    now = datetime.now(UTC)
-    base = ControlStep(job=job, operator=operator, plan_id=plan, step=1, steps=1, kind="noop", moves=(),
-                       workers=2, map_version=version, issued_at=now, effective_at=now)
-    return dataclasses.replace(base, **kw)  # type: ignore[arg-type]
+_step = live_step
 
 
 def test_split_then_move_a_part_then_restart_keeps_state_exact(spark, kafka_bootstrap, make_topics, unique_name,
@@ -109,12 +99,7 @@ def _split_move_restart(spark, kafka_bootstrap, make_topics, unique_name, tmp_pa
     assert job_row.bins == BINS, "the job's first bin count stays its identity; the map carries today's"
     assert check_migration_property(db_url, job) > 0
 
-    ref_counts, ref_outputs = reference_by_epoch(kafka_bootstrap, topic, ckpt, committed_epochs(ckpt))
-    outs, _ = read_output(kafka_bootstrap, f"{job}.output")
-    got = outputs_as_set(outs)
-    assert len(got) == len(outs), "one output per (epoch, key)"
-    assert got == ref_outputs, f"{len(got ^ ref_outputs)} outputs differ from the reference"
-    check_state(cfg.state_location, 2, final, SPLIT_TO, ref_counts)
+    check_exact(kafka_bootstrap, topic, ckpt, job, cfg.state_location, 2, final, SPLIT_TO)
     assert any(f"split {BINS} -> {SPLIT_TO} bins" in ln for ln in lines), [ln for ln in lines if "epoch" in ln][:20]
 
 
@@ -124,56 +109,27 @@ def test_a_window_processor_splits_with_timers_pending_and_every_window_fires_on
     """Event-time windows with timers pending at the split: the split's epoch files each timer under
     its own part, the cold parts of a bin then move to the other worker, and every (user, window)
     is still emitted exactly once."""
-    import json
-    import sys
+    from tests.helpers.window_helpers import WindowJob
 
-    from tests.helpers.dp_helpers import produce
-    from tests.helpers.window_helpers import EXAMPLES, as_tuple, flush_record, produce_events
-
-    job, topic = unique_name, f"{unique_name}.in"
-    make_topics({topic: 2})
-    evs, expected = produce_events(kafka_bootstrap, topic, 2, 3000, users=60, seed=17)
-    spark.sparkContext.addPyFile(str(EXAMPLES / "window_counts.py"))
-    sys.path.insert(0, str(EXAMPLES))
-    cfg = RunConfig(job=job, operator="window_counts:WindowCounts", input_topic=topic,
-                    checkpoint_dir=str(tmp_path / "ckpt"), bootstrap=kafka_bootstrap, db_url=db_url, bins=BINS,
-                    workers=2, trigger_ms=100, max_offsets_per_trigger=400)
-    ckpt = cfg.checkpoint_dir + "/spark"
-    runner = start_job(spark, cfg)
-
-    def alive() -> None:
-        if runner.query.exception() is not None:
-            raise AssertionError(f"query failed: {runner.query.exception()}")
-
-    def outputs() -> list[tuple[str, int, int, int]]:
-        return sorted(as_tuple(json.loads(o.value)) for o in read_output(kafka_bootstrap, f"{job}.output")[0])
-
-    def consumed() -> int:
-        return consumed_rows(ckpt, topic)
-
+    w = WindowJob(spark, kafka_bootstrap, make_topics, unique_name, tmp_path, db_url, BINS, seed=17)
+    job, op = w.job, w.OPERATOR
     try:
-        wait_until(lambda: (runner.last_epoch or 0) >= 2, 180, "a few epochs at 8 bins", check=alive)
+        wait_until(lambda: (w.runner.last_epoch or 0) >= 2, 180, "a few epochs at 8 bins", check=w.alive)
         send_control(kafka_bootstrap, job, [_step(job, "split", 0, kind="split", bins=SPLIT_TO,
-                                                  operator="window_counts:WindowCounts").to_json()],
-                     operator="window_counts:WindowCounts")
-        wait_until(lambda: ("split", 1) in checkpoints(db_url, job), 120, "the split's checkpoint", check=alive)
-        st = runner._state
+                                                  operator=op).to_json()], operator=op)
+        wait_until(lambda: ("split", 1) in checkpoints(db_url, job), 120, "the split's checkpoint", check=w.alive)
+        st = w.runner._state
         assert st is not None and len(st.assignment) == SPLIT_TO
         parts = [p for p in range(1, 8)]  # bin 0's parts but its first: their timers were filed under part 0
         owner = st.assignment[0]
         move = _step(job, "part", 1, kind="moves", moves=tuple(Move(p, owner, 1 - owner) for p in parts),
-                     operator="window_counts:WindowCounts")
-        send_control(kafka_bootstrap, job, [move.to_json()], operator="window_counts:WindowCounts")
-        wait_until(lambda: ("part", 1) in checkpoints(db_url, job), 120, "the move's checkpoint", check=alive)
-        wait_until(lambda: consumed() == len(evs), 300, "all events consumed", check=alive)
-        fk, fv = flush_record(evs)
-        produce(kafka_bootstrap, topic, fk, 1, fv)
-        wait_until(lambda: len(outputs()) >= len(expected), 240, "every window emitted", check=alive)
+                     operator=op)
+        send_control(kafka_bootstrap, job, [move.to_json()], operator=op)
+        wait_until(lambda: ("part", 1) in checkpoints(db_url, job), 120, "the move's checkpoint", check=w.alive)
+        w.finish()
     finally:
-        runner.stop()
+        w.runner.stop()
     cps = checkpoints(db_url, job)
     assert cps[("split", 1)].status == "applied" and cps[("part", 1)].status == "applied", cps[("part", 1)].reason
     assert cps[("part", 1)].keys_moved > 0, "the moved parts carried state (windows and their timers)"
-    got = outputs()
-    assert len(set(got)) == len(got), "a (user, window) emitted twice: a timer fired more than once"
-    assert got == expected, f"{len(set(got) - set(expected))} unexpected, {len(set(expected) - set(got))} missing"
+    w.check()

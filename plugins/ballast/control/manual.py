@@ -12,7 +12,15 @@ from ballast.config import JobConfig
 from ballast.control.collect import NotReady, current_state
 from ballast.control.handoffs import BinLoad, MapState
 from ballast.control.place import place
-from ballast.control.plan import PlanRequest, build_plan, cost_model, store_plan, store_settings, store_split
+from ballast.control.plan import (
+    PlanRequest,
+    build_plan,
+    cost_model,
+    store_merge,
+    store_plan,
+    store_settings,
+    store_split,
+)
 from ballast.control.render import summary_table
 from ballast.errors import BallastError
 from ballast.protocol import MAX_TRIGGER_MS, Settings
@@ -76,6 +84,8 @@ def plan_manual(url: str, cfg: JobConfig, params: dict[str, Any]) -> dict[str, A
         return _plan_settings(url, cfg, current, params)
     if params.get("split_to"):
         return _plan_split(url, cfg, current, int(params["split_to"]), params)
+    if params.get("merge_to"):
+        return _plan_merge(url, cfg, current, int(params["merge_to"]), list(bins.bytes), params)
     target, target_workers = manual_target(current, bins, params.get("target_workers"), params.get("moves") or None)
     if not cfg.min_workers <= target_workers <= cfg.max_workers:
         raise InvalidRequest(f"{target_workers} workers is outside this job's bounds [{cfg.min_workers}, "
@@ -109,8 +119,8 @@ def plan_manual(url: str, cfg: JobConfig, params: dict[str, Any]) -> dict[str, A
 def _plan_split(url: str, cfg: JobConfig, current: MapState, bins: int, params: dict[str, Any]) -> dict[str, Any]:
     """A person's split: raise the bin count to `bins` (one step, nothing moves)."""
     have = len(current.assignment)
-    if params.get("target_workers") or params.get("moves"):
-        raise InvalidRequest("split_to raises the bin count alone: leave target_workers and moves empty "
+    if params.get("target_workers") or params.get("moves") or params.get("merge_to"):
+        raise InvalidRequest("split_to raises the bin count alone: leave target_workers, moves and merge_to empty "
                              "(move the parts in a second run)")
     if bins <= have or bins & (bins - 1) or bins > cfg.rebalance.max_bins:
         raise InvalidRequest(f"split_to must be a power of two above the job's {have} bins and at most "
@@ -120,12 +130,46 @@ def _plan_split(url: str, cfg: JobConfig, current: MapState, bins: int, params: 
                      lambda req: store_split(url, cfg, current, bins, req).to_dict())
 
 
+def _plan_merge(url: str, cfg: JobConfig, current: MapState, bins: int, size: list[int],
+                params: dict[str, Any]) -> dict[str, Any]:
+    """A person's merge: lower the bin count to `bins`. Parts that do not share a worker are moved
+    together first (to the worker holding most of their bytes), then one merge step (no key moves)."""
+    have = len(current.assignment)
+    if params.get("target_workers") or params.get("moves") or params.get("split_to"):
+        raise InvalidRequest("merge_to lowers the bin count alone: leave target_workers, moves and split_to empty "
+                             "(rebalance in a second run)")
+    if bins >= have or bins < 1 or bins & (bins - 1):
+        raise InvalidRequest(f"merge_to must be a power of two below the job's {have} bins, got {bins}")
+    if bins < current.workers:
+        raise InvalidRequest(f"merge_to {bins} leaves fewer bins than the job's {current.workers} workers: scale "
+                             "down first, or merge to at least as many bins as workers")
+    size = size if len(size) == have else [0] * have
+    plan = policy.merge_plan(current.version, current.assignment, current.workers, bins, size)
+    moves = [m for s in plan.steps for m in s.moves]
+    rendered = (f"merge: {have} -> {bins} bins at map v{current.version}; "
+                + (f"step 1 moves {len(moves)} part(s) ({sum(size[m.bin] for m in moves)} B) to the worker holding "
+                   "most of their merged bin, then " if moves else "every merged bin's parts share a worker: ")
+                + "one merge step, no key moves")
+    if params.get("dry_run"):
+        log.info("DRY RUN — nothing stored, nothing emitted: %s", rendered)
+        return {"dry_run": True, "plan_id": None, "steps": len(plan.steps), "bins": len(moves), "predicted_ms": 0.0,
+                "predicted_max_pause_ms": 0.0, "rendered": rendered}
+    req = PlanRequest(strategy="all-at-once", emit_mode=params.get("emit_mode") or cfg.rebalance.emit_mode,
+                      source="manual", reason=params.get("reason") or "manual merge")
+    try:
+        out = store_merge(url, cfg, current, bins, size, req).to_dict()
+    except store.PlanConflict as exc:
+        raise InvalidRequest(str(exc)) from exc
+    out["rendered"] = rendered
+    return out
+
+
 def _plan_settings(url: str, cfg: JobConfig, current: MapState, params: dict[str, Any]) -> dict[str, Any]:
     """A person's settings change: the job's trigger interval and/or records per epoch, live (one
     step; the job restarts its streaming query in its own process; nothing moves)."""
-    if params.get("target_workers") or params.get("moves") or params.get("split_to"):
+    if params.get("target_workers") or params.get("moves") or params.get("split_to") or params.get("merge_to"):
         raise InvalidRequest("trigger_ms and max_records_per_epoch change the job's settings alone: leave "
-                             "target_workers, moves and split_to empty (migrate in a run of its own)")
+                             "target_workers, moves, split_to and merge_to empty (migrate in a run of its own)")
     values = {k: params[k] for k in Settings.NAMES if params.get(k) is not None}  # the DAG's params, same names
     for k, v in values.items():
         top = MAX_TRIGGER_MS if k == "trigger_ms" else 2**31 - 1

@@ -18,7 +18,7 @@ from ballast.config import JobConfig
 from ballast.control.handoffs import BinLoad, MapState, StoredPlan
 from ballast.errors import BallastError
 from ballast.options import EmitMode, Order, Strategy
-from ballast.protocol import ControlStep, Move, Settings, split_assignment
+from ballast.protocol import ControlStep, Move, Settings, merge_assignment, split_assignment
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +80,16 @@ def store_split(url: str, cfg: JobConfig, current: MapState, bins: int, req: Pla
     return store_plan(url, cfg, current, split_assignment(current.assignment, bins), plan, req, cost_model(url, cfg))
 
 
+def store_merge(url: str, cfg: JobConfig, current: MapState, bins: int, size: list[int] | None,
+                req: PlanRequest) -> StoredPlan:
+    """Store the plan that lowers the bin count to `bins`: the moves that bring each merged bin's
+    parts to one worker (`ballast.policy.merge_plan`), then the merge step; its target map is
+    `ballast.protocol.merge_assignment`'s of the map after those moves, the rule the job applies."""
+    plan = policy.merge_plan(current.version, current.assignment, current.workers, bins, size)
+    moved = policy.apply_moves(current.assignment, [m for s in plan.steps for m in s.moves])
+    return store_plan(url, cfg, current, merge_assignment(moved, bins), plan, req, cost_model(url, cfg))
+
+
 def store_settings(url: str, cfg: JobConfig, current: MapState, settings: Settings, req: PlanRequest) -> StoredPlan:
     """Store the one-step plan that changes the job's settings (its map stays as it is)."""
     plan = policy.settings_plan(current.version, current.workers, settings)
@@ -103,7 +113,7 @@ def store_plan(url: str, cfg: JobConfig, current: MapState, target: Sequence[int
             job=cfg.job, operator=cfg.operator, plan_id=plan_id, step=s.step, steps=n,
             kind=s.kind, moves=tuple(Move(mv.bin, mv.src, mv.dst) for mv in s.moves),  # type: ignore[arg-type]
             workers=s.workers, map_version=s.map_version, issued_at=now,
-            effective_at=now + timedelta(seconds=s.effective_offset_s), reason=req.reason[:500], bins=s.split_to,
+            effective_at=now + timedelta(seconds=s.effective_offset_s), reason=req.reason[:500], bins=s.bins_after,
             settings=s.settings,
         )
         steps.append(store.StepRecord(plan_id, s.step, msg.to_dict(), msg.effective_at, None, None, None,

@@ -35,6 +35,7 @@ class MigrationStep:
     effective_offset_s: float = 0.0  # "not before" = plan start + this
     split_to: int | None = None  # a split step: the bin count after it (no moves, same workers)
     settings: Settings | None = None  # a settings step: what it changes (no moves, same workers)
+    merge_to: int | None = None  # a merge step: the bin count after it (no moves, same workers)
 
     @property
     def bins(self) -> int:
@@ -44,8 +45,13 @@ class MigrationStep:
     def kind(self) -> str:
         """Protocol kind: a split raises the bin count, a settings step changes the job's settings; a
         step without moves only changes W."""
-        return ("split" if self.split_to else "settings" if self.settings is not None
+        return ("split" if self.split_to else "merge" if self.merge_to else "settings" if self.settings is not None
                 else "moves" if self.moves else "noop")
+
+    @property
+    def bins_after(self) -> int | None:
+        """A split's or a merge's bin count after the step (the control step's `bins`); None otherwise."""
+        return self.split_to or self.merge_to
 
 
 @dataclass(frozen=True)
@@ -76,6 +82,35 @@ def split_plan(base_version: int, assignment: Sequence[int], workers: int, bins:
         raise ValueError(f"a split raises the bin count to a larger power of two, not {len(assignment)} -> {bins}")
     step = MigrationStep(step=1, moves=(), workers=workers, map_version=base_version, split_to=bins)
     return MigrationPlan("split", "by-id", base_version, workers, workers, (step,))
+
+
+def merge_plan(base_version: int, assignment: Sequence[int], workers: int, bins: int,
+               size: Sequence[int] | None = None) -> MigrationPlan:
+    """Lower the bin count to `bins`: a merged bin's parts must share a worker, so a first step moves
+    the parts that do not to the worker that holds most of them (by bytes when `size` is given, else
+    by count; ties to the lower worker), then the merge step (no key moves)."""
+    have = len(assignment)
+    if bins >= have or bins < 1 or bins & (bins - 1):
+        raise ValueError(f"a merge lowers the bin count to a smaller power of two, not {have} -> {bins}")
+    if workers > bins:
+        raise ValueError(f"a merge to {bins} bins leaves fewer bins than the {workers} workers")
+    d = (have // bins).bit_length() - 1
+    moves = []
+    for p in range(bins):
+        parts = range(p << d, (p + 1) << d)
+        held: dict[int, int] = {}
+        for c in parts:
+            held[assignment[c]] = held.get(assignment[c], 0) + (size[c] if size is not None else 1)
+        home = max(sorted(held), key=lambda w: held[w])
+        moves += [Move(c, assignment[c], home) for c in parts if assignment[c] != home]
+    steps = []
+    if moves:
+        nbytes = sum(size[m.bin] for m in moves) if size is not None else 0
+        steps.append(MigrationStep(step=1, moves=tuple(moves), workers=workers, map_version=base_version,
+                                   bytes=nbytes))
+    steps.append(MigrationStep(step=len(steps) + 1, moves=(), workers=workers, map_version=base_version + len(steps),
+                               merge_to=bins))
+    return MigrationPlan("merge", "by-id", base_version, workers, workers, tuple(steps))
 
 
 def settings_plan(base_version: int, workers: int, settings: Settings) -> MigrationPlan:
