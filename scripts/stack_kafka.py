@@ -163,7 +163,10 @@ class KafkaBroker:
             "      AppenderRef:\n        - ref: STDOUT\n    Logger:\n      - name: kafka.server.KafkaRaftServer\n"
             "        level: INFO\n"
         )
-        jvm = [java, "-Xms256m", "-Xmx768m", f"-Dlog4j2.configurationFile={log4j}", "-cp", cp]
+        # the JDK's own JIT and collector (tiered C2, G1), whatever a caller's JDK_JAVA_OPTIONS says: the
+        # test suite runs its short JVMs C1-only with the serial collector, a broker lives for hours
+        jvm = [java, "-XX:TieredStopAtLevel=4", "-XX:-UseSerialGC", "-Xms256m", "-Xmx768m",
+               f"-Dlog4j2.configurationFile={log4j}", "-cp", cp]
         if not (data / "meta.properties").exists():
             import base64
 

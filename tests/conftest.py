@@ -37,12 +37,13 @@ os.environ["BALLAST_CONTROL_SIGNING"] = "none"
 os.environ.setdefault("BALLAST_STATE_DIR", str(REPO / ".state" / "test-session"))
 os.environ.setdefault("BALLAST_KAFKA_PORT", "19092")
 os.environ.setdefault("BALLAST_KAFKA_CONTROLLER_PORT", "19093")
-# Every JVM the suite starts (Spark drivers and executors, spark-submit's launcher, the broker, Kafka's
-# tools) runs short and small: C1-only JIT and the serial collector. Why: on 2 cores the suite is
-# CPU-bound, and C2's compiler threads and G1's concurrent threads are a large share of a JVM that lives
-# a minute (tests/system/test_exactly_once.py: 325 -> 215 CPU s, 193 -> 159 s wall; a driver's start-up
-# to a first SQL result 12 -> 6.6 CPU s). Steady-state speed is what C2 buys, and no check times it.
-# Jobs and benchmarks outside the suite keep the JDK's defaults; a caller's own JDK_JAVA_OPTIONS wins.
+# Every short JVM the suite starts (Spark drivers and executors, spark-submit's launcher, Kafka's tools)
+# runs C1-only with the serial collector; a Kafka broker pins the JDK's defaults (scripts/stack_kafka.py).
+# Why: on 2 cores the suite is CPU-bound, and C2's compiler threads and G1's concurrent threads are a
+# large share of a JVM that lives a minute (tests/system/test_exactly_once.py: 325 -> 215 CPU s and
+# 193 -> 159 s wall; a driver's start-up to a first SQL result 12 -> 6.6 CPU s). Steady-state speed is
+# what C2 buys, and no check times it. Jobs and benchmarks outside the suite keep the JDK's defaults;
+# a caller's own JDK_JAVA_OPTIONS wins.
 TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 os.environ.setdefault("JDK_JAVA_OPTIONS", TEST_JVM_OPTIONS)
 

@@ -36,7 +36,7 @@ class MapSnapshot:
 
 def bins_in_force_since(url: str, job: str, operator: str) -> int:
     """The first epoch from which the current bin count holds (0: always). Bin metrics of earlier
-    epochs number bins at a smaller count (before a split) and must not be mixed with today's."""
+    epochs number bins at another count (before a split or a merge) and must not be mixed with today's."""
     with session_scope(url) as s:
         rows = s.execute(
             select(m.RoutingMap.epoch, m.RoutingMap.assignment)
