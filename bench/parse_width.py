@@ -15,7 +15,8 @@ Spark's `noop` sink:
   NEXMark fields;
 - `ballast, declared fields`: the same with the query's own `input_schema` (spark_jobs.nexmark.fields);
 - `ballast, barrier parse`: declared fields, parsed once behind a non-deterministic barrier instead of
-  the one-row generator (`barrier_rows`; an experiment, not the data plane's parse).
+  the one-row generator (`spark_jobs.query_input.parsed_rows(once="barrier")`; an experiment, not the
+  data plane's default).
 Prints each variant's median time over the rounds after the first, and its ratio to `native`
 measured in the same rounds. No Kafka: the input is a cached DataFrame, so the figures are the
 transformation's alone (the end-to-end cost per event is experiment 7's, `bench.run --only nexmark`).
@@ -89,40 +90,16 @@ def _ballast(raw: Any, q: str, union: bool) -> Any:
     return op.finish(op.prepare(rows, names, "n.output", "n.dlq"), 1, dead_column=False)
 
 
-def barrier_rows(df: Any, spec: Any) -> Any:
-    """`spark_jobs.query_input.parsed_rows` with a non-deterministic barrier instead of the one-row
-    generator: the parse's projection carries `rand(0)` and a filter on it (always true), and Spark's
-    optimizer pushes no filter through a projection with a non-deterministic column, nor folds one
-    filter into another over it, so `from_json` still runs once per row, now in a plain projection
-    (the question this variant asks: what does the generator itself cost?)."""
-    from pyspark.sql import functions as F
-
-    from spark_jobs import query_input as qi
-
-    extra = [F.col("__source").alias(spec.source_column)] if spec.source_column else []
-    src = df.select(F.col("key"), F.col("value"), F.col("partition").alias("__p"), F.col("offset").alias("__o"),
-                    *extra)
-    tail = ["__p", "__o", *([spec.source_column] if spec.source_column else [])]
-    parsed = F.from_json(F.col("value").cast("string"), qi._with_corrupt_column(spec.input_schema),
-                         {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": qi.CORRUPT})
-    rows = src.select(parsed.alias("__r"), F.col("value").alias("__raw"), *[F.col(c) for c in tail],
-                      F.rand(0).alias("__nd")).where("__nd >= 0")
-    reject = (F.when(F.col("__raw").isNull(), F.lit(qi.NULL_VALUE))
-              .when(F.col(f"__r.{qi.CORRUPT}").isNotNull(), F.lit(qi.DECODE_ERROR)))
-    rows = rows.select("__r.*", "__raw", *tail, reject.alias("__reject"))
-    if spec.where:
-        rows = rows.where(F.col("__reject").isNotNull() | F.expr(spec.where))
-    for name, expr in spec.columns:
-        rows = rows.withColumn(name, F.expr(expr))
-    return rows
-
-
 def _with_barrier(build: Any) -> Any:
-    """`build()` with the barrier parse in place of the data plane's (both modules that import it)."""
+    """`build()` with the data plane's parse switched to its barrier (`parsed_rows(once="barrier")`) in
+    both modules that call it."""
+    import functools
+
     from spark_jobs import processing, stateless
+    from spark_jobs.query_input import parsed_rows
 
     saved = stateless.parsed_rows, processing.parsed_rows
-    stateless.parsed_rows = processing.parsed_rows = barrier_rows
+    stateless.parsed_rows = processing.parsed_rows = functools.partial(parsed_rows, once="barrier")
     try:
         return build()
     finally:

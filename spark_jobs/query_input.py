@@ -26,12 +26,16 @@ INTERNAL = ("__p", "__o", "__raw", "__reject", CORRUPT)  # parsed_rows' bookkeep
 PARSE_ONCE = "inline(array(struct(__r, from_json("
 
 
-def parsed_rows(df: Any, spec: QuerySpec) -> Any:
+def parsed_rows(df: Any, spec: QuerySpec, once: str = "generator") -> Any:
     """The JVM half every query shares: the input rows (spark_jobs.inputs) parsed with the query's
     `input_schema`, filtered by `where`, extended by `columns`. Beside the data columns: `__p`, `__o`
     (the routed partition and offset), `__raw` (the Kafka value) and `__reject` (why the row is a
     dead letter: a tombstone or a value that does not parse; null for a good row). A rejected row
-    passes `where`, so that it reaches the dead-letter topic."""
+    passes `where`, so that it reaches the dead-letter topic.
+
+    `once`: how the parse is kept to one per row. "generator" (the data plane's): a one-row
+    generator. "barrier" (an experiment, bench.parse_width): a non-deterministic column in the
+    parse's projection and an always-true filter on it, which Spark's optimizer pushes nothing through."""
     from pyspark.sql import functions as F
 
     extra = [F.col("__source").alias(spec.source_column)] if spec.source_column else []
@@ -44,8 +48,12 @@ def parsed_rows(df: Any, spec: QuerySpec) -> Any:
         # parsed once per row: a generator is a wall Spark's optimizer pushes no filter through;
         # over a plain projection it pushes `where`, the reject test and a late filter below it,
         # inlining `from_json` into each (four to five parses of every row, and as many per branch)
-        rows = src.select(F.inline(F.array(F.struct(parsed.alias("__r"), F.col("value").alias("__raw"),
-                                                    *[F.col(c) for c in tail]))))
+        if once == "barrier":
+            rows = src.select(parsed.alias("__r"), F.col("value").alias("__raw"), *[F.col(c) for c in tail],
+                              F.rand(0).alias("__nd")).where("__nd >= 0")
+        else:
+            rows = src.select(F.inline(F.array(F.struct(parsed.alias("__r"), F.col("value").alias("__raw"),
+                                                        *[F.col(c) for c in tail]))))
         reject = (F.when(F.col("__raw").isNull(), F.lit(NULL_VALUE))
                   .when(F.col(f"__r.{CORRUPT}").isNotNull(), F.lit(DECODE_ERROR)))
         rows = rows.select("__r.*", "__raw", *tail, reject.alias("__reject"))
