@@ -13,10 +13,7 @@ Spark's `noop` sink:
   spark_jobs.stateless, parse with the dead-letter test, selection, ids and headers; Q7: the
   processor's parse and JVM pre-aggregation, `ProcessorOperator.keyed`) with `input_schema` = all 18
   NEXMark fields;
-- `ballast, declared fields`: the same with the query's own `input_schema` (spark_jobs.nexmark.fields);
-- `ballast, barrier parse`: declared fields, parsed once behind a non-deterministic barrier instead of
-  the one-row generator (`spark_jobs.query_input.parsed_rows(once="barrier")`; an experiment, not the
-  data plane's default).
+- `ballast, declared fields`: the same with the query's own `input_schema` (spark_jobs.nexmark.fields).
 Prints each variant's median time over the rounds after the first, and its ratio to `native`
 measured in the same rounds. No Kafka: the input is a cached DataFrame, so the figures are the
 transformation's alone (the end-to-end cost per event is experiment 7's, `bench.run --only nexmark`).
@@ -90,22 +87,6 @@ def _ballast(raw: Any, q: str, union: bool) -> Any:
     return op.finish(op.prepare(rows, names, "n.output", "n.dlq"), 1, dead_column=False)
 
 
-def _with_barrier(build: Any) -> Any:
-    """`build()` with the data plane's parse switched to its barrier (`parsed_rows(once="barrier")`) in
-    both modules that call it."""
-    import functools
-
-    from spark_jobs import processing, stateless
-    from spark_jobs.query_input import parsed_rows
-
-    saved = stateless.parsed_rows, processing.parsed_rows
-    stateless.parsed_rows = processing.parsed_rows = functools.partial(parsed_rows, once="barrier")
-    try:
-        return build()
-    finally:
-        stateless.parsed_rows, processing.parsed_rows = saved
-
-
 def _timed(df: Any) -> float:
     t0 = time.perf_counter()
     df.write.format("noop").mode("overwrite").save()
@@ -127,10 +108,9 @@ def main(argv: list[str] | None = None) -> int:
     for q in QUERIES:
         variants = {"native": lambda q=q: _native(raw, q),
                     "ballast, union schema": lambda q=q: _ballast(raw, q, union=True),
-                    "ballast, declared fields": lambda q=q: _ballast(raw, q, union=False),
-                    "ballast, barrier parse": lambda q=q: _with_barrier(lambda: _ballast(raw, q, union=False))}
-        plan = variants["ballast, barrier parse"]()._jdf.queryExecution().executedPlan().toString()
-        print(f"{q}  barrier parse: from_json {plan.count('from_json(')} time(s) in the executed plan", flush=True)
+                    "ballast, declared fields": lambda q=q: _ballast(raw, q, union=False)}
+        plan = variants["ballast, declared fields"]()._jdf.queryExecution().executedPlan().toString()
+        print(f"{q}  declared fields: from_json {plan.count('from_json(')} time(s) in the executed plan", flush=True)
         times: dict[str, list[float]] = {k: [] for k in variants}
         for i in range(a.rounds):
             for name in (list(variants) if i % 2 == 0 else list(reversed(variants))):

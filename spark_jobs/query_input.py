@@ -22,11 +22,9 @@ def _with_corrupt_column(schema: str) -> str:
 
 
 INTERNAL = ("__p", "__o", "__raw", "__reject", CORRUPT)  # parsed_rows' bookkeeping columns
-#: how the parse's one-row generator reads in a plan (it makes exactly one row per record)
-PARSE_ONCE = "inline(array(struct(__r, from_json("
 
 
-def parsed_rows(df: Any, spec: QuerySpec, once: str = "generator") -> Any:
+def parsed_rows(df: Any, spec: QuerySpec) -> Any:
     """The JVM half every query shares: the input rows (spark_jobs.inputs) parsed with the query's
     `input_schema`, filtered by `where`, extended by `columns`. Beside the data columns: `__p`, `__o`
     (the routed partition and offset), `__raw` (the Kafka value) and `__reject` (why the row is a
@@ -45,15 +43,14 @@ def parsed_rows(df: Any, spec: QuerySpec, once: str = "generator") -> Any:
     if spec.input_schema:  # a value that does not parse is a dead letter, not a row of nulls
         parsed = F.from_json(F.col("value").cast("string"), _with_corrupt_column(spec.input_schema),
                              {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT})
-        # parsed once per row: a generator is a wall Spark's optimizer pushes no filter through;
-        # over a plain projection it pushes `where`, the reject test and a late filter below it,
-        # inlining `from_json` into each (four to five parses of every row, and as many per branch)
-        if once == "barrier":
-            rows = src.select(parsed.alias("__r"), F.col("value").alias("__raw"), *[F.col(c) for c in tail],
-                              F.rand(0).alias("__nd")).where("__nd >= 0")
-        else:
-            rows = src.select(F.inline(F.array(F.struct(parsed.alias("__r"), F.col("value").alias("__raw"),
-                                                        *[F.col(c) for c in tail]))))
+        # parsed once per row, behind a barrier: over a plain projection Spark's optimizer pushes
+        # `where`, the reject test and a late filter below it, inlining `from_json` into each (four
+        # to five parses of every row). A non-deterministic column in the parse's projection, and an
+        # always-true filter on it, stop that: no filter is pushed through a non-deterministic
+        # projection. (A one-row generator stops it too, at 7–23 % more of a stateless query's JVM
+        # cost: bench.parse_width, docs/benchmarks.md.) The column is never a shuffle's key.
+        rows = src.select(parsed.alias("__r"), F.col("value").alias("__raw"), *[F.col(c) for c in tail],
+                          F.rand(0).alias("__nd")).where("__nd >= 0")
         reject = (F.when(F.col("__raw").isNull(), F.lit(NULL_VALUE))
                   .when(F.col(f"__r.{CORRUPT}").isNotNull(), F.lit(DECODE_ERROR)))
         rows = rows.select("__r.*", "__raw", *tail, reject.alias("__reject"))

@@ -26,7 +26,7 @@ from ballast.errors import BallastError
 from spark_jobs.operators import Operator, Output
 from spark_jobs.output import ID_HEADER
 from spark_jobs.processor import QuerySpec
-from spark_jobs.query_input import INTERNAL, PARSE_ONCE, parsed_rows, timestamp_columns
+from spark_jobs.query_input import INTERNAL, parsed_rows, timestamp_columns
 from spark_jobs.records import (
     DETAILS,
     MAX_RECORD_BYTES,
@@ -153,8 +153,7 @@ class StatelessOperator(Operator):
     def _refuse_generators(self, rows: Any) -> None:
         """One output row per input record (the ids are the input's): a generator in `columns` is refused."""
         plan = rows._jdf.queryExecution().analyzed().toString()
-        # the parse's one-row generator (spark_jobs.query_input.PARSE_ONCE) makes one row per record
-        if any("Generate " in line and PARSE_ONCE not in line for line in plan.splitlines()):
+        if any("Generate " in line for line in plan.splitlines()):
             raise QueryRefused("a stateless query may not make several rows of one record (a generator such as explode "
                              "in `columns`): each output's id is its input record's. Run it as a processor instead "
                              "(spark_jobs.processor), which numbers its outputs itself")
