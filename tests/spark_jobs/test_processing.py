@@ -107,6 +107,28 @@ def test_pre_aggregate_dead_letters_late_and_far_ahead_records_before_combining(
 
 
 @pytest.mark.dataplane
+def test_pre_aggregate_takes_any_column_name_and_a_timestamp_event_time(spark):
+    """The epoch's pre-aggregation is built as SQL text: a column name with a space or a backquote
+    is still one column, and a timestamp event time is compared and written as epoch ms."""
+    import json
+
+    from spark_jobs.processing import ProcessorOperator
+    from spark_jobs.processor import PreAggregate, StatefulProcessor, query
+    from spark_jobs.records import LATE, REJECT_COLUMN
+    from spark_jobs.timers import EpochClock
+
+    q = query(StatefulProcessor, input_schema="`the w` long, `it``s` string, t timestamp", grouping_keys=("the w",),
+              time_mode="EventTime", event_time_column="t", lateness_ms=0,
+              pre_aggregate=PreAggregate(group_by=("the w", "it`s"), aggregates=(("n", "count(*)"), ("t", "max(t)"))))
+    values = [b'{"the w": 1, "it`s": "a\'b", "t": "1970-01-01T00:00:0%dZ"}' % s for s in (2, 3, 1)]
+    got = ProcessorOperator(q).keyed(_df(spark, values), EpochClock(1, 10_000, 1_500)).collect()
+    assert {r["offset"]: r[REJECT_COLUMN] for r in got if r[REJECT_COLUMN] is not None} == {2: LATE}
+    (good,) = [r for r in got if r[REJECT_COLUMN] is None]
+    assert json.loads(good["key"]) == {"the w": 1}
+    assert json.loads(good["value"]) == {"the w": 1, "it`s": "a'b", "n": 2, "t": 3000}
+
+
+@pytest.mark.dataplane
 def test_a_pre_aggregating_epoch_reads_and_parses_its_input_once(spark):
     """Rejected rows travel in the same aggregation as the good ones (no second branch that reads
     the batch again), and the JSON parse is not copied into the pushed-down filters (`where`, the
