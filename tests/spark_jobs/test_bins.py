@@ -118,5 +118,13 @@ def test_routing_sql_is_one_expression_per_column():
     h, b, w = B.routing_sql("key", 12, [0, 1, 1, 0])
     assert h == "xxhash64(key)"
     assert b == "CAST(shiftrightunsigned(xxhash64(key), 52) AS INT)"
-    assert w == f"element_at(array(0,1,1,0), {b} + 1)"
-    assert B.routing_sql("k", 0, [3])[1:] == ("0", "element_at(array(3), 0 + 1)")  # one bin: no shift
+    assert w == f"element_at(CAST(split('0,1,1,0', ',') AS ARRAY<INT>), {b} + 1)"
+    assert B.routing_sql("k", 0, [3])[1:] == ("0", "element_at(CAST(split('3', ',') AS ARRAY<INT>), 0 + 1)")
+
+
+def test_the_worker_lookup_is_folded_into_one_constant_before_the_job_runs(spark):
+    """Nothing is split per row: Spark's optimizer folds the map's text into a literal array."""
+    df = spark.createDataFrame([(b"a",), (b"b",)], "key binary")
+    _, _, w = B.routing_sql("key", 2, [0, 2, 1, 2])
+    plan = df.selectExpr(f"{w} AS w")._jdf.queryExecution().optimizedPlan().toString()
+    assert "split(" not in plan and "[0,2,1,2]" in plan, plan
