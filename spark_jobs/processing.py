@@ -56,6 +56,7 @@ from spark_jobs.records import (
     source_of,
     split_rejected,
 )
+from spark_jobs.sql_text import ident, json_of, text
 
 
 class ProcessorOperator(Operator):
@@ -133,26 +134,26 @@ class ProcessorOperator(Operator):
         if spec.time_mode == "EventTime" and clock is not None:
             et_col = spec.event_time_column
             assert et_col is not None  # QuerySpec: EventTime needs one
-            et = f"unix_millis({_ident(et_col)})" if et_col in self.ts_columns else f"CAST({_ident(et_col)} AS BIGINT)"
+            et = f"unix_millis({ident(et_col)})" if et_col in self.ts_columns else f"CAST({ident(et_col)} AS BIGINT)"
             if spec.max_ahead_ms is not None:
                 ahead_ms = int(clock.processing_ms) + int(spec.max_ahead_ms)
-                why = f"CASE WHEN {why} IS NULL AND {et} > {ahead_ms} THEN {_text(AHEAD)} ELSE {why} END"
-            why = (f"CASE WHEN __reject IS NULL AND {et} < {int(clock.watermark_ms)} THEN {_text(LATE)} "
+                why = f"CASE WHEN {why} IS NULL AND {et} > {ahead_ms} THEN {text(AHEAD)} ELSE {why} END"
+            why = (f"CASE WHEN __reject IS NULL AND {et} < {int(clock.watermark_ms)} THEN {text(LATE)} "
                    f"ELSE {why} END")
         # one aggregation for both kinds of row, so the batch is read and parsed once (a union of a
         # good and a rejected branch reads it twice): a rejected row is a group of its own, keyed by
         # its (partition, offset), and carries its raw value and reason; good rows group as declared
-        key = _json_of((g, _ident(g)) for g in spec.grouping_keys)
-        value = _json_of((c, f"unix_millis({_ident(c)})" if c in self.ts_columns else _ident(c)) for c in pre.columns)
+        key = json_of((g, ident(g)) for g in spec.grouping_keys)
+        value = json_of((c, f"unix_millis({ident(c)})" if c in self.ts_columns else ident(c)) for c in pre.columns)
         marked = rows.selectExpr("* EXCEPT (__reject)", f"{why} AS __reject")
-        groups = marked.groupBy(*[F.col(_ident(g)) for g in pre.group_by], F.expr(
+        groups = marked.groupBy(*[F.col(ident(g)) for g in pre.group_by], F.expr(
             "CASE WHEN __reject IS NOT NULL THEN struct(__p, __o) END").alias("__bad")).agg(
-            *[F.expr(f"{e} AS {_ident(n)}") for n, e in pre.aggregates], F.expr("min(struct(__p, __o)) AS __first"),
+            *[F.expr(f"{e} AS {ident(n)}") for n, e in pre.aggregates], F.expr("min(struct(__p, __o)) AS __first"),
             F.expr("first(CASE WHEN __reject IS NOT NULL THEN struct(__raw, __reject) END, true) AS __dead"))
         return groups.selectExpr(
             f"CASE WHEN __bad IS NULL THEN {key} END AS key",
             f"CASE WHEN __bad IS NULL THEN {value} ELSE __dead.__raw END AS value",
-            "__first.__p AS partition", "__first.__o AS offset", f"__dead.__reject AS {_ident(REJECT_COLUMN)}")
+            "__first.__p AS partition", "__first.__o AS offset", f"__dead.__reject AS {ident(REJECT_COLUMN)}")
 
     def sources(self) -> tuple[int, ...] | None:
         return self.spec.sources
@@ -392,17 +393,3 @@ def run_processor(cfg: Any, cache: Any, txn: Any, table: Any, n: int, owned: set
              "next_expiry_ms": timers.first_due(txn, cache.data, sorted(owned), k, timers.TTL)}
     return dead, {b: (rec, counters.get(b), bin_ns.get(b, 0) // 1000) for b, rec in bin_records.items()}, extra
 
-
-def _ident(name: str) -> str:
-    """A column name as a Spark SQL identifier (backquoted, so any name is one)."""
-    return "`" + name.replace("`", "``") + "`"
-
-
-def _text(value: str) -> str:
-    """A string as a Spark SQL literal."""
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
-def _json_of(fields: Any) -> str:
-    """Spark SQL for the JSON (as binary) of the named (name, SQL expression) fields."""
-    return "CAST(to_json(named_struct(" + ", ".join(f"{_text(n)}, {e}" for n, e in fields) + ")) AS BINARY)"
