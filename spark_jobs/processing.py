@@ -392,4 +392,3 @@ def run_processor(cfg: Any, cache: Any, txn: Any, table: Any, n: int, owned: set
              "next_timer_ms": timers.first_due(txn, cache.data, sorted(owned), k, timers.USER),
              "next_expiry_ms": timers.first_due(txn, cache.data, sorted(owned), k, timers.TTL)}
     return dead, {b: (rec, counters.get(b), bin_ns.get(b, 0) // 1000) for b, rec in bin_records.items()}, extra
-

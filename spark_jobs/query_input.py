@@ -29,11 +29,7 @@ def parsed_rows(df: Any, spec: QuerySpec) -> Any:
     `input_schema`, filtered by `where`, extended by `columns`. Beside the data columns: `__p`, `__o`
     (the routed partition and offset), `__raw` (the Kafka value) and `__reject` (why the row is a
     dead letter: a tombstone or a value that does not parse; null for a good row). A rejected row
-    passes `where`, so that it reaches the dead-letter topic.
-
-    `once`: how the parse is kept to one per row. "generator" (the data plane's): a one-row
-    generator. "barrier" (an experiment, bench.parse_width): a non-deterministic column in the
-    parse's projection and an always-true filter on it, which Spark's optimizer pushes nothing through."""
+    passes `where`, so that it reaches the dead-letter topic."""
     from pyspark.sql import functions as F
 
     extra = [F.col("__source").alias(spec.source_column)] if spec.source_column else []
