@@ -4,18 +4,27 @@ Spark writes `<spark-checkpoint>/offsets/<epoch>` (the end offsets of every topi
 batch) before running the batch; the start offsets are the previous epoch's end offsets (epoch 0's:
 the offsets the query started from, `<spark-checkpoint>/sources/0/0`; a partition first seen later
 starts at its earliest offset). The runner uses this to count input rows and to read the control
-records without a Spark job; tests use it to rebuild exactly which records each epoch saw.
+records without a Spark job; tests use it to rebuild exactly which records each epoch saw. A start
+clears what a driver killed during its first offset write left, which Spark would refuse.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import re
 from collections.abc import Callable
 from pathlib import Path
 
 from spark_jobs.storage import Location
 
+log = logging.getLogger("ballast.runner")
 Ranges = dict[str, dict[int, tuple[int, int]]]
+
+# what Spark's atomic write of log file N leaves when its process dies before the rename: the
+# temporary `.N.<uuid>.tmp` and, on a checksummed local filesystem, its `..N.<uuid>.tmp.crc` (or an
+# orphaned `.N.crc`)
+_SPARK_TEMP = re.compile(r"^\.\.?\d+\.(?:[0-9a-fA-F-]{36}\.tmp(?:\.crc)?|crc)$")
 
 
 def _loc(spark_checkpoint: str | Path | Location) -> Location:
@@ -69,3 +78,28 @@ def epoch_ranges(spark_checkpoint: str | Path | Location, epoch: int,
 
 def committed_epochs(spark_checkpoint: str | Path | Location) -> list[int]:
     return sorted(int(n) for n in (_loc(spark_checkpoint) / "commits").list() if n.isdigit())
+
+
+def clear_interrupted_start(spark_checkpoint: str | Path | Location) -> list[str]:
+    """Remove what a driver killed while writing its query's very first offset file left behind;
+    returns the removed paths (relative to the checkpoint).
+
+    Why: a query with no batch in its offset log is new to Spark, and Spark refuses to start a new
+    query on a checkpoint whose `offsets/` or `commits/` is not empty
+    (STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY), counting the hidden temporaries its own interrupted
+    write left there: a job SIGKILLed at that moment could never start again. Only Spark's own
+    temporaries go, and only while no batch is logged; anything else stays for Spark to refuse.
+    Call it with no other driver of the checkpoint running (after the fence is taken).
+    """
+    root = _loc(spark_checkpoint)
+    if any(n.isdigit() for n in (root / "offsets").list()):
+        return []
+    removed = []
+    for sub in ("offsets", "commits"):
+        for name in (root / sub).list():
+            if _SPARK_TEMP.match(name):
+                (root / sub / name).delete()
+                removed.append(f"{sub}/{name}")
+                log.warning("removed %s/%s from Spark's checkpoint %s: left by a driver that died writing its "
+                            "first offset file (Spark refuses to start a new query on it)", sub, name, root)
+    return removed

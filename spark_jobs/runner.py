@@ -50,6 +50,7 @@ from spark_jobs.fencing import DriverFence
 from spark_jobs.inputs import InputRows
 from spark_jobs.job_clients import JobClients
 from spark_jobs.journal import Journal
+from spark_jobs.offsets import clear_interrupted_start
 from spark_jobs.operator_loader import get_operator
 from spark_jobs.output import dlq_topic
 from spark_jobs.processing import ProcessorOperator
@@ -144,6 +145,7 @@ class JobRunner:
         mx.ensure_job_row(cfg.db_url, cfg.job, cfg.operator, cfg.bins, job_row_config(cfg, self.durable, self.journal),
                           utcnow())
         self.fencing.take()  # before the first epoch: every older driver of this operator is fenced
+        clear_interrupted_start(self.journal.spark_checkpoint)  # fenced: no other driver writes it now
         ensure_job_topics(cfg.bootstrap, cfg.job, cfg.output_partitions, cfg.security)
         out_commits = commits_topic(cfg.output_topic)
         if self.applier.transactional:  # the marker topic of this operator's output (a chain's hand-off too)

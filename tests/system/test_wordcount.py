@@ -38,8 +38,13 @@ def test_wordcount_counts_words_across_a_move(spark, kafka_bootstrap, make_topic
     cfg = RunConfig(job=job, operator="wordcount", input_topic=topic, checkpoint_dir=str(tmp_path / "ckpt"),
                     bootstrap=kafka_bootstrap, db_url=db_url, bins=8, workers=2, trigger_ms=100,
                     max_offsets_per_trigger=1500)
-    runner = start_job(spark, cfg)
     ckpt = cfg.checkpoint_dir + "/spark"
+    # as if an earlier driver had died writing its first offset file: Spark alone would refuse to start
+    leftover = Path(ckpt) / "offsets" / ".0.0f3c2a4e-1b6d-4c8e-9a7f-5d2e8b1c6a90.tmp"
+    leftover.parent.mkdir(parents=True)
+    leftover.write_text("v1\n{}")
+    runner = start_job(spark, cfg)
+    assert not leftover.exists()
     try:
         wait_until(lambda: len(committed_epochs(ckpt)) >= 1, 240, "first epoch")
         now = datetime.now(UTC)
