@@ -18,6 +18,7 @@ consumer rule"):
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from collections.abc import Iterator
@@ -28,6 +29,17 @@ from spark_jobs.objects import DEAD_LETTER
 from spark_jobs.records import MAX_RECORD_BYTES, OPERATOR_ERROR, TOO_LARGE, dead_headers, too_large
 
 OUTPUT_SCHEMA = "topic string, key binary, value binary, headers array<struct<key:string,value:binary>>"
+
+
+@functools.cache
+def output_type() -> Any:
+    """OUTPUT_SCHEMA as a StructType built in Python: a DDL string handed to `mapInArrow` is parsed by
+    the JVM (Py4J round trips) in every epoch's plan."""
+    from pyspark.sql.types import ArrayType, BinaryType, StringType, StructField, StructType
+
+    header = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
+    return StructType([StructField("topic", StringType()), StructField("key", BinaryType()),
+                       StructField("value", BinaryType()), StructField("headers", ArrayType(header))])
 ID_HEADER = "ballast-id"
 
 

@@ -39,7 +39,7 @@ from typing import Any
 
 from spark_jobs.durable import History
 from spark_jobs.objects import DEAD_LETTER, OUTPUT
-from spark_jobs.output import OUTPUT_SCHEMA, kafka_rows, output_records
+from spark_jobs.output import kafka_rows, output_records, output_type
 from spark_jobs.records import (
     OPERATOR_ERROR,
     REJECT_COLUMN,
@@ -351,4 +351,4 @@ def route(keyed: Any, k: int, assignment: Any, tasks: int, fn: Any) -> Any:
     rejects = [REJECT_COLUMN] if REJECT_COLUMN in keyed.columns else []  # spark_jobs.records
     routed = keyed.selectExpr("key", "value", "partition", "offset", *rejects, f"{h} AS h", f"{b} AS bin",
                               f"{w} AS worker")
-    return routed.repartitionById(tasks, "worker").mapInArrow(fn, OUTPUT_SCHEMA)
+    return routed.repartitionById(tasks, "worker").mapInArrow(fn, output_type())

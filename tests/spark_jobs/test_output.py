@@ -91,3 +91,11 @@ def test_a_reader_drops_replayed_ids_and_refuses_two_values_under_one_id(monkeyp
     msgs.append(_msg("1:1:0", b"b", b"9"))
     with pytest.raises(AssertionError, match=r"output id \(1, 1, 0\) seen with two different values"):
         read_output("b", "j.output")
+
+
+@pytest.mark.dataplane
+def test_the_output_type_built_in_python_is_the_output_schema(spark) -> None:
+    """`mapInArrow` gets the StructType (no JVM parse per epoch); it must stay the DDL's type."""
+    from spark_jobs.output import OUTPUT_SCHEMA, output_type
+
+    assert spark.createDataFrame([], OUTPUT_SCHEMA).schema == output_type()
