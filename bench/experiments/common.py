@@ -79,6 +79,7 @@ class Profile:
     nexmark_backlog_rate: float = 10_000.0  # events/s the backlog is written at
     nexmark_backlog_event_rate: float = 1000.0  # events/s of event time in it: windows close, auctions expire
     nexmark_cost_trigger_ms: int = 0  # Ballast's batches back to back, as Spark's availableNow
+    nexmark_cost_rounds: int = 1  # paired rounds (native and Ballast back to back); the ratio is their median
     timeouts_s: float = 900.0
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -106,7 +107,7 @@ FULL = Profile(
     ds2_rate=2000.0,
     nexmark_migration_queries=("q4", "q5", "q8"), nexmark_rate=None, nexmark_fill_s=90.0, nexmark_pregenerate=True,
     nexmark_bins=256, nexmark_max_offsets=20_000, nexmark_cost_queries=("q1", "q2", "q3", "q4", "q5", "q6", "q7", "q8"),
-    nexmark_backlog_events=400_000, nexmark_backlog_event_rate=2000.0,
+    nexmark_backlog_events=400_000, nexmark_backlog_event_rate=2000.0, nexmark_cost_rounds=3,
 )
 
 

@@ -10,12 +10,11 @@ query's cost per event against the same query written with Spark's own operators
   of the epoch that read it (its outputs are written and its state committed then:
   `epoch_metrics.ended_at`) − its scheduled time; a window answer also waits for the watermark
   (event time + lateness), which is the query, not the system.
-* `cost`: the writer fills one backlog of `nexmark_backlog_events` events once; every query then
-  reads it from the start, under Ballast (one CLI job per query) and under Spark's own operators
-  (bench/nexmark_native.py, one Spark application per query: the same cold start), one at a time,
-  both writing their answers to Kafka. ms per event = the wall time from the end of the first data
-  batch to the end of the last one (any operator of the job) ÷ the backlog's events read after the
-  first batch.
+* `cost` (bench/experiments/nexmark_cost.py): the writer fills one backlog of
+  `nexmark_backlog_events` events once; every query then reads it from the start, under Ballast (one
+  CLI job per query) and under Spark's own operators (bench/nexmark_native.py, one Spark application
+  per query: the same cold start), the two back to back, in `nexmark_cost_rounds` paired rounds,
+  both writing their answers to Kafka.
 """
 
 from __future__ import annotations
@@ -33,11 +32,11 @@ import numpy as np
 
 from bench import report as rp
 from bench.ballast_job import BallastJob, JobSpec, OffsetLogTail, half_of_half, offset_ranges
-from bench.cp_summary import brief, job_cp
-from bench.experiments.common import Ctx, _prog_end, _read_progress
+from bench.cp_summary import brief
+from bench.experiments.common import Ctx
+from bench.experiments.nexmark_cost import PARTITIONS, run_cost
 from bench.hist import LogHistogram
 from bench.infra import PY, Proc, ensure_topics, unix, wait_until
-from bench.loadgen import end_offsets
 from bench.nexmark.writer import NexmarkSchedule, OffsetClock
 from bench.nexmark.writer import topics as kind_topics
 from spark_jobs.runner import QUERY_STARTED
@@ -56,7 +55,6 @@ QUERIES: dict[str, tuple[tuple[str, ...], str]] = {
     "q8": ((f"{MOD}.q8:Q8",), f"{MOD}.q8:Q8"),
 }
 MIGRATIONS = ("all-at-once", "batched")
-PARTITIONS = 2  # of each topic the writer fills
 
 
 def _spec(ctx: Ctx, label: str, q: str, prefix: str, trigger_ms: int) -> JobSpec:
@@ -210,118 +208,20 @@ def migration_session(ctx: Ctx, q: str, rate: float) -> dict[str, Any]:
     return res
 
 
-def _ballast_cost(ctx: Ctx, q: str, prefix: str, events: int) -> dict[str, Any]:
-    """The backlog through the Ballast job: its data epochs, every operator of a chain."""
-    P = ctx.profile
-    spec = _spec(ctx, f"nxc-{q}", q, prefix, P.nexmark_cost_trigger_ms)
-    job = BallastJob(spec).start()
-    names = [op.partition("=")[0] for op in spec.operators] or [spec.operator]
-    stores = [BallastJob(JobSpec(**{**spec.__dict__, "operator": n})) for n in names]
-    idle_s = max(4.0, 8 * spec.trigger_ms / 1000)
-
-    def data_epochs() -> list[list[Any]]:
-        return [[e for e in s.epochs() if e.input_rows > 0] for s in stores]
-
-    rows = _rows_to_read(ctx, spec)
-
-    def done() -> bool:
-        eps = data_epochs()
-        last = max((unix(e.ended_at) for es in eps for e in es), default=time.time())
-        return sum(e.input_rows for e in eps[0]) >= rows and time.time() - last > idle_s
-    try:
-        wait_until(done, P.timeouts_s, f"{spec.job} to read its backlog ({rows} of its {events} events in the "
-                   "topics its query reads)", poll=1.0, proc=job.proc)
-    finally:
-        job.stop()
-    eps = data_epochs()
-    first = eps[0][0]
-    t_a = unix(first.ended_at)
-    t_b = max(unix(e.ended_at) for es in eps for e in es)
-    read = sum(e.input_rows for e in eps[0])
-    # what held its epochs back, per operator (bench.cp_summary; docs/tracing.md)
-    cp = {n.rsplit(".", 1)[-1]: job_cp(ctx.db_url, spec.job, n) for n in names}
-    return _cost(events, read, read - first.input_rows, t_b - t_a, len(eps[0])) | {"critical_path": cp}
-
-
-def _rows_to_read(ctx: Ctx, spec: JobSpec) -> int:
-    """The backlog's records in the topics the job's first operator reads (its query's `sources`,
-    spark_jobs.runner.read_topics), as Spark's own query reads only the topics it names. `_cost`
-    scales the rows read after the first batch back to the backlog's events."""
-    from spark_jobs.operator_loader import get_operator
-    from spark_jobs.runner import read_topics
-
-    first = spec.operators[0].partition("=")[2] if spec.operators else spec.operator
-    topics = read_topics(spec.input_topic.split(","), get_operator(first).sources(), first)
-    return sum(sum(end_offsets(ctx.bootstrap, t, PARTITIONS)) for t in topics)
-
-
-def _cost(events: int, read: int, after_first: int, span_s: float, batches: int) -> dict[str, Any]:
-    """ms per backlog event over the batches after the first (which pays the start-up)."""
-    ev = events * after_first / read if read else math.nan
-    ms = 1000 * span_s / ev if ev and span_s > 0 else math.nan
-    return {"rows_read": read, "batches": batches, "span_s": span_s, "events_timed": ev, "ms_per_event": ms,
-            "events_per_s": 1000 / ms if ms == ms and ms > 0 else math.nan}
-
-
-def _native_cost(ctx: Ctx, queries: list[str], prefix: str, events: int) -> dict[str, dict[str, Any]]:
-    P = ctx.profile
-    out = ctx.run_dir / "nexmark" / "native"
-    ensure_topics({f"{prefix}.native.{q}": 2 for q in queries}, ctx.bootstrap)
-    for q in queries:  # one Spark application per query, as each Ballast job is one: the same cold start
-        # (a session that ran the queries before it has a JIT-warm JVM, which only Spark's side had)
-        p = Proc([PY, "-m", "bench.nexmark_native", "--prefix", prefix, "--bootstrap", ctx.bootstrap, "--queries", q,
-                  "--checkpoint-root", str(ctx.run_dir / "ckpt" / "nexmark-native"), "--progress-dir", str(out),
-                  "--partitions", str(P.workers), "--max-offsets", str(P.nexmark_max_offsets),
-                  "--timeout-s", str(P.timeouts_s)], ctx.run_dir / "logs" / f"nexmark-native-{q}.log",
-                 f"native NEXMark {q}").start()
-        try:
-            rc = p.wait(timeout=P.timeouts_s)
-        finally:
-            p.stop(timeout=60)
-        if rc != 0:
-            raise RuntimeError(f"native NEXMark {q} failed:\n{p.tail()}")
-    res: dict[str, dict[str, Any]] = {}
-    for q in queries:
-        err = out / f"{q}.error"
-        if err.exists():
-            res[q] = {"error": err.read_text().strip().splitlines()[-1][:500], "ms_per_event": math.nan}
-            continue
-        prog = [x for x in _read_progress(out / f"{q}.jsonl") if x.get("numInputRows", 0) > 0]
-        read = sum(x["numInputRows"] for x in prog)
-        span = _prog_end(prog[-1]) - _prog_end(prog[0]) if len(prog) > 1 else math.nan
-        res[q] = _cost(events, read, read - prog[0]["numInputRows"], span, len(prog)) if prog else \
-            {"error": "no batch read input", "ms_per_event": math.nan}
-    return res
-
-
 def exp_nexmark(ctx: Ctx) -> dict[str, Any]:
     P = ctx.profile
     out = ctx.run_dir / "nexmark"
     out.mkdir(parents=True, exist_ok=True)
     res: dict[str, Any] = {"migration": {}, "cost": {}}
-    # cost: one backlog, every query under both systems, one after the other
+    # cost: one backlog, every query under both systems, back to back, in paired rounds (nexmark_cost.py)
     prefix = ctx.name("nxc")
     gen, sched = _writer(ctx, prefix, P.nexmark_backlog_event_rate, P.nexmark_backlog_events, "nxc", True,
                          send_rate=P.nexmark_backlog_rate)
     if gen.wait(timeout=P.timeouts_s) != 0:
         raise RuntimeError(f"the backlog writer failed:\n{gen.tail()}")
     events = int(_writer_stats(sched).get("sent", P.nexmark_backlog_events))
-    native = _native_cost(ctx, list(P.nexmark_cost_queries), prefix, events)
-    errors: list[str] = []
-    for q in P.nexmark_cost_queries:
-        try:
-            b = _ballast_cost(ctx, q, prefix, events)
-        except Exception:  # noqa: BLE001 - one query's failure must not lose the others (run.py reports it)
-            errors.append(f"cost {q}:\n{traceback.format_exc()}")
-            continue
-        n = native[q]
-        res["cost"][q] = {"ballast": b, "native": n, "ballast_ms_per_event": b["ms_per_event"],
-                          "native_ms_per_event": n["ms_per_event"],
-                          "ratio": b["ms_per_event"] / n["ms_per_event"] if n["ms_per_event"] else math.nan,
-                          "native_error": n.get("error")}
-        note = f" (native: {n['error']})" if n.get("error") else ""
-        ctx.log(f"[nexmark cost {q}] Ballast {b['ms_per_event']:.4f} ms/event, native {n['ms_per_event']:.4f} "
-                f"ms/event: ratio {res['cost'][q]['ratio']:.2f}{note}")
+    res["cost"], errors = run_cost(ctx, prefix, events,
+                                   lambda label, q: _spec(ctx, label, q, prefix, P.nexmark_cost_trigger_ms))
     res["backlog_events"] = events
     for q in P.nexmark_migration_queries:
         try:
@@ -350,7 +250,8 @@ def summarize(res: dict[str, Any]) -> dict[str, Any]:
                   "median_batch_ms": r["median_batch_ms"]})
         mig[q] = d
     cost = {q: {k: c[k] for k in ("ballast_ms_per_event", "native_ms_per_event", "ratio", "native_error")}
-            | {"ballast_events_per_s": c["ballast"]["events_per_s"], "native_events_per_s": c["native"].get(
+            | {"ratios": c.get("ratios", [c["ratio"]]),
+               "ballast_events_per_s": c["ballast"]["events_per_s"], "native_events_per_s": c["native"].get(
                "events_per_s", math.nan), "critical_path": c["ballast"].get("critical_path", {})}
             for q, c in res["cost"].items()}
     return {"migration": mig, "cost": cost, "backlog_events": res.get("backlog_events")}
@@ -396,7 +297,9 @@ def report_section(s: dict[str, Any]) -> str:
             "max latency ratio": d["max_latency_ratio_all_at_once_over_batched"]}
            for q, d in (s.get("migration") or {}).items()]
     cost = [{"query": q, "Ballast ms/event": c["ballast_ms_per_event"], "native ms/event": c["native_ms_per_event"],
-             "Ballast / native": c["ratio"], "native note": c.get("native_error") or "",
+             "Ballast / native": c["ratio"],
+             "rounds' ratios": ", ".join(f"{x:.2f}" for x in c.get("ratios") or []),
+             "native note": c.get("native_error") or "",
              "critical path (CP, critical ms per epoch)": "; ".join(
                  f"{op}: {brief(cp)}" for op, cp in (c.get("critical_path") or {}).items())}
             for q, c in (s.get("cost") or {}).items()]
@@ -404,8 +307,9 @@ def report_section(s: dict[str, Any]) -> str:
             + rp.md_table(mig, ["query", "events/s", "state_keys", "keys_moved", "steady p99 ms", "all-at-once max ms",
                                 "batched max ms", "all-at-once s", "batched steps", "batched s", "max latency ratio"])
             + f"\n\nCost per event, the same backlog of {s.get('backlog_events')} events (Ballast ÷ Spark's own "
-            "operators):\n\n"
-            + rp.md_table(cost, ["query", "Ballast ms/event", "native ms/event", "Ballast / native", "native note",
+            "operators; each side's median ms/event and the median of the paired rounds' own ratios):\n\n"
+            + rp.md_table(cost, ["query", "Ballast ms/event", "native ms/event", "Ballast / native", "rounds' ratios",
+                                 "native note",
                                  "critical path (CP, critical ms per epoch)"])
             + "\n\nThe critical path is that of the Ballast job's data epochs, per operator: each activity's "
             "critical participation and its critical ms per epoch (bench.cp_summary, docs/tracing.md).")
