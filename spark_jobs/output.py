@@ -30,6 +30,8 @@ from spark_jobs.records import MAX_RECORD_BYTES, OPERATOR_ERROR, TOO_LARGE, dead
 
 OUTPUT_SCHEMA = "topic string, key binary, value binary, headers array<struct<key:string,value:binary>>"
 
+ID_HEADER = "ballast-id"
+
 
 @functools.cache
 def output_type() -> Any:
@@ -40,7 +42,6 @@ def output_type() -> Any:
     header = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
     return StructType([StructField("topic", StringType()), StructField("key", BinaryType()),
                        StructField("value", BinaryType()), StructField("headers", ArrayType(header))])
-ID_HEADER = "ballast-id"
 
 
 def output_topic(job: str) -> str:
