@@ -15,7 +15,9 @@ Per worker slot w of an operator there is one transactional id, `ballast.<job>.<
    it writes nothing (a replay after a crash between the Kafka commit and the manifest);
 3. otherwise, in one transaction: every output and dead letter (the same records, ids and
    headers as `spark_jobs.output.output_records`), plus the marker (store id, e, w) on
-   partition w; then `commit_transaction()`.
+   partition w; then, only if every one of those sends was acknowledged, `commit_transaction()`
+   (a send that failed, e.g. a batch the client expired, is retried as below: the new producer's
+   init aborts the transaction, so a commit never shows the marker with a record missing).
 
 A producer kept from an earlier task of the same Python process skips step 1: while no other
 producer has initialised the id, no other producer can have committed for the slot, so what the
@@ -278,11 +280,12 @@ def commit_outputs(t: TxnTarget, epoch: int, worker: int, records: list[Record])
                 return False
             p = s.producer
             p.begin_transaction()
-            for topic, key, value, headers in records:
-                p.send(topic, key=NULL_KEY if key is None and value is None else key, value=value, headers=headers)
+            sent = [p.send(topic, key=NULL_KEY if key is None and value is None else key, value=value,
+                           headers=headers) for topic, key, value, headers in records]
             mark = Marker(t.store_id, epoch, worker)
-            p.send(t.commits_topic, key=mark.key(), value=mark.value(), partition=worker)
+            sent.append(p.send(t.commits_topic, key=mark.key(), value=mark.value(), partition=worker))
             p.flush(timeout=s.timeout_s)
+            raise_if_any_failed(sent)  # a dropped batch must abort the transaction, never commit a hole
             faults.hit("worker_before_output_commit")  # records in the log, the transaction open
             _commit(p, s.timeout_s)
             s.last = mark
@@ -310,6 +313,20 @@ def commit_outputs(t: TxnTarget, epoch: int, worker: int, records: list[Record])
                 backoff = min(backoff * 2, 5.0)
     faults.hit("worker_after_output_commit")
     return True
+
+
+def raise_if_any_failed(futures: list[Any]) -> None:
+    """Raise the error of the first send that did not land. kafka-python (3.0) fails a batch of a
+    transaction without aborting the transaction when the batch expires or is lost to a producer
+    epoch bump (e.g. around a broker restart): committing then would make the marker visible with
+    records missing, and a replay would trust the marker and never write them."""
+    from kafka.errors import KafkaTimeoutError
+
+    for f in futures:
+        if not f.is_done:
+            raise KafkaTimeoutError("a record of the transaction was still unsent after flush")
+        if f.failed():
+            raise f.exception
 
 
 def _commit(p: Any, timeout_s: float) -> None:

@@ -249,7 +249,7 @@ def index(request: Request, job: str | None = None, operator: str | None = None,
     pinned = store.get_plan(url, plan[:200]) if plan else None
     if pinned is not None:
         job, operator = pinned.job, pinned.operator
-    jobs = console.jobs(url)
+    jobs = dag_run_links.with_dag_links(console.jobs(url))  # the first paint links like /api/jobs' refreshes
     sel = next((j for j in jobs if j["job"] == job and (not operator or j["operator"] == operator)), None)
     if sel is None and jobs and not job:
         sel = next((j for j in jobs if j["status"] == "running"), jobs[0])

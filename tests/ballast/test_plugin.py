@@ -103,6 +103,19 @@ def test_the_page_escapes_names_and_says_when_a_job_is_unknown(client, db_url):
     assert json.loads(picked.text.split('type="application/json">')[1].split("</script>")[0])["window"] == "15m"
 
 
+def test_the_first_paint_has_the_rows_the_refreshes_have(client, db_url):
+    """The page's own rows (its boot data) carry what /api/jobs' rows carry, links to the job's DAG
+    runs included: the facts panel drawn from them is complete before the first refresh (a browser
+    test once read the links in the 3 s before it and found only the Spark UI's)."""
+    seed_job(db_url, "j1", bins=4, epochs=2)
+    page = client.get("/", params={"job": "j1"}, headers={"accept": "text/html"})
+    boot = json.loads(page.text.split('<script id="boot" type="application/json">')[1].split("</script>")[0])
+    api = client.get("/api/jobs").json()
+    assert [r["dags"] for r in boot["jobs"]] == [r["dags"] for r in api]
+    assert [d["url"].rsplit("/dags/", 1)[1] for d in boot["jobs"][0]["dags"]] == [
+        "ballast_rebalance__j1/runs", "ballast_supervise__j1/runs"]
+
+
 def test_numbers_are_shown_for_reading() -> None:
     assert plugin._fmt(None) == "–" and plugin._fmt(1234567) == "1,234,567" and plugin._fmt(7, " s") == "7 s"
     assert plugin._fmt(1234.5, " ms", 1) == "1,234.5 ms" and plugin._fmt(0.4) == "0" and plugin._fmt("x", "!") == "x!"

@@ -240,3 +240,35 @@ def test_a_commit_the_coordinator_never_answers_times_out_instead_of_waiting_for
     with pytest.raises(KafkaTimeoutError, match="not answered within"):
         _commit(_Producer(), 0.3)
     assert time.monotonic() - t0 < 5
+
+
+def test_a_send_the_client_dropped_aborts_the_attempt_instead_of_committing_a_hole(
+        kafka_bootstrap, unique_name, monkeypatch, caplog):
+    """kafka-python fails the future of a batch it expired (or lost to an epoch bump around a broker
+    restart) without aborting the transaction: its commit would then succeed with that record
+    missing and the marker written, and no replay would ever write it (a CI run lost 69 outputs so
+    during a broker outage). Here the first attempt's send of one record fails that way (the fault
+    is the client's and cannot be caused on demand); the attempt must not commit: a new producer
+    aborts it and the retry commits every record once."""
+    from kafka.errors import KafkaTimeoutError
+    from kafka.future import Future
+
+    out, marks = _topics(kafka_bootstrap, unique_name)
+    t = _target(kafka_bootstrap, unique_name, marks)
+    real_send = KafkaProducer.send
+    dropped: list[bytes] = []
+
+    def send(self, topic, value=None, key=None, **kw):  # type: ignore[no-untyped-def]
+        if value == b"2" and not dropped:
+            dropped.append(value)
+            return Future().failure(KafkaTimeoutError("Expiring 1 record(s): 120000 ms has passed"))
+        return real_send(self, topic, value=value, key=key, **kw)
+
+    monkeypatch.setattr(KafkaProducer, "send", send)
+    caplog.set_level(logging.WARNING, logger="ballast.txn_output")
+    recs = [(out, b"k%d" % i, b"%d" % i, [(ID_HEADER, b"3:0:%d" % i)]) for i in range(4)]
+    assert tx.commit_outputs(t, 3, 0, recs) is True
+    assert dropped == [b"2"], "the fault was not injected: the test would prove nothing"
+    assert _read(kafka_bootstrap, out, "read_committed") == [(b"k%d" % i, b"%d" % i) for i in range(4)]
+    assert _fresh_attempts_marker(t, 0) == Marker("store-A", 3, 0)
+    assert any("KafkaTimeoutError" in r.getMessage() for r in caplog.records), "the retry was not logged"
