@@ -110,9 +110,15 @@ async def _auth_page(request: Request, exc: FastAPIHTTPException) -> Response:
 # ------------------------------------------------------------------------------ JSON API
 
 
+def _job_rows(url: str) -> list[dict[str, Any]]:
+    """The jobs table's rows, with links to each job's DAG runs: the page's first paint and
+    /api/jobs' refreshes draw from the same rows."""
+    return dag_run_links.with_dag_links(console.jobs(url))
+
+
 @app.get("/api/jobs")
 def api_jobs() -> list[dict[str, Any]]:
-    return dag_run_links.with_dag_links(console.jobs(_url()))
+    return _job_rows(_url())
 
 
 @app.get("/api/jobs/{job}/series")
@@ -249,7 +255,7 @@ def index(request: Request, job: str | None = None, operator: str | None = None,
     pinned = store.get_plan(url, plan[:200]) if plan else None
     if pinned is not None:
         job, operator = pinned.job, pinned.operator
-    jobs = dag_run_links.with_dag_links(console.jobs(url))  # the first paint links like /api/jobs' refreshes
+    jobs = _job_rows(url)
     sel = next((j for j in jobs if j["job"] == job and (not operator or j["operator"] == operator)), None)
     if sel is None and jobs and not job:
         sel = next((j for j in jobs if j["status"] == "running"), jobs[0])

@@ -250,8 +250,9 @@ def test_a_send_the_client_dropped_aborts_the_attempt_instead_of_committing_a_ho
     during a broker outage). Here the first attempt's send of one record fails that way (the fault
     is the client's and cannot be caused on demand); the attempt must not commit: a new producer
     aborts it and the retry commits every record once."""
+    from kafka import TopicPartition
     from kafka.errors import KafkaTimeoutError
-    from kafka.future import Future
+    from kafka.producer.future import FutureProduceResult, FutureRecordMetadata
 
     out, marks = _topics(kafka_bootstrap, unique_name)
     t = _target(kafka_bootstrap, unique_name, marks)
@@ -261,7 +262,10 @@ def test_a_send_the_client_dropped_aborts_the_attempt_instead_of_committing_a_ho
     def send(self, topic, value=None, key=None, **kw):  # type: ignore[no-untyped-def]
         if value == b"2" and not dropped:
             dropped.append(value)
-            return Future().failure(KafkaTimeoutError("Expiring 1 record(s): 120000 ms has passed"))
+            batch = FutureProduceResult(TopicPartition(topic, 0))  # what the sender fails for an expired batch
+            record = FutureRecordMetadata(batch, 0, -1, None, 0, 0, 0)
+            batch.failure(KafkaTimeoutError("Expiring 1 record(s): 120000 ms has passed"))
+            return record
         return real_send(self, topic, value=value, key=key, **kw)
 
     monkeypatch.setattr(KafkaProducer, "send", send)
