@@ -25,7 +25,7 @@ from ballast import dag_ids
 from ballast.config import JobConfig, load_jobs
 from ballast.options import EMIT_MODES, ORDERS, STRATEGIES
 from ballast.sensors import CheckpointSensor
-from ballast.tasks import EmitPlanOperator, PlanApprovalOperator
+from ballast.tasks import EmitPlanOperator, PlanApprovalOperator, verify_plan
 
 DAGRUN_TIMEOUT = timedelta(hours=6)
 APPROVAL_TIMEOUT = timedelta(hours=1)  # then the default answer, Reject, cancels the plan
@@ -221,15 +221,7 @@ def make_dag(jobs: dict[str, JobConfig], approval_timeout: timedelta = APPROVAL_
 
         @task(task_id="verify")
         def verify(plan_id: str) -> dict:
-            from ballast import controller
-            from ballast.hooks import BallastMetricsDbHook
-
-            try:
-                out = controller.verify(BallastMetricsDbHook().url(), plan_id)
-            except controller.PlanFailed as exc:
-                raise AirflowFailException(str(exc)) from exc
-            print(out["summary"])
-            return {k: v for k, v in out.items() if k != "summary"}
+            return verify_plan(plan_id)
 
         stored = plan()
         go = approved(stored)

@@ -18,13 +18,13 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from airflow.sdk import DAG, Asset, AssetOrTimeSchedule, AssetWatcher, CronTriggerTimetable, TaskGroup, task
-from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+from airflow.sdk.exceptions import AirflowSkipException
 
 from ballast import dag_ids
 from ballast.config import JobConfig, load_jobs, schedules
 from ballast.protocol import signals_topic
 from ballast.sensors import CheckpointSensor
-from ballast.tasks import EmitPlanOperator
+from ballast.tasks import EmitPlanOperator, verify_plan
 
 
 def _rebalance_group(cfg: JobConfig) -> None:
@@ -75,15 +75,7 @@ def _rebalance_group(cfg: JobConfig) -> None:
 
     @task(task_id="verify")
     def verify(plan_id: str) -> dict:
-        from ballast import controller
-        from ballast.hooks import BallastMetricsDbHook
-
-        try:
-            out = controller.verify(BallastMetricsDbHook().url(), plan_id)
-        except controller.PlanFailed as exc:
-            raise AirflowFailException(str(exc)) from exc
-        print(out["summary"])
-        return {k: v for k, v in out.items() if k != "summary"}
+        return verify_plan(plan_id)
 
     snap = collect()
     plan_id = plan(snap, evaluate(snap))

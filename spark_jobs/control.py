@@ -34,20 +34,19 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from ballast.bin_maps import merge_assignment, split_assignment, unmerged_siblings
 from ballast.protocol import (
     MAX_MESSAGE_BYTES,
     ControlStep,
     clip,
     describe_error,
-    merge_assignment,
     parse_document,
-    split_assignment,
     step_from_document,
-    unmerged_siblings,
 )
 from ballast.signing import Keyring, SignatureError
 from spark_jobs.control_state import AppliedStep, ControlState, Entry, EpochControl, QueuedStep, step_key
@@ -65,10 +64,15 @@ class ControlRecord:
     value: bytes | None
 
 
-def validate(step: ControlStep, st: ControlState) -> str | None:
+CodeCheck = Callable[[ControlStep, ControlState], "str | None"]
+
+
+def validate(step: ControlStep, st: ControlState, check_code: CodeCheck | None = None) -> str | None:
     """Why `step` cannot apply to state `st` (None when it can). Checks everything before changing anything.
 
-    The bin count is the map's (`len(st.assignment)`): a split step raises it, a merge lowers it."""
+    The bin count is the map's (`len(st.assignment)`): a split step raises it, a merge lowers it.
+    An upgrade step's code is judged by `check_code` (spark_jobs.live_code: it imports the version on
+    the driver and the executors); without one, the job takes no upgrades."""
     bins = len(st.assignment)
     if step.map_version != st.map_version:
         return f"map version mismatch: step expects {step.map_version}, job is at {st.map_version}"
@@ -96,6 +100,12 @@ def validate(step: ControlStep, st: ControlState) -> str | None:
         if w_after != w_before:
             return f"a settings step keeps the worker count ({w_before}); the step asks for {w_after}"
         return None
+    if step.kind == "upgrade":
+        if w_after != w_before:
+            return f"an upgrade step keeps the worker count ({w_before}); the step asks for {w_after}"
+        if check_code is None:
+            return "this job's operator takes no live upgrade (only a stateful processor does)"
+        return check_code(step, st)
     if w_after > bins:
         return f"workers after the step ({w_after}) exceed the number of bins ({bins})"
     limit = max(w_before, w_after)
@@ -113,6 +123,23 @@ def validate(step: ControlStep, st: ControlState) -> str | None:
         b = stranded[0]
         return (f"after the step {len(stranded)} bin(s) (first: bin {b}) would sit on worker {new[b]} "
                 f">= workers {w_after}")
+    return None
+
+
+def unfinished_plan(st: ControlState, other_than: str) -> str | None:
+    """What says a plan other than `other_than` is under way (steps queued, or its last step not
+    applied yet while the earlier ones were: a flow-controlled plan between two steps); None if none."""
+    queued = [p for p in st.queued_plans if p != other_than]
+    if queued:
+        return f"plan {queued[0]} has steps queued"
+    if not st.plans or st.plans[-1] == other_than:
+        return None
+    newest = st.plans[-1]
+    done = {int(k.rsplit("#", 1)[1]): f for k, f in st.final.items() if k.rsplit("#", 1)[0] == newest}
+    if done and all(f["status"] == "applied" for f in done.values()):
+        last = max(done)
+        if last < int(done[last].get("of", last)):  # journals before "of" existed: taken as finished
+            return f"plan {newest} applied step {last} of {done[last]['of']}"
     return None
 
 
@@ -143,11 +170,11 @@ def has_due_step(st: ControlState, now: datetime) -> bool:
 def decide(
     state: ControlState, records: list[ControlRecord], *, epoch: int, now: datetime, job: str,
     operator: str, max_future_s: float, max_message_bytes: int = MAX_MESSAGE_BYTES,
-    keyring: Keyring | None = None, siblings: frozenset[str] = frozenset(),
+    keyring: Keyring | None = None, siblings: frozenset[str] = frozenset(), check_code: CodeCheck | None = None,
 ) -> EpochControl:
     """`siblings`: the job's other operators (a multi-operator job shares `<job>.control`): their
     steps are skipped here without a trace, the sibling they name decides them. The bin count is
-    the map's (a split step raises it)."""
+    the map's (a split step raises it). `check_code`: judges an upgrade step's code (`validate`)."""
     st = copy.deepcopy(state)
     entries: list[Entry] = []
 
@@ -156,7 +183,7 @@ def decide(
         entries.append(Entry(len(entries), action, plan_id, step, clip(reason), offset, mjob, mop, **kw))
 
     def finish(s: ControlStep, status: str, reason: str, offset: str, action: str) -> None:
-        st.final[step_key(s.plan_id, s.step)] = {"status": status, "epoch": epoch, "reason": reason}
+        st.final[step_key(s.plan_id, s.step)] = {"status": status, "epoch": epoch, "reason": reason, "of": s.steps}
         add(action, s.plan_id, s.step, reason, offset, checkpoint=True,
             map_version_after=st.map_version if status == "applied" else None, message=s.to_dict())
 
@@ -195,6 +222,10 @@ def decide(
         if (s.effective_at - now).total_seconds() > max_future_s:
             finish(s, "rejected", f"effective_at {s.effective_at.isoformat()} is more than {max_future_s:.0f}s "
                    "in the future", rec.offset, "reject")
+            return
+        if s.kind == "upgrade" and (busy := unfinished_plan(st, s.plan_id)):
+            finish(s, "rejected", f"a migration is under way ({busy}): upgrade once it has finished",
+                   rec.offset, "reject")
             return
         if s.plan_id not in st.plans:
             for q in st.queue:
@@ -244,7 +275,7 @@ def decide(
                 finish(s, "rejected", f"step {s.step - 1} of plan {s.plan_id} was {prev['status']}", q.offset,
                        "reject")
                 continue
-        err = validate(s, st)
+        err = validate(s, st, check_code)
         if err:
             finish(s, "rejected", err, q.offset, "reject")
             continue
@@ -257,6 +288,8 @@ def decide(
             st.assignment[m.bin] = m.dst
         if s.settings is not None:
             st.settings = s.settings.over(st.settings)
+        if s.code is not None:
+            st.code = [*st.code, s.code]
         st.workers = s.workers
         st.map_version += 1  # every applied step is one new map version (the planner counts on it)
         applied = AppliedStep(s.plan_id, s.step, s.kind, s.moves, workers_before=before[1], workers=st.workers,

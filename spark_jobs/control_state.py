@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ballast.code_version import CodeVersion
 from ballast.protocol import ControlStep, Move, Settings, step_from_document
 
 
@@ -67,6 +68,11 @@ class AppliedStep:
         return self.kind == "merge"
 
     @property
+    def is_upgrade(self) -> bool:
+        """It put another version of the processor in force (spark_jobs.live_code)."""
+        return self.kind == "upgrade"
+
+    @property
     def is_settings(self) -> bool:
         """It changed the job's settings: the streaming query restarts after the epoch (spark_jobs.runner)."""
         return self.kind == "settings"
@@ -94,17 +100,26 @@ class ControlState:
     plans: list[str] = field(default_factory=list)  # plan ids in arrival order; last = current
     # what the applied settings steps set (None fields: the job's own configuration holds)
     settings: Settings = field(default_factory=Settings)
+    # the processor versions the applied upgrade steps put in force, in order (empty: the command line's)
+    code: list[CodeVersion] = field(default_factory=list)
+
+    @property
+    def queued_plans(self) -> list[str]:
+        """The plans with a step received and not applied yet (a migration under way)."""
+        return sorted({q.step.plan_id for q in self.queue})
 
     def to_dict(self) -> dict[str, Any]:
         return {"map_version": self.map_version, "workers": self.workers, "assignment": list(self.assignment),
                 "queue": [q.to_dict() for q in self.queue], "final": self.final, "plans": list(self.plans),
-                **({"settings": s} if (s := self.settings.to_dict()) else {})}  # none: the line as before
+                **({"settings": s} if (s := self.settings.to_dict()) else {}),  # none: the line as before
+                **({"code": [c.to_dict() for c in self.code]} if self.code else {})}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ControlState:
-        """A journal's state; one written before settings steps existed has none."""
+        """A journal's state; one written before settings or upgrade steps existed has none."""
         return cls(**{**d, "queue": [QueuedStep.from_dict(q) for q in d.get("queue", [])],
-                      "settings": Settings(**d.get("settings", {}))})
+                      "settings": Settings(**d.get("settings", {})),
+                      "code": [CodeVersion.from_dict(c) for c in d.get("code", [])]})
 
 
 @dataclass

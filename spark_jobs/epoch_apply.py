@@ -21,6 +21,7 @@ from spark_jobs.epoch_times import EpochTimes
 from spark_jobs.executors import ExecutorScaler
 from spark_jobs.fencing import DriverFence
 from spark_jobs.job_clients import JobClients
+from spark_jobs.live_code import LiveCode
 from spark_jobs.output import dlq_topic
 from spark_jobs.processing import ProcessorOperator
 from spark_jobs.run_config import RunConfig
@@ -67,6 +68,7 @@ class EpochApply:
         self.scaler: ExecutorScaler | None = None
         self.cache_dir: str | None = None
         self._commit_parts = 0  # partitions the output's marker topic is known to have
+        self.live_code: LiveCode | None = None  # the processor versions tasks load (set at start)
 
     @property
     def transactional(self) -> bool:
@@ -96,7 +98,7 @@ class EpochApply:
             input_topic=cfg.input_topic, cache_dir=self.cache_dir, snapshot=snapshot, warm=work.warm,
             moving_in=work.moving_in, clock=work.clock,
             op_conf=self.op.task_conf() if isinstance(self.op, ProcessorOperator) else {}, split=work.split,
-            merged_from=work.merged_from,
+            merged_from=work.merged_from, code=self.live_code.chain(st) if self.live_code is not None else (),
             txn=self._txn_target(tasks))
         out = route(keyed, k, st.assignment, tasks, make_apply_fn(acfg))
         if acfg.txn is not None:  # each task commits its outputs itself (spark_jobs.txn_output): no sink

@@ -16,7 +16,7 @@ from datetime import datetime
 from ballast.errors import BallastError
 from ballast.store import writer as mx
 from spark_jobs import faults
-from spark_jobs.control import decide
+from spark_jobs.control import CodeCheck, decide
 from spark_jobs.control_reader import read_control
 from spark_jobs.control_state import EpochControl, initial_state
 from spark_jobs.epoch_times import EpochTimes
@@ -45,8 +45,9 @@ class EpochDecide:
     """Reads an epoch's control records and decides, or reuses the logged decision."""
 
     def __init__(self, cfg: RunConfig, clients: JobClients, journal: Journal, fencing: DriverFence,
-                 ctl_topic: str) -> None:
+                 ctl_topic: str, check_code: CodeCheck | None = None) -> None:
         self.cfg = cfg
+        self.check_code = check_code  # an upgrade step's code (spark_jobs.live_code.LiveCode.check)
         self.clients = clients
         self.journal = journal
         self.fencing = fencing
@@ -77,7 +78,8 @@ class EpochDecide:
             before = self.journal.state_before(epoch) or initial_state(cfg.bins, cfg.workers)
             decision = decide(before, records, epoch=epoch, now=started_at, job=cfg.job, operator=cfg.operator,
                               max_future_s=cfg.max_future_s, max_message_bytes=cfg.max_control_bytes,
-                              keyring=cfg.control_keyring, siblings=frozenset(cfg.siblings))
+                              keyring=cfg.control_keyring, siblings=frozenset(cfg.siblings),
+                              check_code=self.check_code)
             if records or decision.entries or before.queue or self.journal.latest_state() is None:
                 self.fencing.guard(f"the decision of epoch {epoch}")  # a stale one would rewrite the newer's
                 self.journal.write_decision(decision)

@@ -28,7 +28,8 @@ class KeyState:
     """Every state variable and timer of one grouping key, stored as one value of the key's bin.
 
     Values carry their TTL expiry (processing time in ms, None = never); an expired value reads as
-    absent and is dropped at the next save (`compact`)."""
+    absent and is dropped at the next save (`compact`). `code` is the processor version that wrote
+    it, None for the job's first version (spark_jobs.state_upgrade carries it over to a later one)."""
 
     def __init__(self, raw: bytes | None = None) -> None:
         doc = pickle.loads(raw) if raw else {}
@@ -36,6 +37,7 @@ class KeyState:
         self.lists: dict[str, list[tuple[tuple, int | None]]] = doc.get("l", {})
         self.maps: dict[str, dict[tuple, tuple[tuple, int | None]]] = doc.get("m", {})
         self.timers: set[int] = set(doc.get("t", ()))
+        self.code: str | None = doc.get("c")
 
     def compact(self, now_ms: int) -> None:
         """Drop every value whose TTL expired at `now_ms`."""
@@ -54,8 +56,8 @@ class KeyState:
 
     def same(self, other: KeyState) -> bool:
         """Equal content (pickled bytes of equal state may differ in their memo, so compare this)."""
-        return (self.values, self.lists, self.maps, self.timers) == (other.values, other.lists, other.maps,
-                                                                      other.timers)
+        return (self.values, self.lists, self.maps, self.timers, self.code) == (
+            other.values, other.lists, other.maps, other.timers, other.code)
 
     def empty(self) -> bool:
         return not (self.values or self.lists or self.maps or self.timers)
@@ -66,7 +68,7 @@ class KeyState:
             return None
         doc = {"v": dict(sorted(self.values.items())), "l": dict(sorted(self.lists.items())),
                "m": {n: dict(sorted(mp.items(), key=lambda kv: repr(kv[0]))) for n, mp in sorted(self.maps.items())},
-               "t": sorted(self.timers)}
+               "t": sorted(self.timers), **({"c": self.code} if self.code is not None else {})}
         return pickle.dumps(doc, protocol=5)
 
 

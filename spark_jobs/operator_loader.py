@@ -12,6 +12,7 @@ from ballast.operator_names import import_operator_class
 from spark_jobs.operators import OPERATORS, Operator
 from spark_jobs.processing import ProcessorOperator
 from spark_jobs.processor import is_processor
+from spark_jobs.state_upgrade import chain_of
 from spark_jobs.stateless import StatelessOperator, StatelessQuery
 
 
@@ -43,3 +44,19 @@ def get_operator(name: str) -> Operator:
         return OPERATORS[name]()
     except KeyError:
         raise ValueError(f"unknown operator {name!r}; known: {sorted(OPERATORS)}, or package.module:Class") from None
+
+
+def live_operator(name: str, code: tuple[tuple[str, str], ...] = ()) -> Operator:
+    """The operator a task runs: `get_operator(name)`, or after an upgrade step the processor version
+    in force (the last of `code`, the job's (version, ref) pairs from the command line's on) with
+    every version's class loaded, so a key's state can be carried over from whichever wrote it
+    (spark_jobs.state_upgrade)."""
+    if not code:
+        return get_operator(name)
+    classes = []
+    for version, ref in code:
+        cls = import_operator_class(ref)
+        if not (isinstance(cls, type) and is_processor(cls)):
+            raise ValueError(f"version {version} ({ref}) is not a stateful processor: only processors upgrade live")
+        classes.append((version, cls))
+    return ProcessorOperator(classes[-1][1], chain_of(classes))

@@ -19,14 +19,16 @@ every attempt of the epoch computes the same changes and outputs:
    timer and TTL expiry so the driver knows when an epoch without input must still run tasks.
 
 A handler that raises dead-letters the key's rows (or the timer) and leaves the key's state as it
-was before the call: a poisoned record cannot wedge the job.
+was before the call: a poisoned record cannot wedge the job. After a live upgrade, a key's state
+written by another version is carried over before its handler runs (spark_jobs.state_upgrade); a
+key whose carry-over fails is dead-lettered the same way, with reason `upgrade-error`.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from spark_jobs import timers
@@ -48,15 +50,19 @@ from spark_jobs.records import (
     LATE,
     OPERATOR_ERROR,
     REJECT_COLUMN,
+    UPGRADE_ERROR,
     RowRejected,
     dead_note,
     decode_row,
+    encode_output,
     error_text,
     input_topics,
+    output_rows,
     source_of,
     split_rejected,
 )
 from spark_jobs.sql_text import ident, json_of, text
+from spark_jobs.state_upgrade import UpgradeFailed, VersionChain
 
 
 class ProcessorOperator(Operator):
@@ -64,8 +70,10 @@ class ProcessorOperator(Operator):
 
     name = "processor"
 
-    def __init__(self, cls: type) -> None:
+    def __init__(self, cls: type, chain: VersionChain | None = None) -> None:
         self.cls = cls
+        # the job's versions when an upgrade step has run (spark_jobs.state_upgrade); None: this one only
+        self.chain = chain
         spec = getattr(cls, "ballast_query", None)
         self.spec: QuerySpec = spec if isinstance(spec, QuerySpec) else QuerySpec()
         self.ts_columns: tuple[str, ...] = ()
@@ -207,7 +215,7 @@ class _Runtime:
         self.proc = op.cls()
         self.proc.init(self.handle)
         self.on_rows, self.on_timer = bound_methods(self.proc)
-        self.ch, self.writer, self.topic = changes, writer, input_topic
+        self.ch, self.writer, self.topic, self.chain = changes, writer, input_topic, op.chain
 
     def load(self, sk: bytes, key: bytes) -> tuple[KeyState, bytes | None]:
         raw = self.ch.txn.get(sk, db=self.ch.db)
@@ -239,12 +247,16 @@ class _Runtime:
         ks = KeyState(raw)
         self.handle._current = ks
         try:
-            outs = [self._encode(r) for item in (fn() or ()) for r in _rows_of(item)]
+            if self.chain is not None:  # state written by another version is carried over on first use
+                self.chain.carry(ks)
+            outs = [encode_output(r) for item in (fn() or ()) for r in output_rows(item)]
         except Exception as exc:
             letters = dead()
+            upgrade = isinstance(exc, UpgradeFailed)  # the state was never handed to the handler
             for value, where in letters:
                 note = json.loads(where)
-                note.update(reason=note.get("reason", OPERATOR_ERROR), error=error_text(exc))
+                note.update(reason=UPGRADE_ERROR if upgrade else note.get("reason", OPERATOR_ERROR),
+                            error=error_text(exc))
                 self.writer.add_output(DEAD_LETTER, key, value, json.dumps(note))
             return len(letters)
         finally:
@@ -253,10 +265,6 @@ class _Runtime:
             self.writer.add_output(OUTPUT, key, v)
         self.save(b, sk, key, ks, ks_before)
         return 0
-
-    @staticmethod
-    def _encode(row: Any) -> bytes:
-        return json.dumps(row, default=_json_default, separators=(",", ":")).encode()
 
 
 def _row_letters(dl: list[tuple[bytes, tuple[str, int, int]]]) -> Callable[[], list[tuple[bytes, str]]]:
@@ -267,26 +275,6 @@ def _row_letters(dl: list[tuple[bytes, tuple[str, int, int]]]) -> Callable[[], l
 def _timer_letter(ts: int, topic: str) -> Callable[[], list[tuple[bytes, str]]]:
     """The dead letter of a timer whose handler fails (no record: an empty value and the timer's time)."""
     return lambda: [(b"", json.dumps({"timer_ms": ts, "topic": topic}))]
-
-
-def _json_default(value: Any) -> Any:
-    """Output rows' non-JSON values: a set in sorted order (its iteration order follows the
-    process's hash seed, so it differs between the first attempt and a replay), the rest as str."""
-    if isinstance(value, (set, frozenset)):
-        return sorted(value, key=repr)
-    return str(value)
-
-
-def _rows_of(item: Any) -> Iterator[dict[str, Any]]:
-    """A handler yields Rows, dicts, tuples-with-fields or pandas DataFrames (transformWithStateInPandas)."""
-    if hasattr(item, "to_dict") and hasattr(item, "columns"):
-        yield from item.to_dict("records")
-    elif hasattr(item, "asDict"):
-        yield item.asDict()
-    elif isinstance(item, dict):
-        yield item
-    else:
-        raise TypeError(f"a processor must yield Row, dict or pandas.DataFrame, got {type(item).__name__}")
 
 
 def run_processor(cfg: Any, cache: Any, txn: Any, table: Any, n: int, owned: set[int], writer: Any,

@@ -23,6 +23,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from spark_jobs.key_state import KeyState, ListState, MapState, ValueState
+from spark_jobs.state_upgrade import StateUpgrade
+
+__all__ = ["ExpiredTimerInfo", "PreAggregate", "QuerySpec", "StateUpgrade", "StatefulProcessor",
+           "StatefulProcessorHandle", "TimerValues", "bound_methods", "is_processor", "query"]
 
 TIME_MODES = ("None", "ProcessingTime", "EventTime")
 
@@ -224,9 +228,13 @@ class StatefulProcessorHandle:
 class StatefulProcessor:
     """Subclass and implement `init` and `handle_input_rows` (or Spark's camelCase names).
 
-    `ballast_query` says how the query starts; set it on the class or wrap with `query(...)`."""
+    `ballast_query` says how the query starts; set it on the class or wrap with `query(...)`.
+    `ballast_version` labels this code for live upgrades, and `ballast_upgrades` says how state
+    written by other versions carries over (spark_jobs.state_upgrade; docs/operators.md)."""
 
     ballast_query: QuerySpec = QuerySpec()
+    ballast_version: str = "1"
+    ballast_upgrades: tuple[StateUpgrade, ...] = ()
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         raise NotImplementedError("a processor declares its state variables in init(handle)")

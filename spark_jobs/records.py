@@ -15,6 +15,7 @@ worker (`split_rejected`: a null key; `decode_row`: a processor row Python canno
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -28,7 +29,9 @@ LATE = "late"  # event time below the epoch's watermark (processors in EventTime
 AHEAD = "event-time-ahead"  # event time beyond processing time + QuerySpec.max_ahead_ms
 TIME_OUT_OF_RANGE = "time-out-of-range"  # a timestamp column a Python datetime cannot hold
 TOO_LARGE = "too-large"  # an output or dead letter over MAX_RECORD_BYTES: sent without its key and value
-REASONS = (NULL_KEY, NULL_VALUE, DECODE_ERROR, OPERATOR_ERROR, LATE, AHEAD, TIME_OUT_OF_RANGE, TOO_LARGE)
+UPGRADE_ERROR = "upgrade-error"  # a live upgrade could not carry the key's state over (spark_jobs.state_upgrade)
+REASONS = (NULL_KEY, NULL_VALUE, DECODE_ERROR, OPERATOR_ERROR, LATE, AHEAD, TIME_OUT_OF_RANGE, TOO_LARGE,
+           UPGRADE_ERROR)
 
 # The largest record the job writes: its output and dead-letter topics are created with this
 # `max.message.bytes` and its Kafka writer with this `max.request.size` (Kafka's default is 1 MB,
@@ -160,3 +163,28 @@ def decode_row(value: bytes, ts_columns: tuple[str, ...],
             raise RowRejected(TIME_OUT_OF_RANGE, f"timestamp column {c!r} = {ms} ms is outside what a Python "
                                                  f"datetime holds (years 1-9999): {error_text(exc)}") from None
     return d, et
+
+
+def _json_default(value: Any) -> Any:
+    """Output rows' non-JSON values: a set in sorted order (its iteration order follows the
+    process's hash seed, so it differs between the first attempt and a replay), the rest as str."""
+    if isinstance(value, (set, frozenset)):
+        return sorted(value, key=repr)
+    return str(value)
+
+
+def output_rows(item: Any) -> Iterator[dict[str, Any]]:
+    """A handler yields Rows, dicts, tuples-with-fields or pandas DataFrames (transformWithStateInPandas)."""
+    if hasattr(item, "to_dict") and hasattr(item, "columns"):
+        yield from item.to_dict("records")
+    elif hasattr(item, "asDict"):
+        yield item.asDict()
+    elif isinstance(item, dict):
+        yield item
+    else:
+        raise TypeError(f"a processor must yield Row, dict or pandas.DataFrame, got {type(item).__name__}")
+
+
+def encode_output(row: dict[str, Any]) -> bytes:
+    """An output row as the value the job writes: compact JSON, sets sorted (`_json_default`)."""
+    return json.dumps(row, default=_json_default, separators=(",", ":")).encode()

@@ -150,3 +150,14 @@ def as_utc(ts: datetime | None) -> datetime | None:
     if ts is None:
         return None
     return ts.replace(tzinfo=UTC) if ts.tzinfo is None else ts
+
+
+def read_topics(topics: list[str], sources: tuple[int, ...] | None, operator: str) -> list[str]:
+    """The input topics an operator reads: its declared `sources` (positions in `topics`), else all."""
+    if sources is None:
+        return list(topics)
+    bad = [i for i in sources if i >= len(topics)]
+    if bad:
+        raise ValueError(f"operator {operator} reads input position(s) {bad}, but --input-topic lists {len(topics)} "
+                         f"topic(s): {','.join(topics)}; give it every topic its query names")
+    return [t for i, t in enumerate(topics) if i in sources]

@@ -50,12 +50,13 @@ from spark_jobs.fencing import DriverFence
 from spark_jobs.inputs import InputRows
 from spark_jobs.job_clients import JobClients
 from spark_jobs.journal import Journal
+from spark_jobs.live_code import LiveCode
 from spark_jobs.offsets import clear_interrupted_start
 from spark_jobs.operator_loader import get_operator
 from spark_jobs.output import dlq_topic
 from spark_jobs.processing import ProcessorOperator
 from spark_jobs.rebalance_signals import RebalanceSignals
-from spark_jobs.run_config import COMMITS_TOPIC_CONFIG, RunConfig, ensure_job_topics, tick_topic
+from spark_jobs.run_config import COMMITS_TOPIC_CONFIG, RunConfig, ensure_job_topics, read_topics, tick_topic
 from spark_jobs.stateless import StatelessOperator
 from spark_jobs.storage import Location
 from spark_jobs.stream_plan import StreamPlan
@@ -100,8 +101,10 @@ class JobRunner:
         # the components (one concern each) and what they hand each other
         self.clients = JobClients(cfg, self.journal, self.read_topics, self._stopping)
         self.fencing = DriverFence(cfg, self.clients, self._stopping)
-        self.decider = EpochDecide(cfg, self.clients, self.journal, self.fencing, self.ctl_topic)
+        self.live_code = LiveCode(spark, self.op, cfg.path)  # upgrade steps (spark_jobs.live_code)
+        self.decider = EpochDecide(cfg, self.clients, self.journal, self.fencing, self.ctl_topic, self.live_code.check)
         self.applier = EpochApply(cfg, self.op, self.stream_plan, self.clients, self.fencing, self.timers)
+        self.applier.live_code = self.live_code
         self.committer = EpochCommit(cfg, self.clients, self.fencing, self._stopping, self.started_at)
         self.signals = RebalanceSignals(cfg, self.clients)
         self.warmup = WarmUp(spark, cfg, self.op, self.stream_plan, self.inputs, self.clients)
@@ -152,6 +155,7 @@ class JobRunner:
             create_missing_topics(cfg.bootstrap, {out_commits: COMMITS_PARTITIONS},
                                   security=cfg.security, configs={out_commits: COMMITS_TOPIC_CONFIG})
         self._state = self.journal.latest_state()
+        self.live_code.restore(self._state)  # the versions upgrade steps put in force: shipped again
         self.stop_file.delete()  # a stale request must not stop this run
         if self._state is not None and self._state.workers != cfg.workers:
             log.warning("job %s restarts with the logged map (W=%d, map v%d); --workers %d is ignored",
@@ -379,17 +383,6 @@ class JobRunner:
             self.prom.metrics.observe(self.cfg.job, self.cfg.operator, report)
         except Exception:
             log.exception("epoch %d: could not update the Prometheus metrics", report.epoch)
-
-
-def read_topics(topics: list[str], sources: tuple[int, ...] | None, operator: str) -> list[str]:
-    """The input topics an operator reads: its declared `sources` (positions in `topics`), else all."""
-    if sources is None:
-        return list(topics)
-    bad = [i for i in sources if i >= len(topics)]
-    if bad:
-        raise ValueError(f"operator {operator} reads input position(s) {bad}, but --input-topic lists {len(topics)} "
-                         f"topic(s): {','.join(topics)}; give it every topic its query names")
-    return [t for i, t in enumerate(topics) if i in sources]
 
 
 def start_job(spark: Any, cfg: RunConfig) -> JobRunner:

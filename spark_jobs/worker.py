@@ -80,6 +80,9 @@ class ApplyConfig:
     # transactional output (spark_jobs.txn_output): the task commits its outputs itself and yields
     # nothing; None: it yields them as rows for Spark's Kafka sink (at least once, ids deduplicate)
     txn: Any = None
+    # after an upgrade step: the job's processor versions, (version, ref) from the command line's on;
+    # the last runs (spark_jobs.operator_loader.live_operator). Empty: `operator` as it was started
+    code: tuple[tuple[str, str], ...] = ()
 
 
 def make_apply_fn(cfg: ApplyConfig) -> Callable[[Iterator[Any]], Iterator[Any]]:
@@ -159,11 +162,11 @@ def _run(cfg: ApplyConfig, cache: Any, txn: Any, worker: int, table: Any, n: int
         writer = ObjectWriter(meta={"epoch": e, "worker": worker, "attempt": attempt, "kind": "changelog"})
         extra: dict[str, Any] = {}
         if cfg.clock is not None:  # a stateful processor: typed state, timers, event time
-            from spark_jobs.operator_loader import get_operator
+            from spark_jobs.operator_loader import live_operator
             from spark_jobs.processing import run_processor
 
             dead, per_bin, extra = run_processor(cfg, cache, txn, table, n, owned, writer,
-                                                 get_operator(cfg.operator))  # type: ignore[arg-type]
+                                                 live_operator(cfg.operator, cfg.code))  # type: ignore[arg-type]
             bin_records = BinRecords.of(per_bin)
         else:
             dead, bin_records = fold_rows(cfg, cache, txn, table, n, writer)

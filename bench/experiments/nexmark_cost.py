@@ -119,10 +119,10 @@ def _ballast_cost(ctx: Ctx, spec: JobSpec, events: int) -> dict[str, Any]:
 
 def _rows_to_read(ctx: Ctx, spec: JobSpec) -> int:
     """The backlog's records in the topics the job's first operator reads (its query's `sources`,
-    spark_jobs.runner.read_topics), as Spark's own query reads only the topics it names. `_cost`
+    spark_jobs.run_config.read_topics), as Spark's own query reads only the topics it names. `_cost`
     scales the rows read after the first batch back to the backlog's events."""
     from spark_jobs.operator_loader import get_operator
-    from spark_jobs.runner import read_topics
+    from spark_jobs.run_config import read_topics
 
     first = spec.operators[0].partition("=")[2] if spec.operators else spec.operator
     topics = read_topics(spec.input_topic.split(","), get_operator(first).sources(), first)

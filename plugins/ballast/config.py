@@ -211,6 +211,11 @@ class JobConfig(BaseModel):
             raise ConfigError(f"job {self.job!r} has no operator {name!r}; it has {self.operator_names()}")
         return self.model_copy(update={"operator": name})
 
+    @property
+    def operator_path(self) -> str:
+        """What the addressed operator runs: a shipped name or `package.module:Class`."""
+        return next((o.operator for o in self.operators if o.name == self.operator), self.operator)
+
     def operator_args(self) -> list[str]:
         """The data plane's `--operator` flags."""
         if not self.operators:

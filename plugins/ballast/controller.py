@@ -34,6 +34,7 @@ from ballast.control.plan import (
     store_split,
 )
 from ballast.control.render import summary_table
+from ballast.control.upgrade import plan_upgrade
 from ballast.control.verify import Progress, fail_plan, operator_advice, progress
 from ballast.control.verify import verify as _verify
 from ballast.protocol import Settings
@@ -98,5 +99,5 @@ __all__ = [
     "GUARD_STATE_KEY", "InvalidRequest", "NotReady", "PlanFailed", "PlanRequest", "Progress", "assess",
     "build_plan", "collect", "cost_model", "db_unreachable", "evaluate", "fail_plan", "manual_target",
     "new_plan_id", "open_plan_for", "operator_advice", "place", "plan_manual", "plan_rebalance", "plan_split",
-    "progress", "run_plan_blocking", "store_plan", "summary_table", "take_over_manual", "verify",
+    "plan_upgrade", "progress", "run_plan_blocking", "store_plan", "summary_table", "take_over_manual", "verify",
 ]

@@ -4,10 +4,11 @@ Framework-free (the console's process imports no DAG file)."""
 
 from __future__ import annotations
 
-__all__ = ["MIGRATE", "RETENTION", "rebalance", "supervise"]
+__all__ = ["MIGRATE", "RETENTION", "UPGRADE", "rebalance", "supervise"]
 
 MIGRATE = "ballast_migrate"  # manual migrations: the console's trigger form
 RETENTION = "ballast_retention"  # prunes the metrics DB
+UPGRADE = "ballast_upgrade"  # live code upgrades of a job's processor
 
 
 def rebalance(job: str) -> str:

@@ -15,10 +15,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from ballast.code_version import CodeVersion, CodeVersionError
 from ballast.errors import BallastError
 
 SCHEMA = "ballast.control/v1"
-KINDS = ("moves", "map", "noop", "split", "merge", "settings")
+KINDS = ("moves", "map", "noop", "split", "merge", "settings", "upgrade")
 
 # Bounds of one control message, checked before anything else looks at it: a record larger than
 # MAX_MESSAGE_BYTES is rejected unparsed (the job's --max-control-bytes overrides it). The field
@@ -32,7 +33,7 @@ MAX_REPORTED_CHARS = 500  # a rejection reason is clipped to this (it is echoed,
 MAX_BINS = 1 << 16  # the largest bin count a job may have (a split may not go past it)
 MAX_TRIGGER_MS = 3_600_000  # a settings step's trigger interval: at most an hour between epochs
 
-StepKind = Literal["moves", "map", "noop", "split", "merge", "settings"]
+StepKind = Literal["moves", "map", "noop", "split", "merge", "settings", "upgrade"]
 
 
 class ProtocolError(BallastError, ValueError):
@@ -118,33 +119,6 @@ def parse_utc(value: Any, name: str) -> datetime:
         raise ProtocolError(f"{name} is not ISO-8601 UTC: {brief(value)}") from exc
 
 
-def split_assignment(assignment: list[int] | tuple[int, ...], bins: int) -> list[int]:
-    """The map after a split step to `bins` (a power of two above the current count): bin b at the
-    new k is a sub-range of bin b >> d at the old one and stays on its worker, so no key moves."""
-    d = (bins // len(assignment)).bit_length() - 1
-    return [assignment[b >> d] for b in range(bins)]
-
-
-def merge_assignment(assignment: list[int] | tuple[int, ...], bins: int) -> list[int]:
-    """The map after a merge step to `bins` (a power of two below the current count): bin b at the
-    new k is the key range of bins b·2^d .. (b+1)·2^d − 1 at the old one, which must share a worker
-    (`unmerged_siblings`): they stay there, so no key moves."""
-    d = (len(assignment) // bins).bit_length() - 1
-    return [assignment[b << d] for b in range(bins)]
-
-
-def unmerged_siblings(assignment: list[int] | tuple[int, ...], bins: int) -> list[tuple[int, list[int]]]:
-    """The bins at the new count whose parts sit on more than one worker (a merge to `bins` needs
-    none): (bin at the new count, the workers of its parts in order)."""
-    d = (len(assignment) // bins).bit_length() - 1
-    out = []
-    for b in range(bins):
-        ws = list(assignment[b << d:(b + 1) << d])
-        if len(set(ws)) > 1:
-            out.append((b, ws))
-    return out
-
-
 @dataclass(frozen=True, order=True)
 class Move:
     """Bin `bin` leaves worker `src` for worker `dst` (JSON keys: bin, from, to)."""
@@ -221,6 +195,7 @@ class ControlStep:
     precopy: bool = False  # warm the incoming bins at their new owners first; cut over an epoch later
     bins: int | None = None  # split and merge steps only: the bin count after the step (a power of two)
     settings: Settings | None = None  # settings steps only: what they change
+    code: CodeVersion | None = None  # upgrade steps only: the processor version they deploy
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -240,6 +215,7 @@ class ControlStep:
             **({"precopy": True} if self.precopy else {}),
             **({"bins": self.bins} if self.bins is not None else {}),
             **({"settings": self.settings.to_dict()} if self.settings is not None else {}),
+            **({"code": self.code.to_dict()} if self.code is not None else {}),
         }
 
     def to_json(self) -> bytes:
@@ -350,7 +326,7 @@ def step_from_document(doc: dict[str, Any]) -> ControlStep:
             raise ProtocolError(f"bin {b} appears twice in one step")
         seen.add(b)
         moves.append(Move(b, s, d))
-    if kind in ("noop", "split", "merge", "settings") and moves:
+    if kind in ("noop", "split", "merge", "settings", "upgrade") and moves:
         raise ProtocolError(f"a {kind} step carries no moves")
     bins: int | None = None
     if kind in ("split", "merge"):
@@ -365,6 +341,12 @@ def step_from_document(doc: dict[str, Any]) -> ControlStep:
         settings = Settings.from_dict(required_field(doc, "settings", dict))
     elif "settings" in doc:
         raise ProtocolError(f"field 'settings' belongs to settings steps only, not to a {kind} step")
+    if (kind == "upgrade") != ("code" in doc):
+        raise ProtocolError("an upgrade step carries field 'code' (ref, version), and only an upgrade step does")
+    try:
+        code = CodeVersion.from_dict(doc["code"]) if kind == "upgrade" else None
+    except CodeVersionError as exc:
+        raise ProtocolError(str(exc)) from None
     plan_id = text_field(doc, "plan_id", MAX_PLAN_ID_CHARS)
     if not plan_id:
         raise ProtocolError("plan_id must not be empty")
@@ -388,4 +370,5 @@ def step_from_document(doc: dict[str, Any]) -> ControlStep:
         precopy=precopy,
         bins=bins,
         settings=settings,
+        code=code,
     )

@@ -196,3 +196,16 @@ class PlanApprovalOperator(ApprovalOperator):
                 "timed_out": bool(event.get("timedout")),
             })
         return super().execute_complete(context, event)
+
+
+def verify_plan(plan_id: str) -> dict[str, Any]:
+    """The body of every DAG's `verify` task: the plan's outcome, or the task fails with why (a
+    rejected step's reason from the job, a step that never came back), so the DAG run says it."""
+    from ballast import controller
+
+    try:
+        out = controller.verify(BallastMetricsDbHook().url(), plan_id)
+    except controller.PlanFailed as exc:
+        raise AirflowFailException(str(exc)) from exc
+    print(out["summary"])
+    return {k: v for k, v in out.items() if k != "summary"}

@@ -11,9 +11,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from ballast import policy, store
+from ballast.bin_maps import split_assignment
 from ballast.control import collect, place, plan
 from ballast.control.handoffs import Snapshot
-from ballast.protocol import MAX_PLAN_ID_CHARS, split_assignment, step_from_document
+from ballast.protocol import MAX_PLAN_ID_CHARS, step_from_document
 
 pytestmark = pytest.mark.controlplane
 

@@ -67,7 +67,7 @@ def test_a_hot_bin_gets_a_split_plan_and_the_next_window_counts_only_the_new_bin
     """At equal W a bin above a worker's fair share (by more than skew_threshold) is split first:
     a one-step plan, kind split, nothing moves. Once the job runs at the new count, the bin
     statistics use only epochs numbered at that count (older rows number bins at 16)."""
-    from ballast.protocol import split_assignment
+    from ballast.bin_maps import split_assignment
     from ballast.store import writer
 
     jobs_file(bins=16)

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from ballast.bin_maps import merge_assignment, split_assignment, unmerged_siblings
 from ballast.protocol import (
     MAX_INT,
     MAX_REPORTED_CHARS,
@@ -22,14 +23,11 @@ from ballast.protocol import (
     clip,
     control_topic,
     describe_error,
-    merge_assignment,
     message_key,
     message_size,
     parse_control,
     parse_document,
-    split_assignment,
     step_from_document,
-    unmerged_siblings,
 )
 from tests.helpers.control import control_step as _step
 

@@ -98,7 +98,7 @@ class Harness:
 
     def split(self, bits: int) -> None:
         """A split step: the map's bin count becomes 2^bits, every bin's halves stay on its worker."""
-        from ballast.protocol import split_assignment
+        from ballast.bin_maps import split_assignment
 
         self.assignment = split_assignment(self.assignment, 1 << bits)
         self.k = bits
@@ -106,7 +106,7 @@ class Harness:
 
     def merge(self, bits: int) -> None:
         """A merge step: the map's bin count becomes 2^bits; each new bin's parts must share a worker."""
-        from ballast.protocol import merge_assignment, unmerged_siblings
+        from ballast.bin_maps import merge_assignment, unmerged_siblings
 
         assert not unmerged_siblings(self.assignment, 1 << bits), "move the parts together first"
         self.assignment = merge_assignment(self.assignment, 1 << bits)

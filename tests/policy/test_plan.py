@@ -47,8 +47,8 @@ def test_a_split_is_one_step_that_keeps_the_workers_and_expects_the_base_version
 
 
 def test_a_merge_first_moves_the_parts_apart_to_where_most_of_their_bytes_are() -> None:
+    from ballast.bin_maps import merge_assignment, unmerged_siblings
     from ballast.policy import merge_plan
-    from ballast.protocol import merge_assignment, unmerged_siblings
 
     a = [0, 1, 1, 1, 0, 0, 1, 0]  # to 2 bins: parts 0-3 mostly on worker 1, parts 4-7 mostly on 0
     p = merge_plan(3, a, 2, 2)

@@ -11,8 +11,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from spark_jobs.processing import _json_default, _Runtime
-from spark_jobs.records import utc_datetime
+from spark_jobs.records import _json_default, encode_output, utc_datetime
 
 pytestmark = pytest.mark.dataplane
 
@@ -36,8 +35,8 @@ def test_timestamps_are_utc_whatever_the_zone(tz, monkeypatch):
 
 def test_output_rows_are_the_same_bytes_in_any_process():
     """Two interpreters with different hash seeds and zones encode the same row identically."""
-    code = ("from spark_jobs.processing import _Runtime; from spark_jobs.records import utc_datetime;"
-            "import sys; sys.stdout.write(_Runtime._encode({'ts': utc_datetime(1772958153123), "
+    code = ("from spark_jobs.records import encode_output; from spark_jobs.records import utc_datetime;"
+            "import sys; sys.stdout.write(encode_output({'ts': utc_datetime(1772958153123), "
             "'tags': {'alpha', 'beta', 'gamma', 'delta', 'x1', 'x2', 'x3'}}).decode())")
     outs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                            env={"PYTHONHASHSEED": str(seed), "TZ": tz, "PATH": "/usr/bin:/bin",
@@ -46,7 +45,7 @@ def test_output_rows_are_the_same_bytes_in_any_process():
     assert outs == {'{"ts":"2026-03-08 08:22:33.123000+00:00",'
                     '"tags":["alpha","beta","delta","gamma","x1","x2","x3"]}'}, outs
     assert _json_default(frozenset({3, 1, 2})) == [1, 2, 3]
-    assert _Runtime._encode({"n": 1}) == b'{"n":1}'
+    assert encode_output({"n": 1}) == b'{"n":1}'
 
 
 # ---------------------------------------------------------------- pre-aggregation (QuerySpec.pre_aggregate) --

@@ -7,7 +7,7 @@ import pytest
 from spark_jobs.nexmark import AUCTION, BID, PERSON
 from spark_jobs.operator_loader import get_operator
 from spark_jobs.processor import QuerySpec
-from spark_jobs.runner import read_topics
+from spark_jobs.run_config import read_topics
 
 TOPICS = ["n.person", "n.auction", "n.bid"]
 

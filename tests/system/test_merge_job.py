@@ -8,8 +8,9 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import select
 
+from ballast.bin_maps import merge_assignment
 from ballast.policy import apply_moves, merge_plan
-from ballast.protocol import Move, merge_assignment
+from ballast.protocol import Move
 from migrations_db import models as m
 from migrations_db.db import session_scope
 from spark_jobs.runner import RunConfig, start_job

@@ -41,7 +41,8 @@ from spark_jobs.nexmark import topics as input_topics
 from spark_jobs.offsets import committed_epochs, epoch_ranges, read_end_offsets
 from spark_jobs.operator_loader import get_operator
 from spark_jobs.output import read_output, record_id, scan_topic
-from spark_jobs.runner import ensure_job_topics, read_topics
+from spark_jobs.run_config import read_topics
+from spark_jobs.runner import ensure_job_topics
 from tests.helpers.dp_helpers import plan_maps, steps_from_maps
 from tests.helpers.kill_runs import StepSender, check_plan_applied, cli_env, final_run, killed_runs
 from tests.helpers.nexmark import PARTITIONS, flush_events, nexmark_events, until_ms, write

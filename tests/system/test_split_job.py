@@ -8,7 +8,8 @@ from collections import Counter
 import pytest
 from sqlalchemy import select
 
-from ballast.protocol import Move, split_assignment
+from ballast.bin_maps import split_assignment
+from ballast.protocol import Move
 from migrations_db import models as m
 from migrations_db.db import session_scope
 from spark_jobs.runner import RunConfig, start_job

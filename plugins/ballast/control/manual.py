@@ -64,6 +64,19 @@ def manual_target(current: MapState, bins: BinLoad, target_workers: int | None,
     return new, max(current.workers, max(new) + 1)
 
 
+def live_map(url: str, cfg: JobConfig, what: str) -> tuple[MapState, BinLoad]:
+    """The job's map and bins now, for a request (`what`) a person made; InvalidRequest when a plan
+    is open (one at a time per operator) or the job has not reported yet."""
+    open_ = store.open_plans(url, cfg.job, cfg.operator)
+    if open_:
+        raise InvalidRequest(store.conflict_message(open_[-1], what))
+    try:
+        snap, bins = current_state(url, cfg)
+    except NotReady as exc:
+        raise InvalidRequest(str(exc)) from exc
+    return MapState(snap.map_version, snap.epoch, snap.workers, snap.assignment), bins
+
+
 def plan_manual(url: str, cfg: JobConfig, params: dict[str, Any]) -> dict[str, Any]:
     """Validate a manual request against the live map, plan it; store it unless dry_run.
 
@@ -72,14 +85,7 @@ def plan_manual(url: str, cfg: JobConfig, params: dict[str, Any]) -> dict[str, A
     """
     if params.get("take_over"):
         return take_over_manual(url, cfg, str(params["take_over"]), bool(params.get("force")))
-    open_ = store.open_plans(url, cfg.job, cfg.operator)
-    if open_:
-        raise InvalidRequest(store.conflict_message(open_[-1], "this manual migration"))
-    try:
-        snap, bins = current_state(url, cfg)
-    except NotReady as exc:
-        raise InvalidRequest(str(exc)) from exc
-    current = MapState(snap.map_version, snap.epoch, snap.workers, snap.assignment)
+    current, bins = live_map(url, cfg, "this manual migration")
     if any(params.get(k) is not None for k in Settings.NAMES):
         return _plan_settings(url, cfg, current, params)
     if params.get("split_to"):
@@ -126,7 +132,7 @@ def _plan_split(url: str, cfg: JobConfig, current: MapState, bins: int, params: 
         raise InvalidRequest(f"split_to must be a power of two above the job's {have} bins and at most "
                              f"rebalance.max_bins ({cfg.rebalance.max_bins}), got {bins}")
     rendered = f"split: {have} -> {bins} bins at map v{current.version}; every bin's parts stay on its worker"
-    return _one_step(cfg, params, rendered, "manual split",
+    return one_step(cfg, params, rendered, "manual split",
                      lambda req: store_split(url, cfg, current, bins, req).to_dict())
 
 
@@ -179,13 +185,13 @@ def _plan_settings(url: str, cfg: JobConfig, current: MapState, params: dict[str
     rendered = (f"settings at map v{current.version}: "
                 + ", ".join(f"{k} -> {v if v or k == 'trigger_ms' else 'no cap'}" for k, v in values.items())
                 + "; the job restarts its streaming query in its own process, nothing moves")
-    return _one_step(cfg, params, rendered, "manual settings change",
+    return one_step(cfg, params, rendered, "manual settings change",
                      lambda req: store_settings(url, cfg, current, settings, req).to_dict())
 
 
-def _one_step(cfg: JobConfig, params: dict[str, Any], rendered: str, reason: str,
+def one_step(cfg: JobConfig, params: dict[str, Any], rendered: str, reason: str,
               store_it: Callable[[PlanRequest], dict[str, Any]]) -> dict[str, Any]:
-    """A one-step plan that moves nothing (a split, a settings change): printed on a dry run, else
+    """A one-step plan that moves nothing (a split, a settings change, an upgrade): printed on a dry run, else
     stored by `store_it` (a conflicting open plan is the request's error)."""
     if params.get("dry_run"):
         log.info("DRY RUN — nothing stored, nothing emitted: %s", rendered)

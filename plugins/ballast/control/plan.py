@@ -14,11 +14,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from ballast import policy, store
+from ballast.bin_maps import merge_assignment, split_assignment
+from ballast.code_version import CodeVersion
 from ballast.config import JobConfig
 from ballast.control.handoffs import BinLoad, MapState, StoredPlan
 from ballast.errors import BallastError
 from ballast.options import EmitMode, Order, Strategy
-from ballast.protocol import ControlStep, Move, Settings, merge_assignment, split_assignment
+from ballast.protocol import ControlStep, Move, Settings
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +77,7 @@ def build_plan(current: MapState, bins: BinLoad, target: Sequence[int], target_w
 
 def store_split(url: str, cfg: JobConfig, current: MapState, bins: int, req: PlanRequest) -> StoredPlan:
     """Store the one-step plan that raises the bin count to `bins` (nothing moves); its target map
-    is `ballast.protocol.split_assignment`'s, the rule the job applies."""
+    is `ballast.bin_maps.split_assignment`'s, the rule the job applies."""
     plan = policy.split_plan(current.version, current.assignment, current.workers, bins)
     return store_plan(url, cfg, current, split_assignment(current.assignment, bins), plan, req, cost_model(url, cfg))
 
@@ -84,7 +86,7 @@ def store_merge(url: str, cfg: JobConfig, current: MapState, bins: int, size: li
                 req: PlanRequest) -> StoredPlan:
     """Store the plan that lowers the bin count to `bins`: the moves that bring each merged bin's
     parts to one worker (`ballast.policy.merge_plan`), then the merge step; its target map is
-    `ballast.protocol.merge_assignment`'s of the map after those moves, the rule the job applies."""
+    `ballast.bin_maps.merge_assignment`'s of the map after those moves, the rule the job applies."""
     plan = policy.merge_plan(current.version, current.assignment, current.workers, bins, size)
     moved = policy.apply_moves(current.assignment, [m for s in plan.steps for m in s.moves])
     return store_plan(url, cfg, current, merge_assignment(moved, bins), plan, req, cost_model(url, cfg))
@@ -93,6 +95,12 @@ def store_merge(url: str, cfg: JobConfig, current: MapState, bins: int, size: li
 def store_settings(url: str, cfg: JobConfig, current: MapState, settings: Settings, req: PlanRequest) -> StoredPlan:
     """Store the one-step plan that changes the job's settings (its map stays as it is)."""
     plan = policy.settings_plan(current.version, current.workers, settings)
+    return store_plan(url, cfg, current, current.assignment, plan, req, cost_model(url, cfg))
+
+
+def store_upgrade(url: str, cfg: JobConfig, current: MapState, code: CodeVersion, req: PlanRequest) -> StoredPlan:
+    """Store the one-step plan that puts another version of the job's processor in force (its map stays)."""
+    plan = policy.upgrade_plan(current.version, current.workers, code)
     return store_plan(url, cfg, current, current.assignment, plan, req, cost_model(url, cfg))
 
 
@@ -114,7 +122,7 @@ def store_plan(url: str, cfg: JobConfig, current: MapState, target: Sequence[int
             kind=s.kind, moves=tuple(Move(mv.bin, mv.src, mv.dst) for mv in s.moves),  # type: ignore[arg-type]
             workers=s.workers, map_version=s.map_version, issued_at=now,
             effective_at=now + timedelta(seconds=s.effective_offset_s), reason=req.reason[:500], bins=s.bins_after,
-            settings=s.settings,
+            settings=s.settings, code=s.code,
         )
         steps.append(store.StepRecord(plan_id, s.step, msg.to_dict(), msg.effective_at, None, None, None,
                                      model.predict_step(s)))

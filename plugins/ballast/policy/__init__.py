@@ -69,12 +69,13 @@ from ballast.policy.plan import (
     merge_plan,
     settings_plan,
     split_plan,
+    upgrade_plan,
 )
 from ballast.policy.planner import choose_plan, plan_migration
 from ballast.policy.split import SplitAdvice, split_advice
 
 __all__ = [
-    "SplitAdvice", "split_advice", "split_plan", "merge_plan", "settings_plan", "autotune",
+    "SplitAdvice", "split_advice", "split_plan", "merge_plan", "settings_plan", "upgrade_plan", "autotune",
     "critical_path_check", "scale_up_gain", "workers_share", "BinWeights", "bin_weights", "folds_share",
     "CheckpointSample", "CostModel", "choose_plan", "fit_cost_model", "render_plan",
     "Dataflow", "DS2Result", "EpochMetrics", "OperatorNode", "OperatorRates", "OperatorTarget",

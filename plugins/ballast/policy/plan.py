@@ -11,10 +11,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from ballast.code_version import CodeVersion
 from ballast.protocol import Move, Settings
 
 __all__ = ["ORDERS", "STRATEGIES", "Order", "MigrationPlan", "MigrationStep", "Strategy", "apply_moves",
-           "settings_plan", "split_plan"]
+           "settings_plan", "split_plan", "upgrade_plan"]
 
 Strategy = Literal["all-at-once", "fluid", "batched", "auto"]
 Order = Literal["hot-first", "largest-first", "smallest-first", "by-id"]
@@ -36,6 +37,7 @@ class MigrationStep:
     split_to: int | None = None  # a split step: the bin count after it (no moves, same workers)
     settings: Settings | None = None  # a settings step: what it changes (no moves, same workers)
     merge_to: int | None = None  # a merge step: the bin count after it (no moves, same workers)
+    code: CodeVersion | None = None  # an upgrade step: the processor version it deploys (no moves, same workers)
 
     @property
     def bins(self) -> int:
@@ -46,7 +48,7 @@ class MigrationStep:
         """Protocol kind: a split raises the bin count, a settings step changes the job's settings; a
         step without moves only changes W."""
         return ("split" if self.split_to else "merge" if self.merge_to else "settings" if self.settings is not None
-                else "moves" if self.moves else "noop")
+                else "upgrade" if self.code is not None else "moves" if self.moves else "noop")
 
     @property
     def bins_after(self) -> int | None:
@@ -119,6 +121,12 @@ def settings_plan(base_version: int, workers: int, settings: Settings) -> Migrat
         raise ValueError("a settings plan changes at least one setting")
     step = MigrationStep(step=1, moves=(), workers=workers, map_version=base_version, settings=settings)
     return MigrationPlan("settings", "by-id", base_version, workers, workers, (step,))
+
+
+def upgrade_plan(base_version: int, workers: int, code: CodeVersion) -> MigrationPlan:
+    """One upgrade step: another version of the processor goes into force; nothing moves."""
+    step = MigrationStep(step=1, moves=(), workers=workers, map_version=base_version, code=code)
+    return MigrationPlan("upgrade", "by-id", base_version, workers, workers, (step,))
 
 
 def apply_moves(assignment: Sequence[int], moves: Sequence[Move]) -> list[int]:

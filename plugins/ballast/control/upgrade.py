@@ -1,0 +1,45 @@
+"""A live code upgrade a person asked for (ballast_upgrade): check the request's form against the job,
+then store the one-step upgrade plan the emitter sends.
+
+The control side cannot judge the code itself (the user's module lives with the job, not
+necessarily with Airflow): the job imports it on its driver and executors before it applies the
+step, and rejects it there with the reason in the step's checkpoint (spark_jobs.live_code).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from ballast.code_version import CodeVersion, CodeVersionError
+from ballast.config import JobConfig
+from ballast.control.manual import InvalidRequest, live_map, one_step
+from ballast.control.plan import store_upgrade
+
+log = logging.getLogger(__name__)
+
+STRATEGIES = ("direct",)  # the new version takes over at the step's epoch; keys carried over on first use
+
+
+def plan_upgrade(url: str, cfg: JobConfig, params: dict[str, Any]) -> dict[str, Any]:
+    """Validate an upgrade request (job, operator, code ref, version, py_files, strategy); store its
+    one-step plan unless dry_run. InvalidRequest says what is wrong; nothing is stored then."""
+    strategy = params.get("strategy") or "direct"
+    if strategy not in STRATEGIES:
+        raise InvalidRequest(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
+    if ":" not in cfg.operator_path:
+        raise InvalidRequest(f"job {cfg.job} runs the shipped operator {cfg.operator_path!r}; only a stateful "
+                             "processor (package.module:Class) upgrades live")
+    try:
+        code = CodeVersion(ref=str(params.get("code") or ""), version=str(params.get("version") or ""),
+                           py_files=tuple(params.get("py_files") or ()))
+    except CodeVersionError as exc:
+        raise InvalidRequest(str(exc)) from exc
+    current, _ = live_map(url, cfg, "this upgrade")
+    rendered = (f"upgrade at map v{current.version}: {code.describe()}"
+                + (f", shipping {', '.join(code.py_files)}" if code.py_files else "")
+                + f"; strategy {strategy}: the job imports it on its driver and executors first and rejects it if "
+                "it does not import, says another version or declares no StateUpgrade from the version in force; "
+                "each key's state is carried over the first time the new version handles it, nothing moves")
+    return one_step(cfg, params, rendered, f"upgrade to version {code.version}",
+                    lambda req: store_upgrade(url, cfg, current, code, req).to_dict())
