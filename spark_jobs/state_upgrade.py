@@ -8,8 +8,9 @@ it (`KeyState.code`), and the first time the new version handles the key, its st
 over hop by hop along the job's versions (`carry`). So the step itself costs one epoch boundary
 whatever the state's size, a key nobody touches is never converted, and a rollback is one more hop
 (declared by the newer version: `StateUpgrade("2", "1", ...)`). A function that raises on a key
-leaves that key's state as it was: its records become dead letters with reason `upgrade-error`
-(spark_jobs.processing), so nothing is lost and the operator can roll back.
+leaves that key's stored state as it was (the half-carried copy in memory is dropped, never
+saved): its records become dead letters with reason `upgrade-error` (spark_jobs.processing), so
+nothing is lost and the operator can roll back.
 """
 
 from __future__ import annotations

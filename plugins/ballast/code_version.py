@@ -19,8 +19,8 @@ MAX_VERSION_CHARS = 50
 MAX_PY_FILES = 16
 MAX_PATH_CHARS = 1000
 PY_FILE_SUFFIXES = (".py", ".zip", ".egg")  # what SparkContext.addPyFile ships to the Python workers
-_VERSION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
-_REF = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+_VERSION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*\Z")
+_REF = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*\Z")
 
 
 class CodeVersionError(BallastError, ValueError):

@@ -327,7 +327,7 @@ def step_from_document(doc: dict[str, Any]) -> ControlStep:
         seen.add(b)
         moves.append(Move(b, s, d))
     if kind in ("noop", "split", "merge", "settings", "upgrade") and moves:
-        raise ProtocolError(f"a {kind} step carries no moves")
+        raise ProtocolError(f"{'an' if kind == 'upgrade' else 'a'} {kind} step carries no moves")
     bins: int | None = None
     if kind in ("split", "merge"):
         bins = required_field(doc, "bins", int)

@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 
-from ballast.bin_maps import merge_assignment, split_assignment, unmerged_siblings
 from ballast.protocol import (
     MAX_INT,
     MAX_REPORTED_CHARS,
@@ -73,23 +72,7 @@ def test_topics_and_key_of_a_job() -> None:
     assert message_key("clicks", "keycount") == b"clicks/keycount" != message_key("clicks", "wordcount")
 
 
-def test_a_split_keeps_every_part_on_its_bins_worker() -> None:
-    assert split_assignment([0, 1], 8) == [0, 0, 0, 0, 1, 1, 1, 1]
-    assert split_assignment((2, 0, 1, 1), 8) == [2, 2, 0, 0, 1, 1, 1, 1]
-    assert split_assignment([0, 1, 0, 1], 4) == [0, 1, 0, 1]
-
-
 # ----------------------------------------------------------------------------- refusals
-
-
-def test_a_merge_joins_parts_that_share_a_worker() -> None:
-    assert merge_assignment([0, 0, 0, 0, 1, 1, 1, 1], 2) == [0, 1]
-    assert merge_assignment((2, 2, 0, 0, 1, 1, 1, 1), 4) == [2, 0, 1, 1]
-    assert merge_assignment([3, 3], 1) == [3]
-    assert merge_assignment(split_assignment([2, 0, 1, 1], 16), 4) == [2, 0, 1, 1], "the inverse of a split"
-    assert unmerged_siblings([0, 0, 1, 1], 2) == []
-    assert unmerged_siblings([0, 1, 1, 1, 2, 2, 0, 2], 2) == [(0, [0, 1, 1, 1]), (1, [2, 2, 0, 2])]
-    assert unmerged_siblings([0, 1, 1, 1, 2, 2, 0, 2], 4) == [(0, [0, 1]), (3, [0, 2])]
 
 
 def test_a_merge_step_round_trips_and_goes_down_to_one_bin() -> None:
@@ -289,3 +272,52 @@ def test_settings_belong_to_settings_steps_and_a_settings_step_moves_nothing() -
     moves = json.loads(_step().to_json())
     with pytest.raises(ProtocolError, match="settings steps only"):
         parse_control(json.dumps({**moves, "settings": {"trigger_ms": 100}}))
+
+
+# ----------------------------------------------------------------------------- upgrade steps
+
+
+def _upgrade_step(**code: Any) -> ControlStep:
+    from ballast.code_version import CodeVersion
+
+    return dataclasses.replace(_step(moves=()), kind="upgrade",
+                               code=CodeVersion(**{"ref": "pkg.mod:Counter", "version": "2", **code}))
+
+
+def test_an_upgrade_step_round_trips_with_its_code() -> None:
+    from ballast.code_version import CodeVersion
+
+    step = _upgrade_step(py_files=("/tmp/v2/counter.py",))
+    doc = json.loads(step.to_json())
+    assert doc["kind"] == "upgrade" and doc["moves"] == []
+    assert doc["code"] == {"ref": "pkg.mod:Counter", "version": "2", "py_files": ["/tmp/v2/counter.py"]}
+    back = parse_control(step.to_json())
+    assert back == step and back.code == CodeVersion("pkg.mod:Counter", "2", ("/tmp/v2/counter.py",))
+    assert parse_control(_upgrade_step().to_json()).code == CodeVersion("pkg.mod:Counter", "2")
+    assert "code" not in _step().to_dict(), "a step of another kind sends no code field"
+
+
+def test_code_belongs_to_upgrade_steps_only_and_an_upgrade_step_moves_nothing() -> None:
+    doc = json.loads(_upgrade_step().to_json())
+    with pytest.raises(ProtocolError, match="an upgrade step carries field 'code'"):
+        parse_control(json.dumps({k: v for k, v in doc.items() if k != "code"}))
+    noop = json.loads(_step(moves=()).to_json())
+    assert parse_control(json.dumps(noop)).kind == "noop"
+    with pytest.raises(ProtocolError, match="and only an upgrade step does"):
+        parse_control(json.dumps({**noop, "code": doc["code"]}))
+    with pytest.raises(ProtocolError, match="upgrade step carries no moves"):
+        parse_control(json.dumps({**doc, "moves": [{"bin": 0, "from": 0, "to": 1}]}))
+
+
+@pytest.mark.parametrize("code, why", [
+    ({"ref": "pkg.mod.Counter", "version": "2"}, "code ref must be package.module:Class"),
+    ({"ref": "pkg.mod:Counter", "version": "2/3"}, "code version must be a label"),
+    ({"ref": "pkg.mod:Counter", "version": "2", "py_files": ["v2.jar"]}, "each py_file must be a path ending in"),
+    ({"ref": "pkg.mod:Counter", "version": "2", "sha": "abc"}, r"unknown field\(s\) \['sha'\] in 'code'"),
+    ("pkg.mod:Counter", "field 'code' must be an object, got str"),
+])
+def test_a_bad_code_field_is_a_protocol_error_with_the_reason(code: Any, why: str) -> None:
+    doc = json.loads(_upgrade_step().to_json())
+    with pytest.raises(ProtocolError, match=why) as caught:
+        parse_control(json.dumps({**doc, "code": code}))
+    assert caught.value.reason == str(caught.value) and describe_error(caught.value) == caught.value.reason

@@ -26,7 +26,8 @@ def test_dag_folder_imports_without_errors(airflow_db):
     assert {"ballast_supervise__clicks", "ballast_rebalance__clicks", "ballast_migrate"} <= set(bag.dag_ids)
     # the ids the console links to (ballast.dag_ids) are the DAGs the files create
     from ballast import dag_ids
-    assert {dag_ids.supervise("clicks"), dag_ids.rebalance("clicks"), dag_ids.MIGRATE, dag_ids.RETENTION} <= set(
+    assert {dag_ids.supervise("clicks"), dag_ids.rebalance("clicks"), dag_ids.MIGRATE, dag_ids.RETENTION,
+            dag_ids.UPGRADE} <= set(
         bag.dag_ids)
     rebalance = bag.get_dag("ballast_rebalance__clicks")
     assert rebalance.max_active_runs == 1

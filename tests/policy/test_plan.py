@@ -8,6 +8,7 @@ from typing import get_args
 
 import pytest
 
+from ballast.code_version import CodeVersion
 from ballast.policy.plan import (
     ORDERS,
     STRATEGIES,
@@ -17,6 +18,7 @@ from ballast.policy.plan import (
     Strategy,
     apply_moves,
     split_plan,
+    upgrade_plan,
 )
 from ballast.protocol import Move
 
@@ -67,6 +69,15 @@ def test_a_merge_first_moves_the_parts_apart_to_where_most_of_their_bytes_are() 
                                (1, 2, "fewer bins than the 2 workers")):
         with pytest.raises(ValueError, match=why):
             merge_plan(0, [0, 0, 1, 1], workers, bins)
+
+
+def test_an_upgrade_is_one_step_that_moves_nothing_and_keeps_the_workers() -> None:
+    code = CodeVersion("pkg.mod:Counter", "2", ("/tmp/v2.zip",))
+    p = upgrade_plan(5, 3, code)
+    assert (p.strategy, p.base_version, p.from_workers, p.to_workers, p.bins, p.bytes) == ("upgrade", 5, 3, 3, 0, 0)
+    [s] = p.steps
+    assert (s.step, s.kind, s.moves, s.workers, s.map_version, s.code) == (1, "upgrade", (), 3, 5, code)
+    assert s.bins_after is None and s.settings is None and s.split_to is None
 
 
 @pytest.mark.parametrize("bins", [4, 2, 12, 0])

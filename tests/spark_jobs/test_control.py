@@ -248,3 +248,130 @@ def test_a_settings_step_that_changes_the_worker_count_is_rejected_whole():
     assert d.applied is None and d.state_after.settings == st.settings and d.state_after.map_version == 0
     [e] = d.entries
     assert e.action == "reject" and "keeps the worker count" in e.reason and e.checkpoint
+
+
+# ------------------------------------------------------------------ upgrade steps ----------------
+
+
+def _upgrade(version: int = 0, workers: int = 2, plan: str = "u", label: str = "2",
+             ref: str = "pkg.mod:Counter") -> ControlStep:
+    import dataclasses
+
+    from ballast.code_version import CodeVersion
+
+    return dataclasses.replace(_step(plan=plan, moves=(), workers=workers, version=version), kind="upgrade",
+                               code=CodeVersion(ref, label))
+
+
+def _run_checked(st, msgs, check, epoch=5, now=NOW):
+    recs = [ControlRecord(f"0:{i}", m.to_json()) for i, m in enumerate(msgs)]
+    return decide(st, recs, epoch=epoch, now=now, job="j", operator="keycount", max_future_s=3600,
+                  check_code=check)
+
+
+def test_an_upgrade_is_rejected_by_a_job_that_cannot_judge_code():
+    st = initial_state(8, 2)
+    d = _run(st, [_upgrade()])
+    assert d.applied is None and d.state_after.code == [] and d.state_after.map_version == 0
+    [e] = d.entries
+    assert e.action == "reject" and e.checkpoint and "takes no live upgrade" in e.reason
+
+
+def test_the_code_check_judges_an_upgrade_and_its_reason_rejects_it():
+    st = initial_state(8, 2)
+    seen = []
+
+    def check(step, state):
+        seen.append((step.code, state.map_version, state.code))
+        return "version 2 does not import on the driver: no module named pkg"
+
+    d = _run_checked(st, [_upgrade()], check)
+    assert seen == [(_upgrade().code, 0, [])]
+    assert d.applied is None and d.state_after.code == [] and d.state_after.map_version == 0
+    [e] = d.entries
+    assert (e.action, e.reason) == ("reject", "version 2 does not import on the driver: no module named pkg")
+    assert d.state_after.final["u#1"]["status"] == "rejected"
+
+
+def test_an_upgrade_the_check_accepts_puts_its_code_in_force_as_one_map_version():
+    from ballast.code_version import CodeVersion
+
+    st = initial_state(8, 2)
+    d = _run_checked(st, [_upgrade()], lambda step, state: None)
+    assert d.applied and d.applied.is_upgrade and not d.applied.is_settings and d.applied.kind == "upgrade"
+    assert d.applied.moves == () and d.applied.map_version_after == 1
+    after = d.state_after
+    assert after.code == [CodeVersion("pkg.mod:Counter", "2")] and st.code == [], "input state is not mutated"
+    assert after.map_version == 1 and after.assignment == st.assignment and after.workers == 2
+    d2 = _run_checked(after, [_upgrade(version=1, plan="u2", label="3", ref="pkg.mod:Counter3")],
+                      lambda step, state: None, epoch=6)
+    assert [c.version for c in d2.state_after.code] == ["2", "3"] and d2.state_after.map_version == 2
+
+
+def test_an_upgrade_that_changes_the_worker_count_is_rejected_whole():
+    st = initial_state(8, 2)
+    d = _run_checked(st, [_upgrade(workers=3)], lambda step, state: None)
+    assert d.applied is None and d.state_after.code == [] and d.state_after.workers == 2
+    [e] = d.entries
+    assert e.action == "reject" and "an upgrade step keeps the worker count (2); the step asks for 3" in e.reason
+
+
+def test_an_upgrade_while_a_plan_has_a_queued_step_is_rejected_and_does_not_supersede_it():
+    st = initial_state(8, 2)
+    later = _step(plan="a", moves=((0, 0, 1),), eff=NOW + timedelta(seconds=30))
+    d = _run_checked(st, [later, _upgrade()], lambda step, state: None)
+    assert d.applied is None and d.state_after.code == []
+    assert [(e.plan_id, e.action) for e in d.entries] == [("u", "reject"), ("a", "queue")]
+    reject = d.entries[0]
+    assert "a migration is under way (plan a has steps queued): upgrade once it has finished" in reject.reason
+    assert [q.key for q in d.state_after.queue] == ["a#1"] and d.state_after.plans == ["a"]
+    d2 = _run_checked(d.state_after, [], lambda step, state: None, epoch=6, now=NOW + timedelta(seconds=30))
+    assert d2.applied and d2.applied.plan_id == "a", "plan a goes on"
+
+
+def test_an_upgrade_between_two_steps_of_a_flow_controlled_plan_is_rejected():
+    st = initial_state(8, 2)
+    ok = lambda step, state: None  # noqa: E731
+    d = _run_checked(st, [_step(plan="a", step=1, steps=2, moves=((0, 0, 1),))], ok)
+    assert d.applied and d.state_after.queue == [], "step 2 is not sent before step 1's checkpoint"
+    d2 = _run_checked(d.state_after, [_upgrade(version=1)], ok, epoch=6)
+    assert d2.applied is None and d2.state_after.code == []
+    [e] = d2.entries
+    assert e.action == "reject" and "a migration is under way (plan a applied step 1 of 2)" in e.reason
+    d3 = _run_checked(d2.state_after, [_step(plan="a", step=2, steps=2, moves=((1, 0, 1),), version=1)], ok, epoch=7)
+    assert d3.applied and (d3.applied.plan_id, d3.applied.step) == ("a", 2), "plan a was not superseded"
+    d4 = _run_checked(d3.state_after, [_upgrade(version=2, plan="u2")], ok, epoch=8)
+    assert d4.applied and d4.applied.is_upgrade, "once the plan has finished, an upgrade goes in"
+
+
+def test_unfinished_plan_reads_older_journals_without_the_step_count_as_finished():
+    from spark_jobs.control import unfinished_plan
+
+    st = initial_state(8, 2)
+    assert unfinished_plan(st, "u") is None
+    st.plans = ["a"]
+    st.final = {"a#1": {"status": "applied", "epoch": 3, "reason": ""}}  # written before "of" existed
+    assert unfinished_plan(st, "u") is None
+    st.final["a#1"]["of"] = 2
+    assert unfinished_plan(st, "u") == "plan a applied step 1 of 2"
+    assert unfinished_plan(st, "a") is None, "a plan is not in its own way"
+    st.final["a#1"]["of"] = 1
+    assert unfinished_plan(st, "u") is None
+    st.final = {"a#1": {"status": "applied", "epoch": 3, "reason": "", "of": 2},
+                "a#2": {"status": "rejected", "epoch": 4, "reason": "x", "of": 2}}
+    assert unfinished_plan(st, "u") is None, "a plan that ended in a rejection is over"
+
+
+def test_the_code_in_force_survives_the_journals_json_and_an_older_journal_has_none():
+    from ballast.code_version import CodeVersion
+    from spark_jobs.control_state import ControlState
+
+    st = initial_state(8, 2)
+    assert "code" not in st.to_dict(), "no upgrade: the journal line as before"
+    st.code = [CodeVersion("pkg.mod:Counter", "2", ("/tmp/v2.zip",)), CodeVersion("pkg.mod:Counter", "1")]
+    doc = json.loads(json.dumps(st.to_dict()))
+    assert doc["code"] == [{"ref": "pkg.mod:Counter", "version": "2", "py_files": ["/tmp/v2.zip"]},
+                           {"ref": "pkg.mod:Counter", "version": "1"}]
+    assert ControlState.from_dict(doc) == st
+    old = {k: v for k, v in doc.items() if k != "code"}
+    assert ControlState.from_dict(old).code == []

@@ -73,3 +73,36 @@ def test_equal_state_written_in_another_order_gives_the_same_bytes():
     a.register_timer(7), a.register_timer(3)
     b.register_timer(3), b.register_timer(7)
     assert ka.to_bytes() == kb.to_bytes() and KeyState(ka.to_bytes()).same(kb)
+
+
+def _some_state(code: str | None) -> KeyState:
+    ks = KeyState()
+    ks.values = {"b": ((2,), None), "a": ((1,), 1500)}
+    ks.lists = {"l": [((1,), None), ((2,), 700)]}
+    ks.maps = {"m": {("y",): ((2,), None), ("x",): ((1,), None)}}
+    ks.timers = {9, 3}
+    ks.code = code
+    return ks
+
+
+def test_the_version_that_wrote_a_key_survives_its_bytes():
+    ks = _some_state("2")
+    again = KeyState(ks.to_bytes())
+    assert again.code == "2" and again.same(ks)
+    assert KeyState().code is None and KeyState(_some_state(None).to_bytes()).code is None
+
+
+def test_a_key_of_the_first_version_is_stored_as_before_the_tag_existed():
+    import pickle
+
+    # to_bytes' layout before KeyState.code: each part sorted, no "c" entry
+    before = {"v": {"a": ((1,), 1500), "b": ((2,), None)}, "l": {"l": [((1,), None), ((2,), 700)]},
+              "m": {"m": {("x",): ((1,), None), ("y",): ((2,), None)}}, "t": [3, 9]}
+    assert _some_state(None).to_bytes() == pickle.dumps(before, protocol=5)
+    assert _some_state("2").to_bytes() == pickle.dumps({**before, "c": "2"}, protocol=5)
+    assert KeyState(pickle.dumps(before, protocol=5)).same(_some_state(None)), "an old key reads as untagged"
+
+
+def test_same_tells_keys_apart_by_the_version_that_wrote_them():
+    assert _some_state("2").same(_some_state("2")) and _some_state(None).same(_some_state(None))
+    assert not _some_state("2").same(_some_state(None)) and not _some_state("2").same(_some_state("3"))

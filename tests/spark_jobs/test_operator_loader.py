@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from spark_jobs.operator_loader import get_operator
+from spark_jobs.operator_loader import get_operator, live_operator
 from spark_jobs.operators import KeyCount, WordCount
 from spark_jobs.processing import ProcessorOperator
 from spark_jobs.processor import StatefulProcessor, is_processor
+from spark_jobs.state_upgrade import StateUpgrade
 from spark_jobs.stateless import StatelessOperator
 
 pytestmark = pytest.mark.dataplane
@@ -21,6 +22,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples" / "opera
 
 class _Bad:
     pass
+
+
+class _Counter1(StatefulProcessor):
+    ballast_version = "1"
+
+
+class _Counter2(StatefulProcessor):
+    ballast_version = "2"
+    ballast_upgrades = (StateUpgrade("1", "2"), StateUpgrade("2", "1"))
 
 
 def test_user_operator_by_import_path_and_clear_errors():
@@ -62,3 +72,33 @@ def test_shipped_names_give_a_fresh_operator_each_time():
     assert get_operator("keycount") is not get_operator("keycount")
     with pytest.raises(ValueError, match=r"known: \['keycount', 'wordcount'\], or package.module:Class"):
         get_operator("KeyCount")  # names are exact
+
+
+# ------------------------------------------------------------------ live upgrades -----------------
+C1, C2 = "test_operator_loader:_Counter1", "test_operator_loader:_Counter2"
+
+
+def test_without_upgrades_a_task_runs_the_named_operator():
+    assert type(live_operator("keycount", ())) is KeyCount and type(live_operator("wordcount")) is WordCount
+    op = live_operator(C1, ())
+    assert isinstance(op, ProcessorOperator) and op.cls is _Counter1 and op.chain is None
+
+
+def test_after_upgrades_a_task_runs_the_last_version_with_every_version_loaded():
+    op = live_operator(C1, (("1", C1), ("2", C2)))
+    assert isinstance(op, ProcessorOperator) and op.cls is _Counter2
+    assert op.chain is not None and op.chain.entries == (("1", _Counter1), ("2", _Counter2))
+    assert op.chain.tag() == "2"
+    back = live_operator(C1, (("1", C1), ("2", C2), ("1", C1)))  # rolled back
+    assert isinstance(back, ProcessorOperator) and back.cls is _Counter1
+    assert back.chain is not None and [v for v, _ in back.chain.entries] == ["1", "2", "1"] and back.chain.tag() is None
+    assert isinstance(live_operator("keycount", (("1", C1), ("2", C2))), ProcessorOperator), "the chain decides"
+
+
+def test_a_version_that_is_no_processor_or_does_not_import_stops_the_task_with_why():
+    with pytest.raises(ValueError, match=r"version 2 \(spark_jobs.operators:KeyCount\) is not a stateful processor"):
+        live_operator(C1, (("1", C1), ("2", "spark_jobs.operators:KeyCount")))
+    with pytest.raises(ValueError, match=r"version 1 \(test_operator_loader:_Bad\) is not a stateful processor"):
+        live_operator(C1, (("1", "test_operator_loader:_Bad"), ("2", C2)))
+    with pytest.raises(ValueError, match="does not import"):
+        live_operator(C1, (("1", C1), ("2", "no_such_module:Counter")))

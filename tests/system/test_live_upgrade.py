@@ -34,7 +34,8 @@ HERE = Path(__file__).resolve().parent
 OPERATOR = "upgrade_counter:Counter"
 HOT = 60  # version 3's upgrade function raises on a key that had this many records or more
 
-LATER = '''
+EXAMPLE_V2 = HERE.parents[1] / "examples" / "operators" / "counts_v2.py"
+V3 = '''
 from spark_jobs.processor import StatefulProcessor, StateUpgrade
 
 
@@ -44,17 +45,9 @@ def _to_3(v):
     return v
 
 
-class Counter(StatefulProcessor):
-    ballast_version = "{version}"
-    ballast_upgrades = (
-        StateUpgrade("1", "2", rename={{"count": "tally"}}, values={{"tally": lambda v: (v[0], 0)}}),
-        StateUpgrade("2", "1", rename={{"tally": "count"}}, values={{"count": lambda v: (v[0],)}}),
-        StateUpgrade("2", "3", values={{"tally": _to_3}}),
-        StateUpgrade("3", "2"),
-    ) if "{version}" == "3" else (
-        StateUpgrade("1", "2", rename={{"count": "tally"}}, values={{"tally": lambda v: (v[0], 0)}}),
-        StateUpgrade("2", "1", rename={{"tally": "count"}}, values={{"count": lambda v: (v[0],)}}),
-    )
+class Counter(StatefulProcessor):  # the state of version 2; its upgrade function raises on big counts
+    ballast_version = "3"
+    ballast_upgrades = (StateUpgrade("2", "3", values={{"tally": _to_3}}), StateUpgrade("3", "2"))
 
     def init(self, handle):
         self.tally = handle.get_value_state("tally")
@@ -63,7 +56,7 @@ class Counter(StatefulProcessor):
         n, mine = self.tally.get() or (0, 0)
         k = sum(1 for _ in rows)
         self.tally.update((n + k, mine + k))
-        yield {{"key": key[0], "count": n + k, "v": "{version}", "mine": mine + k}}
+        yield {{"key": key[0], "count": n + k, "v": "3", "mine": mine + k}}
 '''
 
 
@@ -86,9 +79,9 @@ def test_a_processor_is_upgraded_live_bad_versions_are_refused_and_rollback_rest
     code_dir.mkdir()
     suffix = unique_name.replace("-", "_").replace(".", "_")
     refs = {}
-    for version in ("2", "3"):
+    for version in ("2", "3"):  # version 2 is the example docs/operators.md shows
         mod = f"counter_v{version}_{suffix}"
-        (code_dir / f"{mod}.py").write_text(LATER.format(version=version, hot=HOT))
+        (code_dir / f"{mod}.py").write_text(EXAMPLE_V2.read_text() if version == "2" else V3.format(hot=HOT))
         refs[version] = (f"{mod}:Counter", (str(code_dir / f"{mod}.py"),))
     cfg = RunConfig(job=job, operator=OPERATOR, input_topic=topic, checkpoint_dir=str(tmp_path / "ckpt"),
                     bootstrap=kafka_bootstrap, db_url=db_url, bins=8, workers=2, trigger_ms=200)
