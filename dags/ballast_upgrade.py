@@ -1,12 +1,14 @@
 """ballast_upgrade: put another version of a job's stateful processor in force, live.
 
 Trigger it from the UI form or with `airflow dags trigger ballast_upgrade --conf
-'{"job": "sessions", "code": "sessions_v2:Sessions", "version": "2", "py_files": ["/srv/code/sessions_v2.py"],
+'{"job": "sessions", "code": "counts_v2:Counter", "version": "2", "py_files": ["/srv/code/counts_v2.py"],
 "dry_run": false}'`. The first task checks the request's form and that no plan is open, and stores
 a one-step upgrade plan; the job then ships the version's files to its executors, imports it on the
-driver and the executors, and applies it at an epoch boundary — or rejects it whole (a module that
-does not import, a class that says another version, a changed query, no StateUpgrade from the
-version in force, a migration under way), and this run fails with that reason. Each key's state is
+driver and the executors, and applies it at an epoch boundary — with strategy `shadow` only after
+it ran beside the version in force for some epochs, its outputs held back and compared — or
+rejects it whole (a module that does not import, a class that says another version, a changed
+query, no StateUpgrade from the version in force, a migration under way, outputs that differ in
+the shadow), and this run fails with that reason. Each key's state is
 carried over by the version's declared StateUpgrade the first time the new version handles it.
 A rollback is an upgrade to the earlier version (its label and class again), which the newer
 version's StateUpgrade back makes possible. docs/operators.md, "Upgrading a processor live".
@@ -20,7 +22,7 @@ from airflow.sdk import DAG, Param, task
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from ballast import dag_ids
-from ballast.code_version import MAX_PATH_CHARS, MAX_PY_FILES, MAX_REF_CHARS, MAX_VERSION_CHARS
+from ballast.code_version import MAX_PATH_CHARS, MAX_PY_FILES, MAX_REF_CHARS, MAX_SHADOW_EPOCHS, MAX_VERSION_CHARS
 from ballast.config import JobConfig, load_jobs
 from ballast.sensors import CheckpointSensor
 from ballast.tasks import EmitPlanOperator, verify_plan
@@ -53,9 +55,21 @@ def upgrade_params(jobs: dict[str, JobConfig]) -> dict[str, Param]:
                           description="Paths on the job's driver (.py, .zip, .egg) shipped to every executor "
                                       "before the version runs. Empty: its module is importable there already.",
                           items={"type": "string", "minLength": 1, "maxLength": MAX_PATH_CHARS}),
-        "strategy": Param("direct", enum=["direct"], title="Strategy",
-                          description="direct: the new version takes over at the step's epoch; each key's state "
-                                      "is carried over the first time the new version handles it."),
+        "strategy": Param("direct", enum=["direct", "shadow"], title="Strategy",
+                          description="direct: the new version takes over at the step's epoch. shadow: it first "
+                                      "runs beside the version in force on the same input, on a copy of the state, "
+                                      "its outputs held back and compared; it takes over only if they agree. Either "
+                                      "way each key's state is carried over the first time the new version handles "
+                                      "it."),
+        "shadow_epochs": Param(3, type="integer", minimum=1, maximum=MAX_SHADOW_EPOCHS, title="Shadow epochs",
+                               description="shadow: how many epochs with input the two versions are compared."),
+        "tolerance": Param(0.0, type="number", minimum=0, maximum=1, title="Tolerance",
+                           description="shadow: the largest share of handler calls whose outputs may differ (or "
+                                       "that raise) for the new version to take over. 0: they must all agree."),
+        "compare_fields": Param([], type="array", maxItems=50, title="Compared fields",
+                                description="shadow: the output fields compared (e.g. key, count). Empty: whole "
+                                            "rows (a version that adds a field then never agrees).",
+                                items={"type": "string", "pattern": r"^[A-Za-z_][A-Za-z0-9_]{0,99}$"}),
         "dry_run": Param(True, type="boolean", title="Dry run",
                          description="Only print what would be sent; store and send nothing. Untick to upgrade."),
         "reason": Param("manual upgrade", type="string", maxLength=500, title="Reason",

@@ -171,12 +171,19 @@ def decide(
     state: ControlState, records: list[ControlRecord], *, epoch: int, now: datetime, job: str,
     operator: str, max_future_s: float, max_message_bytes: int = MAX_MESSAGE_BYTES,
     keyring: Keyring | None = None, siblings: frozenset[str] = frozenset(), check_code: CodeCheck | None = None,
+    shadow_seen: dict[str, dict[str, Any]] | None = None,
 ) -> EpochControl:
     """`siblings`: the job's other operators (a multi-operator job shares `<job>.control`): their
     steps are skipped here without a trace, the sibling they name decides them. The bin count is
-    the map's (a split step raises it). `check_code`: judges an upgrade step's code (`validate`)."""
+    the map's (a split step raises it). `check_code`: judges an upgrade step's code (`validate`).
+    `shadow_seen`: what the tasks of the epochs since the last decision compared for a shadow
+    upgrade (spark_jobs.shadow), added to its tally here, so the decision that cuts over is logged
+    with what it saw."""
     st = copy.deepcopy(state)
     entries: list[Entry] = []
+    for sk, seen in (shadow_seen or {}).items():
+        if sk in st.shadow:
+            st.shadow[sk] = add_seen(st.shadow[sk], seen)
 
     def add(action: str, plan_id: str, step: int, reason: str, offset: str, mjob: str = job,
             mop: str = operator, **kw: Any) -> None:
@@ -184,6 +191,7 @@ def decide(
 
     def finish(s: ControlStep, status: str, reason: str, offset: str, action: str) -> None:
         st.final[step_key(s.plan_id, s.step)] = {"status": status, "epoch": epoch, "reason": reason, "of": s.steps}
+        st.shadow.pop(step_key(s.plan_id, s.step), None)
         add(action, s.plan_id, s.step, reason, offset, checkpoint=True,
             map_version_after=st.map_version if status == "applied" else None, message=s.to_dict())
 
@@ -232,6 +240,12 @@ def decide(
                 finish(q.step, "superseded", f"superseded by newer plan {s.plan_id}", q.offset, "supersede")
             st.queue = []
             st.plans = (st.plans + [s.plan_id])[-KEEP_PLANS:]
+        if s.code is not None and s.code.shadow is not None:  # tried on the executors from now on: judged first
+            err = validate(s, st, check_code)
+            if err:
+                finish(s, "rejected", err, rec.offset, "reject")
+                return
+            st.shadow[sk] = add_seen({}, {})
         st.queue.append(QueuedStep(s, rec.offset, epoch))
         received.add(sk)
 
@@ -251,6 +265,7 @@ def decide(
     applied: AppliedStep | None = None
     remaining: list[QueuedStep] = []
     waiting: dict[str, str] = {}
+    shadow_now: dict[str, Any] | None = None
     for q in st.queue:
         s, sk = q.step, q.key
         if applied is not None:
@@ -265,6 +280,21 @@ def decide(
             remaining.append(q)
             waiting[sk] = "pre-copy: the new owners warm its bins in this epoch; cut-over at a later one"
             continue
+        spec = s.code.shadow if s.code is not None else None
+        cut_reason = ""
+        if spec is not None:
+            seen = st.shadow.setdefault(sk, add_seen({}, {}))
+            if seen["epochs"] < spec.epochs:
+                remaining.append(q)
+                waiting[sk] = shadow_text(seen, spec.epochs)
+                shadow_now = {"step": sk, "code": s.code.to_dict(), "fields": list(spec.fields)}  # type: ignore[union-attr]
+                continue
+            bad = seen["differ"] + seen["errors"]
+            if bad > spec.tolerance * seen["calls"]:
+                finish(s, "rejected", f"{shadow_text(seen, spec.epochs)} (tolerance {spec.tolerance:g}), e.g. "
+                       f"{seen['example']}: the version in force runs on", q.offset, "reject")
+                continue
+            cut_reason = ("; " if s.reason else "") + f"{shadow_text(seen, spec.epochs)}: cut over"
         if s.step > 1:
             prev = st.final.get(step_key(s.plan_id, s.step - 1))
             if prev is None:
@@ -289,24 +319,40 @@ def decide(
         if s.settings is not None:
             st.settings = s.settings.over(st.settings)
         if s.code is not None:
-            st.code = [*st.code, s.code]
+            st.code = [*st.code, s.code.entry]
         st.workers = s.workers
         st.map_version += 1  # every applied step is one new map version (the planner counts on it)
         applied = AppliedStep(s.plan_id, s.step, s.kind, s.moves, workers_before=before[1], workers=st.workers,
                               bins_before=len(before[2]), bins=len(st.assignment), map_version_before=before[0],
                               map_version_after=st.map_version)
-        finish(s, "applied", s.reason, q.offset, "apply")
+        finish(s, "applied", s.reason + cut_reason, q.offset, "apply")
     st.queue = remaining
     for q in remaining:
-        if q.key in received:
+        if q.key in received or q.key in st.shadow:  # a shadow's progress every epoch
             add("queue", q.step.plan_id, q.step.step, waiting.get(q.key, "queued"), q.offset, checkpoint=False)
     if len(st.final) > KEEP_FINAL:
         st.final = dict(list(st.final.items())[-KEEP_FINAL:])
     return EpochControl(
         epoch=epoch, decided_at=now.isoformat(), entries=entries, state_after=st,
         map_version_before=state.map_version, workers_before=state.workers, applied=applied,
-        warm=warm_plan(st),
+        warm=warm_plan(st), shadow=shadow_now,
     )
+
+
+def add_seen(tally: dict[str, Any], seen: dict[str, Any]) -> dict[str, Any]:
+    """A shadow's tally with what the tasks compared since (`seen`: calls, differ, errors, example and
+    `epochs`, the epochs that compared a call; without it, one such epoch if it has calls). A call
+    that raised is a call too, so a version that raises on everything reaches its epochs and is
+    rejected."""
+    return {"epochs": tally.get("epochs", 0) + int(seen.get("epochs", 1 if seen.get("calls") else 0)),
+            **{k: tally.get(k, 0) + int(seen.get(k, 0)) for k in ("calls", "differ", "errors")},
+            "example": tally.get("example") or clip(str(seen.get("example") or ""), 300)}
+
+
+def shadow_text(seen: dict[str, Any], epochs: int) -> str:
+    """A shadow's progress as the decision log, the checkpoint and the console say it."""
+    return (f"shadow: {seen['epochs']} of {epochs} epochs with input, {seen['calls']} handler calls compared, "
+            f"{seen['differ']} differ, {seen['errors']} raised")
 
 
 def warm_plan(st: ControlState) -> dict[str, list[int]]:

@@ -102,6 +102,8 @@ class ControlState:
     settings: Settings = field(default_factory=Settings)
     # the processor versions the applied upgrade steps put in force, in order (empty: the command line's)
     code: list[CodeVersion] = field(default_factory=list)
+    # step_key -> a shadow upgrade's comparison so far: epochs (with input), calls, differ, errors, example
+    shadow: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def queued_plans(self) -> list[str]:
@@ -112,14 +114,15 @@ class ControlState:
         return {"map_version": self.map_version, "workers": self.workers, "assignment": list(self.assignment),
                 "queue": [q.to_dict() for q in self.queue], "final": self.final, "plans": list(self.plans),
                 **({"settings": s} if (s := self.settings.to_dict()) else {}),  # none: the line as before
-                **({"code": [c.to_dict() for c in self.code]} if self.code else {})}
+                **({"code": [c.to_dict() for c in self.code]} if self.code else {}),
+                **({"shadow": self.shadow} if self.shadow else {})}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ControlState:
         """A journal's state; one written before settings or upgrade steps existed has none."""
         return cls(**{**d, "queue": [QueuedStep.from_dict(q) for q in d.get("queue", [])],
                       "settings": Settings(**d.get("settings", {})),
-                      "code": [CodeVersion.from_dict(c) for c in d.get("code", [])]})
+                      "code": [CodeVersion.from_dict(c) for c in d.get("code", [])], "shadow": d.get("shadow", {})})
 
 
 @dataclass
@@ -151,6 +154,8 @@ class EpochControl:
     workers_before: int
     applied: AppliedStep | None = None
     warm: dict[str, list[int]] = field(default_factory=dict)  # worker -> bins to pre-copy in this epoch
+    # a shadow upgrade tried in this epoch: {"step", "code" (CodeVersion's dict), "fields"} (spark_jobs.shadow)
+    shadow: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -158,6 +163,7 @@ class EpochControl:
             "entries": [asdict(e) for e in self.entries], "state_after": self.state_after.to_dict(),
             "map_version_before": self.map_version_before, "workers_before": self.workers_before,
             "applied": self.applied.to_dict() if self.applied else None, "warm": self.warm,
+            **({"shadow": self.shadow} if self.shadow else {}),
         }
 
     @classmethod
@@ -165,7 +171,7 @@ class EpochControl:
         return cls(
             epoch=d["epoch"], decided_at=d["decided_at"], entries=[Entry(**e) for e in d["entries"]],
             state_after=ControlState.from_dict(d["state_after"]), map_version_before=d["map_version_before"],
-            workers_before=d["workers_before"], warm=d.get("warm", {}),
+            workers_before=d["workers_before"], warm=d.get("warm", {}), shadow=d.get("shadow"),
             applied=AppliedStep.from_dict(d["applied"]) if d.get("applied") else None,
         )
 

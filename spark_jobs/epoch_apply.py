@@ -44,6 +44,7 @@ class EpochWork:
     clock: EpochClock | None = None  # a processor's clock for the epoch (timers)
     split: bool = False  # the applied step splits bins
     merged_from: int | None = None  # the applied step merges bins: the k before it
+    shadow: dict[str, Any] | None = None  # a shadow upgrade the tasks try (spark_jobs.control_state.EpochControl)
     input_rows: int = 0
 
     @property
@@ -99,6 +100,8 @@ class EpochApply:
             moving_in=work.moving_in, clock=work.clock,
             op_conf=self.op.task_conf() if isinstance(self.op, ProcessorOperator) else {}, split=work.split,
             merged_from=work.merged_from, code=self.live_code.chain(st) if self.live_code is not None else (),
+            shadow=self.live_code.shadow_chain(st, work.shadow) if self.live_code is not None else (),
+            shadow_fields=tuple(work.shadow.get("fields", ())) if work.shadow else (),
             txn=self._txn_target(tasks))
         out = route(keyed, k, st.assignment, tasks, make_apply_fn(acfg))
         if acfg.txn is not None:  # each task commits its outputs itself (spark_jobs.txn_output): no sink
@@ -112,6 +115,8 @@ class EpochApply:
         times.lap("spark")
         faults.hit("before_manifest")
         docs = self._fencing.commit_manifest(durable, epoch, st.map_version, tasks, snapshot)
+        if self.live_code is not None:
+            self.live_code.observe(work.shadow, docs, epoch)
         if self.timers is not None:
             self.timers.update([d for d in docs if int(d.get("worker", 0)) < st.workers])
         dropped = durable.retain(lambda: self._fencing.guard(f"retention after epoch {epoch}"))

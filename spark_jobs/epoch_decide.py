@@ -16,13 +16,14 @@ from datetime import datetime
 from ballast.errors import BallastError
 from ballast.store import writer as mx
 from spark_jobs import faults
-from spark_jobs.control import CodeCheck, decide
+from spark_jobs.control import decide
 from spark_jobs.control_reader import read_control
 from spark_jobs.control_state import EpochControl, initial_state
 from spark_jobs.epoch_times import EpochTimes
 from spark_jobs.fencing import DriverFence
 from spark_jobs.job_clients import JobClients
 from spark_jobs.journal import Journal
+from spark_jobs.live_code import LiveCode
 from spark_jobs.run_config import RunConfig
 
 
@@ -45,9 +46,9 @@ class EpochDecide:
     """Reads an epoch's control records and decides, or reuses the logged decision."""
 
     def __init__(self, cfg: RunConfig, clients: JobClients, journal: Journal, fencing: DriverFence,
-                 ctl_topic: str, check_code: CodeCheck | None = None) -> None:
+                 ctl_topic: str, live_code: LiveCode | None = None) -> None:
         self.cfg = cfg
-        self.check_code = check_code  # an upgrade step's code (spark_jobs.live_code.LiveCode.check)
+        self.live_code = live_code  # judges an upgrade's code, tallies a shadow's (spark_jobs.live_code)
         self.clients = clients
         self.journal = journal
         self.fencing = fencing
@@ -79,7 +80,8 @@ class EpochDecide:
             decision = decide(before, records, epoch=epoch, now=started_at, job=cfg.job, operator=cfg.operator,
                               max_future_s=cfg.max_future_s, max_message_bytes=cfg.max_control_bytes,
                               keyring=cfg.control_keyring, siblings=frozenset(cfg.siblings),
-                              check_code=self.check_code)
+                              check_code=self.live_code.check if self.live_code else None,
+                              shadow_seen=self.live_code.take_seen() if self.live_code else None)
             if records or decision.entries or before.queue or self.journal.latest_state() is None:
                 self.fencing.guard(f"the decision of epoch {epoch}")  # a stale one would rewrite the newer's
                 self.journal.write_decision(decision)

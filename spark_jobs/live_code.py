@@ -37,6 +37,7 @@ class LiveCode:
         self.spark = spark
         self.op = op
         self.base: tuple[str, str] | None = (version_of(op.cls), path) if isinstance(op, ProcessorOperator) else None
+        self._seen: dict[str, dict[int, dict[str, Any]]] = {}  # step key -> epoch -> tally not yet decided on
 
     def history(self, st: ControlState | None) -> list[tuple[str, str]]:
         """(version, ref) of every version that was in force, the command line's first."""
@@ -46,6 +47,37 @@ class LiveCode:
     def chain(self, st: ControlState) -> tuple[tuple[str, str], ...]:
         """What a task loads (spark_jobs.worker.ApplyConfig.code): empty until an upgrade applied."""
         return tuple(self.history(st)) if st.code and self.base is not None else ()
+
+    def shadow_chain(self, st: ControlState, shadow: dict[str, Any] | None) -> tuple[tuple[str, str], ...]:
+        """What a task loads to try a shadow upgrade (`EpochControl.shadow`): the versions with it last."""
+        if not shadow or self.base is None:
+            return ()
+        code = CodeVersion.from_dict(shadow["code"])
+        return (*self.history(st), (code.version, code.ref))
+
+    def observe(self, shadow: dict[str, Any] | None, docs: list[dict[str, Any]], epoch: int = 0) -> None:
+        """Add the tasks' shadow tallies of an epoch to what the next decision takes (`take_seen`)."""
+        if not shadow:
+            return
+        tally: dict[str, Any] = {"calls": 0, "differ": 0, "errors": 0, "example": ""}
+        for d in docs:
+            t = d.get("shadow") or {}
+            for k in ("calls", "differ", "errors"):
+                tally[k] += int(t.get(k, 0))
+            tally["example"] = tally["example"] or t.get("example", "")
+        self._seen.setdefault(shadow["step"], {})[epoch] = tally  # an epoch run again replaces its tally
+
+    def take_seen(self) -> dict[str, dict[str, Any]]:
+        """The shadow tallies since the last decision (spark_jobs.control.decide's `shadow_seen`), once:
+        per step, the sum over its epochs, and how many of those compared a call."""
+        seen, self._seen = self._seen, {}
+        out = {}
+        for step, by_epoch in seen.items():
+            ts = list(by_epoch.values())
+            out[step] = {**{k: sum(t[k] for t in ts) for k in ("calls", "differ", "errors")},
+                         "epochs": sum(1 for t in ts if t["calls"]),
+                         "example": next((t["example"] for t in ts if t["example"]), "")}
+        return out
 
     def restore(self, st: ControlState | None) -> None:
         """A restarted driver: ship every version's files again and check the version in force imports

@@ -61,6 +61,7 @@ from spark_jobs.records import (
     source_of,
     split_rejected,
 )
+from spark_jobs.shadow import Shadow
 from spark_jobs.sql_text import ident, json_of, text
 from spark_jobs.state_upgrade import UpgradeFailed, VersionChain
 
@@ -216,6 +217,7 @@ class _Runtime:
         self.proc.init(self.handle)
         self.on_rows, self.on_timer = bound_methods(self.proc)
         self.ch, self.writer, self.topic, self.chain = changes, writer, input_topic, op.chain
+        self.shadow: Shadow | None = None  # a shadow upgrade's new version (run_processor sets it)
 
     def load(self, sk: bytes, key: bytes) -> tuple[KeyState, bytes | None]:
         raw = self.ch.txn.get(sk, db=self.ch.db)
@@ -241,16 +243,20 @@ class _Runtime:
         self.ch.set(b, sk, encode_value(sk, key, blob) if blob is not None else None)
 
     def call(self, b: int, sk: bytes, key: bytes, fn: Any, dead: Callable[[], list[tuple[bytes, str]]]) -> int:
-        """Run one handler on the key's state; returns dead letters written (0, or all of `dead()`:
-        the records it was called for with their notes, made only when the handler failed)."""
+        """Run one handler call `fn(handlers)` on the key's state; returns dead letters written (0, or
+        all of `dead()`: the records it was called for with their notes, made only when the handler
+        failed). A shadow upgrade makes the same call with the new version on a copy (spark_jobs.shadow)."""
         ks_before, raw = self.load(sk, key)
         ks = KeyState(raw)
         self.handle._current = ks
         try:
             if self.chain is not None:  # state written by another version is carried over on first use
                 self.chain.carry(ks)
-            outs = [encode_output(r) for item in (fn() or ()) for r in output_rows(item)]
+            rows = [r for item in (fn(self) or ()) for r in output_rows(item)]
+            outs = [encode_output(r) for r in rows]  # a row that cannot be written is the handler's failure
         except Exception as exc:
+            if self.shadow is not None:
+                self.shadow.observe(key, raw, fn, None, error_text(exc))
             letters = dead()
             upgrade = isinstance(exc, UpgradeFailed)  # the state was never handed to the handler
             for value, where in letters:
@@ -261,6 +267,8 @@ class _Runtime:
             return len(letters)
         finally:
             self.handle._current = None
+        if self.shadow is not None:
+            self.shadow.observe(key, raw, fn, rows)
         for v in outs:
             self.writer.add_output(OUTPUT, key, v)
         self.save(b, sk, key, ks, ks_before)
@@ -278,11 +286,11 @@ def _timer_letter(ts: int, topic: str) -> Callable[[], list[tuple[bytes, str]]]:
 
 
 def run_processor(cfg: Any, cache: Any, txn: Any, table: Any, n: int, owned: set[int], writer: Any,
-                  op: ProcessorOperator) -> tuple[int, dict[int, tuple[int, tuple[int, int] | None, int]],
-                                                  dict[str, Any]]:
+                  op: ProcessorOperator, shadow_op: ProcessorOperator | None = None,
+                  ) -> tuple[int, dict[int, tuple[int, tuple[int, int] | None, int]], dict[str, Any]]:
     """One epoch of one worker (module docstring). Returns (dead letters, per-bin (records,
     counters, fold µs of its records), extra metrics: max_event_ms, late_rows, next_timer_ms,
-    next_expiry_ms, timers_fired)."""
+    next_expiry_ms, timers_fired, and a shadow upgrade's tally when `shadow_op` is tried)."""
     from pyspark.sql import Row
 
     k = cfg.bins_bits
@@ -292,6 +300,8 @@ def run_processor(cfg: Any, cache: Any, txn: Any, table: Any, n: int, owned: set
     if getattr(cfg, "merged_from", None):  # the merge's epoch: timers move under the merged bin's start
         timers.rehome_merged(txn, cache.data, owned, k, cfg.merged_from, changes.set)
     rt = _Runtime(op, cfg.clock, changes, writer, cfg.input_topic)
+    if shadow_op is not None:
+        rt.shadow = Shadow(shadow_op, op.spec.time_mode, rt.tv, tuple(getattr(cfg, "shadow_fields", ())))
     spec, ts_cols = op.spec, tuple(cfg.op_conf.get("ts_columns", ()))
     et_col = spec.event_time_column if spec.time_mode == "EventTime" else None
     dead = late = fired = 0
@@ -350,7 +360,7 @@ def run_processor(cfg: Any, cache: Any, txn: Any, table: Any, n: int, owned: set
             if rows:
                 gk = tuple(json.loads(key).values())
                 sk = store_key(int(cols["h"][i - 1]), key)
-                dead += rt.call(b, sk, key, lambda gk=gk, rows=rows: rt.on_rows(gk, iter(rows), rt.tv),
+                dead += rt.call(b, sk, key, lambda h, gk=gk, rows=rows: h.on_rows(gk, iter(rows), h.tv),
                                 _row_letters(dl))
             bin_ns[b] = bin_ns.get(b, 0) + clock() - t0
     due = cfg.clock.due(spec.time_mode)
@@ -365,7 +375,7 @@ def run_processor(cfg: Any, cache: Any, txn: Any, table: Any, n: int, owned: set
                 blob = ks.to_bytes()
                 changes.set(b, sk, encode_value(sk, key, blob) if blob is not None else None)
                 fired += 1
-                dead += rt.call(b, sk, key, lambda gk=gk, ts=ts: rt.on_timer(gk, rt.tv, ExpiredTimerInfo(ts)),
+                dead += rt.call(b, sk, key, lambda h, gk=gk, ts=ts: h.on_timer(gk, h.tv, ExpiredTimerInfo(ts)),
                                 _timer_letter(ts, cfg.input_topic))
         for ts, sk, key in list(timers.scan(txn, cache.data, b, k, timers.TTL, rt.now)):
             ks_before, raw = rt.load(sk, key)
@@ -378,5 +388,6 @@ def run_processor(cfg: Any, cache: Any, txn: Any, table: Any, n: int, owned: set
     counters = changes.finish(cache, writer)
     extra = {"max_event_ms": max_et, "late_rows": late, "timers_fired": fired,
              "next_timer_ms": timers.first_due(txn, cache.data, sorted(owned), k, timers.USER),
-             "next_expiry_ms": timers.first_due(txn, cache.data, sorted(owned), k, timers.TTL)}
+             "next_expiry_ms": timers.first_due(txn, cache.data, sorted(owned), k, timers.TTL),
+             **({"shadow": rt.shadow.tally()} if rt.shadow is not None else {})}
     return dead, {b: (rec, counters.get(b), bin_ns.get(b, 0) // 1000) for b, rec in bin_records.items()}, extra

@@ -102,7 +102,7 @@ class JobRunner:
         self.clients = JobClients(cfg, self.journal, self.read_topics, self._stopping)
         self.fencing = DriverFence(cfg, self.clients, self._stopping)
         self.live_code = LiveCode(spark, self.op, cfg.path)  # upgrade steps (spark_jobs.live_code)
-        self.decider = EpochDecide(cfg, self.clients, self.journal, self.fencing, self.ctl_topic, self.live_code.check)
+        self.decider = EpochDecide(cfg, self.clients, self.journal, self.fencing, self.ctl_topic, self.live_code)
         self.applier = EpochApply(cfg, self.op, self.stream_plan, self.clients, self.fencing, self.timers)
         self.applier.live_code = self.live_code
         self.committer = EpochCommit(cfg, self.clients, self.fencing, self._stopping, self.started_at)
@@ -342,7 +342,7 @@ class JobRunner:
                          warm={int(w): tuple(bs) for w, bs in decision.warm.items()}, clock=clock,
                          split=applied is not None and applied.is_split, input_rows=input_rows,
                          merged_from=bits_for(applied.bins_before) if applied is not None and applied.is_merge
-                         else None)
+                         else None, shadow=decision.shadow)
         worker_docs: list[dict[str, Any]] | None = None
         moves_doc: dict[str, Any] | None = None
         if (input_rows or work.moving_in or work.warm or work.split or work.merged_from is not None

@@ -83,6 +83,9 @@ class ApplyConfig:
     # after an upgrade step: the job's processor versions, (version, ref) from the command line's on;
     # the last runs (spark_jobs.operator_loader.live_operator). Empty: `operator` as it was started
     code: tuple[tuple[str, str], ...] = ()
+    # a shadow upgrade (spark_jobs.shadow): the versions with the one tried last, and the fields compared
+    shadow: tuple[tuple[str, str], ...] = ()
+    shadow_fields: tuple[str, ...] = ()
 
 
 def make_apply_fn(cfg: ApplyConfig) -> Callable[[Iterator[Any]], Iterator[Any]]:
@@ -165,8 +168,9 @@ def _run(cfg: ApplyConfig, cache: Any, txn: Any, worker: int, table: Any, n: int
             from spark_jobs.operator_loader import live_operator
             from spark_jobs.processing import run_processor
 
+            shadow = live_operator(cfg.operator, cfg.shadow) if cfg.shadow else None  # a version tried beside
             dead, per_bin, extra = run_processor(cfg, cache, txn, table, n, owned, writer,
-                                                 live_operator(cfg.operator, cfg.code))  # type: ignore[arg-type]
+                                                 live_operator(cfg.operator, cfg.code), shadow)  # type: ignore[arg-type]
             bin_records = BinRecords.of(per_bin)
         else:
             dead, bin_records = fold_rows(cfg, cache, txn, table, n, writer)

@@ -126,6 +126,7 @@ def jobs(url: str, now: datetime | None = None) -> list[dict[str, Any]]:
         cur = store.latest_map(url, job, op)
         bins = cur.bins if cur is not None else bins  # a split raised it since the job's first start
         trigger_ms, max_records = store.job_settings(url, job, op)  # as settings steps left them
+        version = store.job_version(url, job, op)  # as upgrade steps left it (None: the command line's)
         out.append({
             "job": job, "operator": op, "bins": bins, "configured": cfg is not None,
             "status": status, "heartbeat_timeout_s": timeout, "degraded": bool(cache_degraded(url, job, op, now)),
@@ -141,7 +142,7 @@ def jobs(url: str, now: datetime | None = None) -> list[dict[str, Any]]:
             "batch_ms": e.batch_ms if e else None, "last_epoch_at": iso(e.ended_at) if e else None,
             "dead_letters": store.dead_letter_counts(url, job, op, now)[0],
             "min_workers": cfg.min_workers if cfg else None, "max_workers": cfg.max_workers if cfg else None,
-            "open_plan": plan, "trigger_ms": trigger_ms, "max_records_per_epoch": max_records,
+            "open_plan": plan, "trigger_ms": trigger_ms, "max_records_per_epoch": max_records, "version": version,
             "spark_ui": hb.spark_ui_url if hb and status != "stopped" else None,
             "topics": topic_links(job, cfg.input_topic.split(",") if cfg else []),
         })

@@ -110,7 +110,11 @@ def plan(url: str, plan_id: str) -> dict[str, Any] | None:
             "pause_ms": c.migration_ms if c else None, "bytes": c.bytes_moved if c else None,
             "keys": c.keys_moved if c else None, "predicted_ms": s.predicted_ms,
             "latency_s": (c.completed_at - s.emitted_at).total_seconds() if c and s.emitted_at else None,
-            "map_version_after": c.map_version_after if c else None, "reason": c.reason if c else "",
+            "map_version_after": c.map_version_after if c else None,
+            # finished: the checkpoint's reason; in flight: what the job last said of it (a shadow's comparison)
+            "reason": c.reason if c else (store.latest_step_note(url, p.job, p.operator, plan_id, s.step)
+                                          if s.emitted_at else ""),
+            "code": s.payload.get("code"),
         })
     applied = [c for c in cps.values() if c.status == "applied"]
     emitted = [s.emitted_at for s in steps if s.emitted_at]

@@ -259,7 +259,8 @@ def index(request: Request, job: str | None = None, operator: str | None = None,
     sel = next((j for j in jobs if j["job"] == job and (not operator or j["operator"] == operator)), None)
     if sel is None and jobs and not job:
         sel = next((j for j in jobs if j["status"] == "running"), jobs[0])
-    boot = {"root": root, "airflow": _airflow_base(), "migrate_dag": MIGRATE_DAG, "window": window,
+    boot = {"root": root, "airflow": _airflow_base(), "migrate_dag": MIGRATE_DAG, "upgrade_dag": dag_ids.UPGRADE,
+            "window": window,
             "job": sel["job"] if sel else None, "operator": sel["operator"] if sel else None, "jobs": jobs,
             "windows": list(console.WINDOWS), "plan": pinned.plan_id if pinned is not None else None}
     e = html.escape
@@ -300,6 +301,7 @@ def index(request: Request, job: str | None = None, operator: str | None = None,
   <div id="job-links" class="links"></div></div>
   <div class="actions">
     <button id="plan-btn" class="primary">Plan a migration…</button>
+    <button id="upgrade-btn" class="secondary" title="ballast_upgrade: another version of the job's processor, live">Upgrade the processor…</button>
     <a id="dag-link" target="_top" href="{e(_airflow_base())}/dags/{MIGRATE_DAG}">{MIGRATE_DAG} in Airflow ↗</a>
   </div>
 </section>

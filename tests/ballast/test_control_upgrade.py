@@ -34,7 +34,9 @@ GOOD = {"code": "pkg.counter_v2:Counter", "version": "2", "py_files": ["/srv/cod
 
 
 @pytest.mark.parametrize("params, why", [
-    ({**GOOD, "strategy": "shadow"}, r"strategy must be one of \('direct',\)"),
+    ({**GOOD, "strategy": "sideways"}, r"strategy must be one of \('direct', 'shadow'\)"),
+    ({**GOOD, "strategy": "shadow", "shadow_epochs": 0}, "shadow.epochs must be an integer in 1..1000"),
+    ({**GOOD, "strategy": "shadow", "tolerance": 2}, "shadow.tolerance must be a share in 0..1"),
     ({**GOOD, "code": "counter_v2"}, "package.module:Class"),
     ({**GOOD, "version": ""}, "code version must be a label"),
     ({**GOOD, "version": "2 final"}, "code version must be a label"),
@@ -65,3 +67,42 @@ def test_the_plan_is_one_upgrade_step_the_job_parses_back_and_an_open_plan_block
     assert plan.target_workers == plan.source_workers and list(plan.target_assignment) == [0] * 16
     with pytest.raises(InvalidRequest, match=out["plan_id"]):
         plan_upgrade(db_url, processor_job, {**GOOD, "version": "3", "dry_run": False})
+
+
+def test_a_shadow_upgrade_carries_how_it_is_tried_to_the_job(db_url, processor_job):
+    from ballast.code_version import ShadowSpec
+
+    out = plan_upgrade(db_url, processor_job, {**GOOD, "strategy": "shadow", "shadow_epochs": 4, "tolerance": 0.01,
+                                               "compare_fields": ["key", "count"], "dry_run": False})
+    assert "runs beside the version in force for 4 epochs" in out["rendered"] and "key, count" in out["rendered"]
+    [step] = store.plan_steps(db_url, out["plan_id"])
+    sent = parse_control(json.dumps(step.payload))
+    assert sent.code is not None and sent.code.shadow == ShadowSpec(4, 0.01, ("key", "count"))
+
+
+def test_the_console_shows_the_step_its_shadows_progress_and_the_version_in_force(db_url, processor_job):
+    """While the job compares a shadow, the plan's step row shows the version it deploys and what the job
+    last said of it; once applied, the job row names the version in force (the command line's before)."""
+    from datetime import UTC, datetime
+
+    from ballast import console, console_plans
+    from ballast.store import writer
+    from tests.helpers.stepapplier import apply_step
+    from tests.helpers.store_seed import Entry
+
+    job, op = processor_job.job, processor_job.operator
+    [row] = [r for r in console.jobs(db_url) if (r["job"], r["operator"]) == (job, op)]
+    assert row["version"] is None, "no upgrade applied: the command line's version"
+    out = plan_upgrade(db_url, processor_job, {**GOOD, "strategy": "shadow", "shadow_epochs": 2,
+                                               "compare_fields": ["key", "count"], "dry_run": False})
+    plan_id = out["plan_id"]
+    store.mark_step_emitted(db_url, plan_id, 1, datetime.now(UTC), 0, 7)
+    note = "shadow: 1 of 2 epochs with input, 40 handler calls compared, 0 differ, 0 raised"
+    writer.write_step_decisions(db_url, job, op, 9, [Entry(0, plan_id, 1, "queue", note, operator=op)])
+    [step] = console_plans.plan(db_url, plan_id)["step_rows"]
+    assert step["status"] == "in flight" and step["reason"] == note
+    assert step["code"]["version"] == "2" and step["code"]["shadow"]["epochs"] == 2
+    sent = parse_control(json.dumps(store.plan_steps(db_url, plan_id)[0].payload))
+    assert apply_step(db_url, job, op, sent) is not None
+    [row] = [r for r in console.jobs(db_url) if (r["job"], r["operator"]) == (job, op)]
+    assert row["version"] == {"version": "2", "ref": "pkg.counter_v2:Counter"}

@@ -35,7 +35,8 @@ def test_every_param_that_is_read_is_declared():
     for path in (REPO / "dags" / "ballast_upgrade.py", REPO / "plugins" / "ballast" / "control" / "upgrade.py"):
         src = path.read_text()
         read |= set(re.findall(r'params\.get\("([a-z_]+)"', src)) | set(re.findall(r'params\["([a-z_]+)"\]', src))
-    assert {"code", "version", "py_files", "strategy", "dry_run"} <= read, "the scan no longer matches the code"
+    assert {"code", "version", "py_files", "strategy", "dry_run", "shadow_epochs", "tolerance",
+            "compare_fields"} <= read, "the scan no longer matches the code"
     assert read <= declared, f"read but not declared as Params: {sorted(read - declared)}"
 
 
@@ -54,7 +55,10 @@ def test_the_tasks_run_in_order_and_the_form_defaults_to_a_dry_run(dag):
     ({"code": "counter_v2", "version": "2"}, "does not match"),
     ({"code": "pkg.counter_v2:Counter", "version": "2 final"}, "does not match"),
     ({"code": "pkg.counter_v2:Counter", "version": ""}, "non-empty"),
-    ({"code": "pkg.counter_v2:Counter", "version": "2", "strategy": "shadow"}, "not one of"),
+    ({"code": "pkg.counter_v2:Counter", "version": "2", "strategy": "sideways"}, "not one of"),
+    ({"code": "pkg.counter_v2:Counter", "version": "2", "shadow_epochs": 0}, "less than the minimum"),
+    ({"code": "pkg.counter_v2:Counter", "version": "2", "tolerance": 1.5}, "greater than the maximum"),
+    ({"code": "pkg.counter_v2:Counter", "version": "2", "compare_fields": ["a b"]}, "does not match"),
     ({"code": "pkg.counter_v2:Counter", "version": "2", "py_files": "/a.py"}, "not of type 'array'"),
     ({"code": "pkg.counter_v2:Counter", "version": "2", "py_files": ["/a.py"] * 17}, "too long"),
     ({"code": "pkg.counter_v2:Counter", "version": "2", "job": "no-such-job"}, "not one of"),

@@ -1,6 +1,7 @@
 """spark_jobs.control: an epoch applies at most one valid step (one new map version each) and
 rejects a step that cannot apply whole, with its reason; steps queue in order, duplicates change
-nothing, a newer plan supersedes; splits and pre-copy; the typed steps round-trip through the
+nothing, a newer plan supersedes; splits and pre-copy; upgrades, and shadow upgrades tried over
+several decisions before they cut over or are rejected; the typed steps round-trip through the
 journal's JSON (lines written before the types: test_control_state.py)."""
 
 from __future__ import annotations
@@ -375,3 +376,254 @@ def test_the_code_in_force_survives_the_journals_json_and_an_older_journal_has_n
     assert ControlState.from_dict(doc) == st
     old = {k: v for k, v in doc.items() if k != "code"}
     assert ControlState.from_dict(old).code == []
+
+
+# ------------------------------------------------------------------ shadow upgrades ---------------
+
+
+def _shadow_upgrade(epochs: int = 2, tolerance: float = 0.0, fields: tuple[str, ...] = (), version: int = 0,
+                    plan: str = "u", label: str = "2") -> ControlStep:
+    import dataclasses
+
+    from ballast.code_version import CodeVersion, ShadowSpec
+
+    return dataclasses.replace(_step(plan=plan, moves=(), version=version), kind="upgrade",
+                               code=CodeVersion("pkg.mod:Counter", label, ("/tmp/v2.zip",),
+                                                ShadowSpec(epochs, tolerance, fields)))
+
+
+def _seen(calls: int = 0, differ: int = 0, errors: int = 0, example: str = "", step: str = "u#1") -> dict:
+    """What the tasks of an epoch compared (spark_jobs.live_code.LiveCode.take_seen)."""
+    return {step: {"calls": calls, "differ": differ, "errors": errors, "example": example}}
+
+
+class _Check:
+    """A code check that says yes (or `why`) and counts when it was asked."""
+
+    def __init__(self, why: str | None = None) -> None:
+        self.why, self.asked = why, 0
+
+    def __call__(self, step: ControlStep, state: object) -> str | None:
+        self.asked += 1
+        return self.why
+
+
+def _run_shadow(st, msgs, seen=None, check=None, epoch=5, now=NOW):
+    recs = [ControlRecord(f"0:{i}", m.to_json()) for i, m in enumerate(msgs)]
+    return decide(st, recs, epoch=epoch, now=now, job="j", operator="keycount", max_future_s=3600,
+                  check_code=_Check() if check is None else check, shadow_seen=seen)
+
+
+def _progress(epochs: int, of: int, calls: int, differ: int = 0, errors: int = 0) -> str:
+    return (f"shadow: {epochs} of {of} epochs with input, {calls} handler calls compared, {differ} differ, "
+            f"{errors} raised")
+
+
+def test_a_shadow_upgrade_is_judged_at_receipt_and_a_reason_rejects_it_before_it_is_tried():
+    st = initial_state(8, 2)
+    check = _Check("version 2 does not import on the driver: no module named pkg")
+    d = _run_shadow(st, [_shadow_upgrade()], check=check)
+    assert check.asked == 1
+    assert d.applied is None and d.shadow is None and d.state_after.queue == [] and d.state_after.shadow == {}
+    [e] = d.entries
+    assert (e.action, e.reason, e.checkpoint) == ("reject", check.why, True)
+    assert d.state_after.final["u#1"]["status"] == "rejected" and d.state_after.code == []
+    d = _run_shadow(st, [_shadow_upgrade(version=3)])
+    [e] = d.entries
+    assert e.action == "reject" and "map version mismatch" in e.reason and d.state_after.shadow == {}
+    none = decide(st, [ControlRecord("0:0", _shadow_upgrade().to_json())], epoch=5, now=NOW, job="j",
+                  operator="keycount", max_future_s=3600)
+    [e] = none.entries
+    assert e.action == "reject" and "takes no live upgrade" in e.reason and none.state_after.shadow == {}
+
+
+def test_a_shadow_upgrade_is_tried_for_its_epochs_with_input_then_cuts_over():
+    from ballast.code_version import CodeVersion
+
+    st = initial_state(8, 2)
+    step = _shadow_upgrade(epochs=2, fields=("key", "count"))
+    check = _Check()
+    d = _run_shadow(st, [step], check=check, epoch=5)
+    assert check.asked == 1, "judged at receipt"
+    assert d.applied is None and [q.key for q in d.state_after.queue] == ["u#1"] and d.state_after.map_version == 0
+    assert d.state_after.shadow == {"u#1": {"epochs": 0, "calls": 0, "differ": 0, "errors": 0, "example": ""}}
+    assert d.shadow == {"step": "u#1", "code": step.code.to_dict(), "fields": ["key", "count"]}
+    assert d.shadow["code"]["shadow"] == {"epochs": 2, "tolerance": 0.0, "fields": ["key", "count"]}
+    assert [(e.action, e.reason, e.checkpoint) for e in d.entries] == [("queue", _progress(0, 2, 0), False)]
+    assert st.shadow == {} and st.queue == [], "input state is not mutated"
+
+    d2 = _run_shadow(d.state_after, [], seen=_seen(calls=0), check=check, epoch=6)
+    assert d2.state_after.shadow["u#1"]["epochs"] == 0, "an epoch that compared no call does not count"
+    assert d2.shadow == d.shadow and d2.applied is None
+    assert [(e.action, e.reason) for e in d2.entries] == [("queue", _progress(0, 2, 0))], "progress every epoch"
+
+    d3 = _run_shadow(d2.state_after, [], seen=_seen(calls=4), check=check, epoch=7)
+    assert d3.state_after.shadow == {"u#1": {"epochs": 1, "calls": 4, "differ": 0, "errors": 0, "example": ""}}
+    assert d2.state_after.shadow["u#1"]["calls"] == 0, "input state is not mutated"
+    assert d3.shadow == d.shadow and d3.applied is None
+    assert [(e.action, e.reason) for e in d3.entries] == [("queue", _progress(1, 2, 4))]
+    assert check.asked == 1, "not judged again while it is tried"
+
+    d4 = _run_shadow(d3.state_after, [], seen=_seen(calls=3), check=check, epoch=8)
+    assert d4.applied and d4.applied.is_upgrade and (d4.applied.plan_id, d4.applied.step) == ("u", 1)
+    assert d4.applied.map_version_after == 1 and d4.state_after.map_version == 1
+    assert check.asked == 2, "judged again when it goes in"
+    assert d4.state_after.code == [step.code.entry] == [CodeVersion("pkg.mod:Counter", "2", ("/tmp/v2.zip",))]
+    assert d4.state_after.code[0].shadow is None, "the history keeps the version, not how it was tried"
+    assert d4.shadow is None and d4.state_after.shadow == {} and d4.state_after.queue == []
+    [e] = d4.entries
+    assert e.action == "apply" and e.checkpoint and e.map_version_after == 1
+    assert e.reason == _progress(2, 2, 7) + ": cut over"
+    assert d4.state_after.final["u#1"]["reason"] == e.reason and d4.state_after.final["u#1"]["status"] == "applied"
+    d5 = _run_shadow(d4.state_after, [], seen=_seen(calls=9), check=check, epoch=9)
+    assert d5.entries == [] and d5.state_after.shadow == {} and d5.shadow is None, "a late tally is dropped"
+
+
+def test_the_cut_over_is_said_after_the_steps_own_reason():
+    import dataclasses
+
+    step = dataclasses.replace(_shadow_upgrade(epochs=1), reason="release 2.0")
+    d = _run_shadow(initial_state(8, 2), [step])
+    d2 = _run_shadow(d.state_after, [], seen=_seen(calls=1), epoch=6)
+    [e] = d2.entries
+    assert e.action == "apply" and e.reason == "release 2.0; " + _progress(1, 1, 1) + ": cut over"
+
+
+def test_a_shadow_upgrade_whose_outputs_differ_beyond_its_tolerance_is_rejected_and_the_version_in_force_runs_on():
+    from ballast.code_version import CodeVersion
+
+    st = initial_state(8, 2)
+    st.code = [CodeVersion("pkg.mod:Counter", "1")]
+    d = _run_shadow(st, [_shadow_upgrade(epochs=2, label="2")])
+    example = 'key {"key":"a"}: in force [{"count":11}], new [{"count":12}]'
+    d2 = _run_shadow(d.state_after, [], seen=_seen(calls=5, differ=1, example=example), epoch=6)
+    assert d2.applied is None and d2.shadow is not None, "a difference is judged after the epochs, not at once"
+    d3 = _run_shadow(d2.state_after, [], seen=_seen(calls=5, example="a later one"), epoch=7)
+    assert d3.applied is None and d3.shadow is None
+    assert d3.state_after.code == st.code and d3.state_after.map_version == 0
+    assert d3.state_after.queue == [] and d3.state_after.shadow == {}
+    [e] = d3.entries
+    assert e.action == "reject" and e.checkpoint and e.map_version_after is None
+    assert e.reason == (_progress(2, 2, 10, differ=1) + f" (tolerance 0), e.g. {example}: the version in force runs on")
+    assert d3.state_after.final["u#1"]["status"] == "rejected"
+
+
+@pytest.mark.parametrize("tolerance, differ, errors, action", [
+    (0.2, 2, 0, "apply"),  # 2 of 10: at the tolerance
+    (0.2, 1, 1, "apply"),  # an error counts as a difference
+    (0.2, 2, 1, "reject"),
+    (0.2, 3, 0, "reject"),
+    (0.0, 0, 0, "apply"),
+    (0.0, 0, 1, "reject"),
+    (1.0, 10, 0, "apply"),
+])
+def test_the_tolerance_is_the_share_of_calls_that_may_differ_or_raise(tolerance, differ, errors, action):
+    d = _run_shadow(initial_state(8, 2), [_shadow_upgrade(epochs=1, tolerance=tolerance)])
+    d2 = _run_shadow(d.state_after, [], seen=_seen(calls=10, differ=differ, errors=errors, example="x"), epoch=6)
+    [e] = d2.entries
+    assert e.action == action and e.checkpoint
+    assert (d2.applied is not None) == (action == "apply") and d2.state_after.shadow == {}
+    assert _progress(1, 1, 10, differ, errors) in e.reason
+
+
+def test_the_tasks_tallies_count_for_the_step_they_name_only():
+    d = _run_shadow(initial_state(8, 2), [_shadow_upgrade(epochs=1)])
+    d2 = _run_shadow(d.state_after, [], seen={**_seen(calls=3, step="other#1"), **_seen(calls=0)}, epoch=6)
+    assert d2.state_after.shadow == {"u#1": {"epochs": 0, "calls": 0, "differ": 0, "errors": 0, "example": ""}}
+    assert d2.applied is None and d2.shadow is not None
+    d3 = _run_shadow(d2.state_after, [], seen=_seen(calls=2, differ=1, example="first"), epoch=7)
+    assert d3.entries[0].action == "reject" and "e.g. first:" in d3.entries[0].reason
+
+
+def test_the_first_example_is_kept():
+    from spark_jobs.control import add_seen
+
+    t = add_seen({}, {})
+    assert t == {"epochs": 0, "calls": 0, "differ": 0, "errors": 0, "example": ""}
+    t = add_seen(t, {"calls": 2, "differ": 1, "example": "first"})
+    t = add_seen(t, {"calls": 1, "errors": 1, "example": "second"})
+    assert t == {"epochs": 2, "calls": 3, "differ": 1, "errors": 1, "example": "first"}
+    assert add_seen({}, {"calls": 1, "example": "x\x00" * 500})["example"] == "x\\x00" * 59 + "x\\x0…", (
+        "an example from the tasks is clipped to 300 safe characters")
+
+
+def test_a_shadow_upgrade_not_yet_due_is_not_tried_but_its_progress_is_logged():
+    import dataclasses
+
+    st = initial_state(8, 2)
+    later = NOW + timedelta(seconds=60)
+    step = dataclasses.replace(_shadow_upgrade(epochs=1), effective_at=later)
+    d = _run_shadow(st, [step])
+    assert d.shadow is None and "u#1" in d.state_after.shadow
+    d2 = _run_shadow(d.state_after, [], epoch=6)
+    assert d2.shadow is None
+    assert [(e.action, e.reason) for e in d2.entries] == [("queue", f"queued until effective_at {later.isoformat()}")]
+    d3 = _run_shadow(d2.state_after, [], epoch=7, now=later)
+    assert d3.shadow is not None and d3.shadow["step"] == "u#1" and d3.applied is None
+
+
+def test_the_shadow_survives_the_journals_json_and_an_older_journal_has_none():
+    from spark_jobs.control_state import ControlState
+
+    d = _run_shadow(initial_state(8, 2), [_shadow_upgrade(epochs=3, tolerance=0.25, fields=("count",))])
+    d2 = _run_shadow(d.state_after, [], seen=_seen(calls=2, differ=1, example="e"), epoch=6)
+    doc = json.loads(json.dumps(d2.to_dict()))
+    assert doc["shadow"] == d2.shadow and doc["state_after"]["shadow"] == d2.state_after.shadow
+    back = EpochControl.from_dict(doc)
+    assert back.shadow == d2.shadow and back.state_after == d2.state_after and back.to_dict() == d2.to_dict()
+    assert back.state_after.queue[0].step.code.shadow == d.state_after.queue[0].step.code.shadow
+    d3 = _run_shadow(back.state_after, [], seen=_seen(calls=1), epoch=7)
+    assert d3.state_after.shadow["u#1"] == {"epochs": 2, "calls": 3, "differ": 1, "errors": 0, "example": "e"}
+    plain = _run(initial_state(8, 2), [_step()])
+    assert "shadow" not in plain.to_dict() and "shadow" not in plain.to_dict()["state_after"], (
+        "no shadow: the journal line as before")
+    old = plain.to_dict()
+    assert EpochControl.from_dict(old).shadow is None and EpochControl.from_dict(old).state_after.shadow == {}
+    assert ControlState.from_dict(initial_state(8, 2).to_dict()).shadow == {}
+
+
+def test_another_upgrade_during_a_shadow_is_rejected_and_the_shadow_goes_on():
+    d = _run_shadow(initial_state(8, 2), [_shadow_upgrade(epochs=1)])
+    d2 = _run_shadow(d.state_after, [_shadow_upgrade(plan="u2", label="3"), _upgrade(plan="u3", label="4")],
+                     seen=_seen(calls=0), epoch=6)
+    assert [(e.plan_id, e.action) for e in d2.entries] == [("u2", "reject"), ("u3", "reject"), ("u", "queue")]
+    for e in d2.entries[:2]:
+        assert "a migration is under way (plan u has steps queued): upgrade once it has finished" in e.reason
+    assert list(d2.state_after.shadow) == ["u#1"] and d2.shadow is not None and d2.shadow["step"] == "u#1"
+    assert d2.state_after.plans == ["u"]
+    d3 = _run_shadow(d2.state_after, [], seen=_seen(calls=1), epoch=7)
+    assert d3.applied and d3.applied.plan_id == "u"
+
+
+def test_a_newer_plans_step_during_a_shadow_supersedes_it():
+    """What happens today: only an upgrade is held off by a queued plan; a newer plan of moves (or
+    settings) supersedes every queued step of older plans, the shadow upgrade too, its tally dropped."""
+    d = _run_shadow(initial_state(8, 2), [_shadow_upgrade(epochs=3)])
+    d2 = _run_shadow(d.state_after, [], seen=_seen(calls=5), epoch=6)
+    d3 = _run_shadow(d2.state_after, [_step(plan="b", moves=((0, 0, 1),))], seen=_seen(calls=5), epoch=7)
+    assert [(e.plan_id, e.action) for e in d3.entries] == [("u", "supersede"), ("b", "apply")]
+    assert d3.entries[0].reason == "superseded by newer plan b" and d3.entries[0].checkpoint
+    assert d3.state_after.final["u#1"]["status"] == "superseded"
+    assert d3.state_after.shadow == {} and d3.shadow is None and d3.state_after.code == []
+    assert d3.applied and d3.applied.plan_id == "b" and d3.state_after.map_version == 1
+
+
+def test_a_duplicate_of_a_shadow_upgrade_changes_nothing():
+    step = _shadow_upgrade(epochs=2)
+    d = _run_shadow(initial_state(8, 2), [step])
+    d2 = _run_shadow(d.state_after, [step], seen=_seen(calls=1), epoch=6)
+    assert [(e.action, e.reason) for e in d2.entries] == [("duplicate", "duplicate: already queued"),
+                                                          ("queue", _progress(1, 2, 1))]
+    assert d2.state_after.shadow["u#1"]["calls"] == 1
+
+
+def test_a_new_version_that_raises_on_every_call_is_rejected_after_its_epochs():
+    d = _run_shadow(initial_state(8, 2), [_shadow_upgrade(epochs=2)])
+    st = d.state_after
+    for epoch in range(6, 16):
+        d = _run_shadow(st, [], seen=_seen(calls=4, errors=4, example="the new version raised KeyError"), epoch=epoch)
+        st = d.state_after
+        if not st.queue:
+            break
+    [e] = d.entries
+    assert e.action == "reject" and "e.g. the new version raised KeyError" in e.reason

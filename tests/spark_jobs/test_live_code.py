@@ -1,7 +1,9 @@
 """spark_jobs.live_code without Spark: what makes a class unfit to be a version of the job's
 processor (`judge_class`), the answers `LiveCode.check` gives before it ships or imports anything
 (not a processor job, the version already in force, a label reused for another class), and the
-versions a task loads (`chain`: none until an upgrade applied, then the whole history).
+versions a task loads (`chain`: none until an upgrade applied, then the whole history; `shadow_chain`:
+the history with a shadow upgrade's version last), and the shadow tallies of the workers added up
+until the decision takes them (`observe`, `take_seen`).
 
 The processors are at module level so that `tests.spark_jobs.test_live_code:V1` names one; the
 LiveCodes get `spark=None`, so a check that went on to ship or import would fail the test."""
@@ -139,3 +141,66 @@ def test_restore_has_nothing_to_ship_before_any_upgrade() -> None:
     live = LiveCode(spark=None, op=ProcessorOperator(V1), path=V1_REF)
     live.restore(None)
     live.restore(_state())  # spark=None: shipping anything would raise
+
+
+# ------------------------------------------------------------------ shadow upgrades ---------------
+
+
+def _tallies(*ts: tuple[int, int, int, str]) -> list[dict[str, Any]]:
+    """The workers' metrics docs of an epoch, each with its task's shadow tally."""
+    return [{"worker": i, "shadow": {"calls": c, "differ": d, "errors": e, "example": x}}
+            for i, (c, d, e, x) in enumerate(ts)]
+
+
+SHADOW = {"step": "u#1", "code": {"ref": V2_REF, "version": "2", "shadow": {"epochs": 2, "tolerance": 0.0}},
+          "fields": []}
+
+
+def test_observe_adds_the_workers_tallies_up_until_the_decision_takes_them() -> None:
+    live = LiveCode(spark=None, op=ProcessorOperator(V1), path=V1_REF)
+    assert live.take_seen() == {}
+    live.observe(SHADOW, _tallies((3, 0, 0, ""), (2, 1, 0, "key a: differs"), (2, 0, 2, "key b: raised")), 5)
+    live.observe(SHADOW, [{"worker": 0}, {"worker": 1, "shadow": None},
+                          {"worker": 2, "shadow": {"calls": 4, "differ": 2, "errors": 1, "example": "key c"}}], 6)
+    assert live.take_seen() == {"u#1": {"calls": 11, "differ": 3, "errors": 3, "epochs": 2,
+                                        "example": "key a: differs"}}
+    assert live.take_seen() == {}, "once"
+    live.observe(SHADOW, _tallies((1, 0, 0, ""), (0, 0, 0, "")), 7)
+    assert live.take_seen() == {"u#1": {"calls": 1, "differ": 0, "errors": 0, "epochs": 1, "example": ""}}
+
+
+def test_an_epoch_run_again_replaces_its_tally_instead_of_adding_it() -> None:
+    live = LiveCode(spark=None, op=ProcessorOperator(V1), path=V1_REF)
+    live.observe(SHADOW, _tallies((3, 1, 0, "first try")), 5)
+    live.observe(SHADOW, _tallies((3, 1, 0, "again")), 5)  # Spark ran the epoch again before the next decision
+    assert live.take_seen() == {"u#1": {"calls": 3, "differ": 1, "errors": 0, "epochs": 1, "example": "again"}}
+
+
+def test_observe_ignores_an_epoch_without_a_shadow() -> None:
+    live = LiveCode(spark=None, op=ProcessorOperator(V1), path=V1_REF)
+    live.observe(None, _tallies((3, 1, 0, "x")))
+    live.observe({}, _tallies((3, 1, 0, "x")))
+    assert live.take_seen() == {}
+    live.observe(SHADOW, [])
+    assert live.take_seen() == {"u#1": {"calls": 0, "differ": 0, "errors": 0, "epochs": 0, "example": ""}}, (
+        "an epoch whose tasks compared nothing (the decision counts no epoch for it)")
+
+
+def test_observe_keeps_each_steps_tally_apart() -> None:
+    live = LiveCode(spark=None, op=ProcessorOperator(V1), path=V1_REF)
+    live.observe(SHADOW, _tallies((1, 0, 0, "")))
+    live.observe({**SHADOW, "step": "v#1"}, _tallies((5, 5, 0, "v's")))
+    assert live.take_seen() == {"u#1": {"calls": 1, "differ": 0, "errors": 0, "epochs": 1, "example": ""},
+                                "v#1": {"calls": 5, "differ": 5, "errors": 0, "epochs": 1, "example": "v's"}}
+
+
+def test_shadow_chain_is_the_history_with_the_version_tried_last() -> None:
+    live = LiveCode(spark=None, op=ProcessorOperator(V1), path=V1_REF)
+    assert live.shadow_chain(_state(), None) == () and live.shadow_chain(_state(), {}) == ()
+    assert live.shadow_chain(_state(), SHADOW) == (("1", V1_REF), ("2", V2_REF))
+    assert live.chain(_state()) == (), "the version in force is still the command line's"
+    after = _state(CodeVersion(V2_REF, "2"))
+    tried = {**SHADOW, "code": CodeVersion("pkg.mod:Counter3", "3").to_dict()}
+    assert live.shadow_chain(after, tried) == (("1", V1_REF), ("2", V2_REF), ("3", "pkg.mod:Counter3"))
+    keycount = LiveCode(spark=None, op=OPERATORS["keycount"](), path="keycount")
+    assert keycount.shadow_chain(_state(), SHADOW) == (), "no processor, nothing to try"

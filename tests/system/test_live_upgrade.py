@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from ballast.code_version import CodeVersion
+from ballast.code_version import CodeVersion, ShadowSpec
 from ballast.protocol import ControlStep
 from spark_jobs.output import parse_id, read_output, record_id, scan_topic
 from spark_jobs.runner import RunConfig, start_job
@@ -71,13 +71,7 @@ def test_a_processor_is_upgraded_live_bad_versions_are_refused_and_rollback_rest
         spark, kafka_bootstrap, make_topics, unique_name, tmp_path, db_url):
     job, topic = unique_name, f"{unique_name}.in"
     make_topics({topic: 2})
-    spark.sparkContext.addPyFile(str(HERE / "upgrade_counter.py"))
-    sys.path.insert(0, str(HERE))
-    # the later versions: modules of their own (a Python worker keeps a module it imported once), in a
-    # directory nothing has on its path until an upgrade step ships them
-    code_dir = tmp_path / "code"
-    code_dir.mkdir()
-    suffix = unique_name.replace("-", "_").replace(".", "_")
+    code_dir, suffix = _later_versions_dir(spark, tmp_path, unique_name)
     refs = {}
     for version in ("2", "3"):  # version 2 is the example docs/operators.md shows
         mod = f"counter_v{version}_{suffix}"
@@ -159,6 +153,17 @@ def test_a_processor_is_upgraded_live_bad_versions_are_refused_and_rollback_rest
     assert last == want, "every key's count is its records minus its dead letters"
 
 
+def _later_versions_dir(spark, tmp_path: Path, name: str) -> tuple[Path, str]:  # type: ignore[no-untyped-def]
+    """Version 1 where the job and its executors import it; a directory for the later versions, which
+    nothing has on its path until an upgrade step ships them; and a suffix that gives each version a
+    module of its own in this test session (a Python worker keeps a module it imported once)."""
+    spark.sparkContext.addPyFile(str(HERE / "upgrade_counter.py"))
+    sys.path.insert(0, str(HERE))
+    code_dir = tmp_path / "code"
+    code_dir.mkdir()
+    return code_dir, name.replace("-", "_").replace(".", "_")
+
+
 def _ref(refs: dict, version: str) -> tuple[str, str, tuple[str, ...]]:
     ref, files = refs[version]
     return ref, version, files
@@ -181,3 +186,83 @@ def _dead_letters(bootstrap: str, topic: str) -> dict[tuple[bytes, str], str]:
         h = {k: v.decode() for k, v in msg.headers}
         out[(msg.key, h["ballast-source"])] = h["ballast-reason"]
     return out
+
+
+WRONG = '''
+from spark_jobs.processor import StatefulProcessor, StateUpgrade
+
+
+class Counter(StatefulProcessor):  # a version 2 with a bug: every record counts twice
+    ballast_version = "2"
+    ballast_upgrades = (StateUpgrade("1", "2"),)
+
+    def init(self, handle):
+        self.count = handle.get_value_state("count")
+
+    def handle_input_rows(self, key, rows, timer_values):
+        n = (self.count.get() or (0,))[0] + 2 * sum(1 for _ in rows)
+        self.count.update((n,))
+        yield {"key": key[0], "count": n, "v": "2"}
+'''
+
+
+def test_a_shadow_upgrade_catches_a_wrong_version_and_cuts_over_to_a_right_one(
+        spark, kafka_bootstrap, make_topics, unique_name, tmp_path, db_url):
+    """Shadow, then cut over (Gloss): the new version runs beside the version in force on the same
+    input, on a copy of the state, its outputs held back and compared. A version that counts twice is
+    caught and rejected, the job never having sent one of its outputs; the right one is compared for
+    its epochs and cut over, and the counts go on exactly."""
+    job, topic = unique_name, f"{unique_name}.in"
+    make_topics({topic: 2})
+    code_dir, suffix = _later_versions_dir(spark, tmp_path, unique_name)
+    wrong, right = code_dir / f"counter_wrong_{suffix}.py", code_dir / f"counter_right_{suffix}.py"
+    wrong.write_text(WRONG)
+    right.write_text(EXAMPLE_V2.read_text())
+    cfg = RunConfig(job=job, operator=OPERATOR, input_topic=topic, checkpoint_dir=str(tmp_path / "ckpt"),
+                    bootstrap=kafka_bootstrap, db_url=db_url, bins=8, workers=2, trigger_ms=200)
+    ckpt = cfg.checkpoint_dir + "/spark"
+    keys = zipf_keys(2_400, 40, seed=7, s=1.1)
+    sent: list[bytes] = []
+    shadow = ShadowSpec(epochs=2, fields=("key", "count"))
+
+    def upgrade(plan: str, path: Path, mv: int) -> bytes:
+        now = datetime.now(UTC)
+        return ControlStep(job=job, operator=OPERATOR, plan_id=plan, step=1, steps=1, kind="upgrade", moves=(),
+                           workers=2, map_version=mv, issued_at=now, effective_at=now,
+                           code=CodeVersion(f"{path.stem}:Counter", "2", (str(path),), shadow)).to_json()
+
+    def feed_until(plan: str, runner) -> None:  # type: ignore[no-untyped-def]
+        """Input in small parts, one epoch each, until the step has its checkpoint."""
+        while (plan, 1) not in checkpoints(db_url, job):
+            part = keys[len(sent):len(sent) + 150]
+            assert part, f"the input ran out before {plan} was decided"
+            produce(kafka_bootstrap, topic, part, 2)
+            sent.extend(part)
+            wait_until(lambda: consumed_rows(ckpt, topic) == len(sent), 120, "a part consumed",
+                       check=lambda: _alive(runner))
+
+    runner = start_job(spark, cfg)
+    try:
+        produce(kafka_bootstrap, topic, keys[:300], 2)
+        sent.extend(keys[:300])
+        wait_until(lambda: consumed_rows(ckpt, topic) == len(sent), 120, "the first part", check=lambda: _alive(runner))
+        send_control(kafka_bootstrap, job, [upgrade("wrong", wrong, 0)], operator=OPERATOR)
+        feed_until("wrong", runner)
+        cp = checkpoints(db_url, job)[("wrong", 1)]
+        assert cp.status == "rejected" and "differ" in (cp.reason or "") and "e.g. key" in (cp.reason or ""), \
+            cp.reason
+        send_control(kafka_bootstrap, job, [upgrade("right", right, 0)], operator=OPERATOR)
+        feed_until("right", runner)
+        cp = checkpoints(db_url, job)[("right", 1)]
+        assert cp.status == "applied" and "0 differ, 0 raised: cut over" in (cp.reason or ""), cp.reason
+        rest = keys[len(sent):len(sent) + 300]
+        produce(kafka_bootstrap, topic, rest, 2)
+        sent.extend(rest)
+        wait_until(lambda: consumed_rows(ckpt, topic) == len(sent), 120, "the last part", check=lambda: _alive(runner))
+    finally:
+        runner.stop()
+    rows = [(o.epoch, json.loads(o.value)) for o in read_output(kafka_bootstrap, f"{job}.output")[0]]
+    assert {r["v"] for e, r in rows if e < cp.applied_epoch} == {"1"}, "a shadow's outputs are never sent"
+    assert {r["v"] for e, r in rows if e >= cp.applied_epoch} == {"2"}
+    last = {r["key"]: r["count"] for _, r in sorted(rows, key=lambda x: x[0])}
+    assert last == {k.decode(): n for k, n in Counter(sent).items()}, "exact counts through both shadows"

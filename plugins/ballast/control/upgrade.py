@@ -11,14 +11,16 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from ballast.code_version import CodeVersion, CodeVersionError
+from ballast.code_version import CodeVersion, CodeVersionError, ShadowSpec
 from ballast.config import JobConfig
 from ballast.control.manual import InvalidRequest, live_map, one_step
 from ballast.control.plan import store_upgrade
 
 log = logging.getLogger(__name__)
 
-STRATEGIES = ("direct",)  # the new version takes over at the step's epoch; keys carried over on first use
+# direct: the new version takes over at the step's epoch; shadow: it runs beside the version in force
+# on a copy of the state for some epochs, its outputs compared, and takes over only if they agree
+STRATEGIES = ("direct", "shadow")
 
 
 def plan_upgrade(url: str, cfg: JobConfig, params: dict[str, Any]) -> dict[str, Any]:
@@ -31,15 +33,21 @@ def plan_upgrade(url: str, cfg: JobConfig, params: dict[str, Any]) -> dict[str, 
         raise InvalidRequest(f"job {cfg.job} runs the shipped operator {cfg.operator_path!r}; only a stateful "
                              "processor (package.module:Class) upgrades live")
     try:
+        epochs, tolerance = params.get("shadow_epochs"), params.get("tolerance")  # 0 is a value, None is unset
+        shadow = ShadowSpec(epochs=3 if epochs is None else epochs, tolerance=0.0 if tolerance is None else tolerance,
+                            fields=tuple(params.get("compare_fields") or ())) if strategy == "shadow" else None
         code = CodeVersion(ref=str(params.get("code") or ""), version=str(params.get("version") or ""),
-                           py_files=tuple(params.get("py_files") or ()))
+                           py_files=tuple(params.get("py_files") or ()), shadow=shadow)
     except CodeVersionError as exc:
         raise InvalidRequest(str(exc)) from exc
     current, _ = live_map(url, cfg, "this upgrade")
     rendered = (f"upgrade at map v{current.version}: {code.describe()}"
                 + (f", shipping {', '.join(code.py_files)}" if code.py_files else "")
-                + f"; strategy {strategy}: the job imports it on its driver and executors first and rejects it if "
-                "it does not import, says another version or declares no StateUpgrade from the version in force; "
-                "each key's state is carried over the first time the new version handles it, nothing moves")
+                + "; the job imports it on its driver and executors first and rejects it if it does not import, "
+                "says another version or declares no StateUpgrade from the version in force"
+                + (f"; shadow: it runs beside the version in force for {shadow.epochs} epochs with input, its outputs "
+                   f"({', '.join(shadow.fields) or 'whole rows'}) compared and held back, and takes over only if at "
+                   f"most {shadow.tolerance:g} of the calls differ" if shadow else "; it takes over at once")
+                + "; each key's state is carried over the first time the new version handles it, nothing moves")
     return one_step(cfg, params, rendered, f"upgrade to version {code.version}",
                     lambda req: store_upgrade(url, cfg, current, code, req).to_dict())

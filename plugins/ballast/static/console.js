@@ -110,6 +110,7 @@
       fact("batch time", ms(j.batch_ms)),
       fact(`trigger · max records/epoch <span class="sub">(settings)</span>`,
         `${ms(j.trigger_ms)} · ${j.max_records_per_epoch ? num(j.max_records_per_epoch) : "no cap"}`),
+      fact("processor version", j.version ? `v${esc(j.version.version)} <span class="sub">${esc(j.version.ref)}</span>` : "as started"),
       fact(`dead letters <span class="sub">(${esc(j.job)}.dlq)</span>`, num(j.dead_letters)),
       fact("bins (B)", num(j.bins)),
     ].join("");
@@ -322,13 +323,19 @@
     $("plan-steps").innerHTML = `<tr><th>step</th><th>moves</th><th>status</th><th>emitted</th><th>applied (epoch)</th><th>checkpoint</th>
       <th class="num">latency</th><th class="num">pause pred. / meas.</th><th class="num">bytes</th><th class="num">keys</th><th>map after</th></tr>` +
       rows.map((s) => `<tr data-step="${s.step}" data-status="${esc(s.status)}"><td>${s.step}</td>
-        <td>${s.moves.slice(0, 6).map((mv) => `<code>${mv.bin}:${mv.from}→${mv.to}</code>`).join(" ")}${s.moves.length > 6 ? ` +${s.moves.length - 6}` : ""}</td>
-        <td>${badge(s.status)}${s.reason && s.status !== "applied" ? `<div class="sub">${esc(s.reason)}</div>` : ""}</td>
+        <td>${s.code ? stepCode(s.code) : s.moves.slice(0, 6).map((mv) => `<code>${mv.bin}:${mv.from}→${mv.to}</code>`).join(" ")}${s.moves.length > 6 ? ` +${s.moves.length - 6}` : ""}</td>
+        <td>${badge(s.status)}${s.reason && (s.status !== "applied" || s.code) ? `<div class="sub" data-field="step-reason">${esc(s.reason)}</div>` : ""}</td>
         <td>${hms(s.emitted_at)}${s.offset !== null ? `<div class="sub">offset ${s.offset}</div>` : ""}</td>
         <td>${hms(s.applied_at)}${s.applied_epoch !== null ? ` <span class="sub">(${s.applied_epoch})</span>` : ""}</td>
         <td>${hms(s.checkpoint_at)}</td><td class="num">${secs(s.latency_s)}</td>
         <td class="num">${ms(s.predicted_ms)} / ${ms(s.pause_ms)}</td><td class="num">${bytes(s.bytes)}</td><td class="num">${num(s.keys)}</td>
         <td>${s.map_version_after !== null ? "v" + s.map_version_after : "–"}</td></tr>`).join("");
+  }
+
+  // an upgrade step: the version it deploys and, for a shadow, how long the two run side by side
+  function stepCode(c) {
+    const how = c.shadow ? ` · shadow ${c.shadow.epochs} epochs${c.shadow.fields ? " on " + c.shadow.fields.join(", ") : ""}` : "";
+    return `<code>upgrade → v${esc(c.version)}</code><div class="sub">${esc(c.ref)}${esc(how)}</div>`;
   }
 
   // ------------------------------------------------------------------- decisions
@@ -379,24 +386,25 @@
   }
 
   // ------------------------------------------------------------ trigger form
-  async function openTrigger() {
+  // the trigger form of a manual DAG: ballast_migrate ("Plan a migration…") or ballast_upgrade ("Upgrade the processor…")
+  async function openTrigger(dagId, what) {
     const dlg = $("trigger"), form = $("trigger-form");
-    form.innerHTML = `<h2>Plan a migration of ${esc(S.job)}</h2><p class="muted">loading the form of ${esc(BOOT.migrate_dag)}…</p>`;
+    form.innerHTML = `<h2>${esc(what)} of ${esc(S.job)}</h2><p class="muted">loading the form of ${esc(dagId)}…</p>`;
     dlg.showModal();
     let dag;
     try {
-      const r = await fetch(`${AF}/api/v2/dags/${encodeURIComponent(BOOT.migrate_dag)}/details`, { credentials: "same-origin" });
+      const r = await fetch(`${AF}/api/v2/dags/${encodeURIComponent(dagId)}/details`, { credentials: "same-origin" });
       if (!r.ok) throw new Error(`Airflow answered HTTP ${r.status}`);
       dag = await r.json();
     } catch (err) {
-      form.innerHTML = `<h2>Plan a migration</h2><p class="warn-box">${esc(err.message)}</p><div class="buttons"><button class="secondary" value="cancel">Close</button></div>`;
+      form.innerHTML = `<h2>${esc(what)}</h2><p class="warn-box">${esc(err.message)}</p><div class="buttons"><button class="secondary" value="cancel">Close</button></div>`;
       return;
     }
     const params = dag.params || {};
-    // the job, a dry run, and one worker more (or fewer at the upper bound) as a starting point
+    // the job, a dry run, and for a migration one worker more (or fewer at the upper bound) as a starting point
     const j = S.jobs.find((x) => x.job === S.job && x.operator === S.operator) || {};
     const prefill = { job: S.job, dry_run: true };
-    if (j.workers) prefill.target_workers = j.max_workers && j.workers >= j.max_workers ? Math.max(j.min_workers || 1, j.workers - 1) : j.workers + 1;
+    if (j.workers && dagId === BOOT.migrate_dag) prefill.target_workers = j.max_workers && j.workers >= j.max_workers ? Math.max(j.min_workers || 1, j.workers - 1) : j.workers + 1;
     const fields = Object.entries(params).map(([name, p]) => {
       const schema = p.schema || {}, value = name in prefill ? prefill[name] : p.value;
       const types = [].concat(schema.type || []);
@@ -409,12 +417,12 @@
       else input = `<input type="text" name="${esc(name)}" value="${esc(value ?? "")}">`;
       return `<div class="field" data-param="${esc(name)}" data-types="${esc(types.join(","))}"><label>${esc(title)}</label>${input}<div class="desc">${esc(desc)}</div></div>`;
     });
-    form.innerHTML = `<h2>Plan a migration of ${esc(S.job)}</h2>
-      <p class="sub">Triggers <b>${esc(BOOT.migrate_dag)}</b> through Airflow's API as you, with the DAG's own parameters${dag.is_paused ? " — <b>the DAG is paused: the run will wait</b>" : ""}. A dry run only prints the plan in the task log.</p>
+    form.innerHTML = `<h2>${esc(what)} of ${esc(S.job)}</h2>
+      <p class="sub">Triggers <b>${esc(dagId)}</b> through Airflow's API as you, with the DAG's own parameters${dag.is_paused ? " — <b>the DAG is paused: the run will wait</b>" : ""}. A dry run only prints what would be sent in the task log.</p>
       ${fields.join("")}<div class="buttons"><button class="secondary" value="cancel">Close</button><button class="primary" id="trigger-go" value="">Trigger</button></div><div class="result" id="trigger-result"></div>`;
-    $("trigger-go").addEventListener("click", (ev) => { ev.preventDefault(); submitTrigger(form); });
+    $("trigger-go").addEventListener("click", (ev) => { ev.preventDefault(); submitTrigger(form, dagId); });
   }
-  async function submitTrigger(form) {
+  async function submitTrigger(form, dagId) {
     const conf = {}, out = $("trigger-result");
     try {
       for (const f of form.querySelectorAll(".field")) {
@@ -425,12 +433,12 @@
         else conf[name] = el.value === "" && types.includes("null") ? null : el.value;
       }
     } catch (err) { out.innerHTML = `<p class="warn-box">${esc(err.message)}</p>`; return; }
-    const r = await fetch(`${AF}/api/v2/dags/${encodeURIComponent(BOOT.migrate_dag)}/dagRuns`, { method: "POST", credentials: "same-origin",
+    const r = await fetch(`${AF}/api/v2/dags/${encodeURIComponent(dagId)}/dagRuns`, { method: "POST", credentials: "same-origin",
       headers: { "Content-Type": "application/json", Accept: "application/json" }, body: JSON.stringify({ logical_date: null, conf }) });
     const body = await r.json().catch(() => ({}));
     if (!r.ok) { out.innerHTML = `<p class="warn-box">Airflow refused the run (HTTP ${r.status}): ${esc(JSON.stringify(body.detail ?? body))}</p>`; return; }
-    const url = `${AF}/dags/${encodeURIComponent(BOOT.migrate_dag)}/runs/${encodeURIComponent(body.dag_run_id)}`;
-    out.innerHTML = `<p>Run <a target="_top" href="${esc(url)}"><code>${esc(body.dag_run_id)}</code> ↗</a> created (${conf.dry_run ? "dry run" : "migration"}).</p>`;
+    const url = `${AF}/dags/${encodeURIComponent(dagId)}/runs/${encodeURIComponent(body.dag_run_id)}`;
+    out.innerHTML = `<p>Run <a target="_top" href="${esc(url)}"><code>${esc(body.dag_run_id)}</code> ↗</a> created (${conf.dry_run ? "dry run" : dagId === BOOT.upgrade_dag ? "upgrade" : "migration"}).</p>`;
   }
 
   // ------------------------------------------------------------------- schedule
@@ -515,7 +523,8 @@
   $("ev-kind").addEventListener("change", (ev) => { S.ev.kind = ev.target.value; now("events"); });
   let typing;
   $("ev-text").addEventListener("input", (ev) => { clearTimeout(typing); typing = setTimeout(() => { S.ev.q = ev.target.value; now("events"); }, 300); });
-  $("plan-btn").addEventListener("click", openTrigger);
+  $("plan-btn").addEventListener("click", () => openTrigger(BOOT.migrate_dag, "Plan a migration"));
+  $("upgrade-btn").addEventListener("click", () => openTrigger(BOOT.upgrade_dag, "Upgrade the processor"));
   $("trigger").addEventListener("close", () => { $("trigger-form").innerHTML = ""; });
 
   if (S.job) {

@@ -240,8 +240,14 @@ from ballast.store.step_checkpoints import (
     job_settings as job_settings,
 )
 from ballast.store.step_checkpoints import (
+    job_version as job_version,
+)
+from ballast.store.step_checkpoints import (
     recent_checkpoints as recent_checkpoints,
 )
 from ballast.store.step_log import (
     first_decision_epoch as first_decision_epoch,
+)
+from ballast.store.step_log import (
+    latest_step_note as latest_step_note,
 )

@@ -64,19 +64,17 @@ def recent_checkpoints(url: str, job: str, operator: str, limit: int = 200) -> l
         return [checkpoint_row(r) for r in rows]
 
 
-def job_settings(url: str, job: str, operator: str) -> tuple[int | None, int | None]:
-    """The trigger interval and the records-per-epoch cap (None: no cap) the job runs with: its last
-    start's command line (the job row) under every settings step it applied, in the order it applied
-    them (the job's own rule: ballast.protocol.Settings.over). (None, None) before the job's first start.
+def _applied_payloads(url: str, job: str, operator: str) -> tuple[dict[str, Any] | None, list[Any]]:
+    """The job row's start configuration and the control messages of the steps it applied since the
+    row was made, in the order it applied them; (None, []) before the job's first start.
 
     Only steps applied since the row was made count: a row is made again when a deployment under
     the same name starts on a new checkpoint (its old row deleted, spark_jobs.binding.db_problem),
-    and that job's journal holds none of the old deployment's settings."""
+    and that job's journal holds none of the old deployment's settings or versions."""
     with session_scope(url) as s:
         row = s.get(m.Job, (job, operator))
         if row is None:
-            return None, None
-        config = dict(row.config or {})
+            return None, []
         steps = s.execute(
             select(m.PlanStep.payload)
             .join(m.StepCheckpoint, (m.StepCheckpoint.plan_id == m.PlanStep.plan_id)
@@ -84,8 +82,27 @@ def job_settings(url: str, job: str, operator: str) -> tuple[int | None, int | N
             .where(m.StepCheckpoint.job == job, m.StepCheckpoint.operator == operator,
                    m.StepCheckpoint.status == "applied", m.StepCheckpoint.applied_at >= row.created_at)
             .order_by(m.StepCheckpoint.applied_epoch)).scalars().all()
+        return dict(row.config or {}), list(steps)
+
+
+def job_settings(url: str, job: str, operator: str) -> tuple[int | None, int | None]:
+    """The trigger interval and the records-per-epoch cap (None: no cap) the job runs with: its last
+    start's command line (the job row) under every settings step it applied, in the order it applied
+    them (the job's own rule: ballast.protocol.Settings.over). (None, None) before the job's first start."""
+    config, steps = _applied_payloads(url, job, operator)
+    if config is None:
+        return None, None
     now = Settings(config.get("trigger_ms"), config.get("max_offsets_per_trigger"))  # the command line
     for payload in steps:
         if isinstance(payload, dict) and payload.get("kind") == "settings":
             now = Settings(**payload.get("settings", {})).over(now)
     return now.trigger_ms, now.max_records_per_epoch or None
+
+
+def job_version(url: str, job: str, operator: str) -> dict[str, str] | None:
+    """The processor version the job's applied upgrade steps put in force ({"version", "ref"}), None
+    while the command line's runs (no upgrade step applied since the job row was made)."""
+    for p in reversed(_applied_payloads(url, job, operator)[1]):
+        if isinstance(p, dict) and p.get("kind") == "upgrade" and isinstance(p.get("code"), dict):
+            return {"version": str(p["code"].get("version")), "ref": str(p["code"].get("ref"))}
+    return None

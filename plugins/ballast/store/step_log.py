@@ -19,3 +19,15 @@ def first_decision_epoch(url: str, job: str, operator: str, plan_id: str, action
                 m.StepDecision.plan_id == plan_id, m.StepDecision.action == action)
         )
         return None if epoch is None else int(epoch)
+
+
+def latest_step_note(url: str, job: str, operator: str, plan_id: str, step: int) -> str:
+    """What the job last logged about a step it has not finished (a pre-copy warming, a shadow
+    upgrade's comparison so far); "" when nothing."""
+    with session_scope(url) as s:
+        reason = s.scalar(
+            select(m.StepDecision.reason).where(
+                m.StepDecision.job == job, m.StepDecision.operator == operator,
+                m.StepDecision.plan_id == plan_id, m.StepDecision.step == step)
+            .order_by(m.StepDecision.epoch.desc(), m.StepDecision.seq.desc()).limit(1))
+        return reason or ""
