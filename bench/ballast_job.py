@@ -228,6 +228,30 @@ class BallastJob:
         }
 
 
+    def upgrade(self, label: str, code: Any, timeout: float = 1800.0) -> dict[str, Any]:
+        """One upgrade step to `code` (a ballast.code_version.CodeVersion, shadow or not), sent by the control
+        plane's emitter and awaited to its checkpoint; the same record as `migrate`'s (nothing moves)."""
+        from ballast.emitter import ControlEmitter
+        from ballast.protocol import ControlStep
+
+        version, workers, _ = self.current_map()
+        if self._emitter is None:
+            self._emitter = ControlEmitter(self.spec.bootstrap, self.spec.db_url)
+        plan_id = f"bench-{label}-{uuid.uuid4().hex[:8]}"
+        now = datetime.now(UTC)
+        self._emitter.send(ControlStep(job=self.spec.job, operator=self.spec.operator, plan_id=plan_id, step=1,
+                                       steps=1, kind="upgrade", moves=(), workers=workers, map_version=version,
+                                       issued_at=now, effective_at=now, reason=f"bench {label}", code=code))
+        [cp] = self.wait_plan(plan_id, 1, timeout)
+        t_emit, t_end = now.timestamp(), unix(cp.completed_at)
+        return {"plan_id": plan_id, "strategy": label, "steps": 1, "steps_planned": 1, "bins": 0, "t_emit": t_emit,
+                "t_first_applied": unix(cp.applied_at), "t_end": t_end, "duration_s": t_end - t_emit,
+                "keys_moved": 0, "bytes_moved": cp.bytes_moved, "move_ms_total": cp.migration_ms,
+                "state_bytes_moved": 0, "move_ms_max_step": cp.migration_ms, "gap_s": 0.0, "precopy": False,
+                "step_ms": [cp.migration_ms], "step_bytes": [cp.bytes_moved], "epochs": [cp.applied_epoch],
+                "reason": cp.reason}
+
+
 def make_steps(current: list[int], version: int, target: list[int], workers: int, target_workers: int,
                size: list[int], load: list[float], strategy: str, batch_bins: int | None) -> list[Any]:
     """Migration steps from the policy planner.

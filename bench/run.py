@@ -3,9 +3,10 @@
 `spike` (the migration spike at GBs of state, bench/experiments/spike.py), `trace` (tracing's
 latency overhead and the critical-path analysis's cost, bench/experiments/trace_overhead.py),
 `reaction` (a load step's reaction time, event-driven vs schedule, in the stack's real Airflow:
-bench/experiments/reaction.py) and `autotune` (the autotuner against fixed trigger intervals on a
-stepped load, bench/experiments/autotune.py) run only when named in `--only`: none is in the
-default set nor in the smoke run `make test` starts.
+bench/experiments/reaction.py), `autotune` (the autotuner against fixed trigger intervals on a
+stepped load, bench/experiments/autotune.py) and `upgrade` (a live code upgrade, rollback and shadow
+upgrade of a processor holding a GB of state, bench/experiments/upgrade.py) run only when named in
+`--only`: none is in the default set nor in the smoke run `make test` starts.
 
 Results go to bench/results/<run-id>/ (ignored by git): one directory per experiment with CSVs,
 PNGs and a README.md, plus the run's summary.json and REPORT.md. `--publish` also copies the
@@ -30,14 +31,25 @@ from typing import Any
 from bench import cluster as cl
 from bench import experiments as ex
 from bench import report as rp
-from bench.experiments import autotune, ds2, latency, migration, native, nexmark, reaction, spike, trace_overhead
+from bench.experiments import (
+    autotune,
+    ds2,
+    latency,
+    migration,
+    native,
+    nexmark,
+    reaction,
+    spike,
+    trace_overhead,
+    upgrade,
+)
 from bench.infra import REPO, git_commit, kafka_up, machine_info
 
 RESULTS = REPO / "bench" / "results"
 PUBLISH = REPO / "bench" / "report"
 ORDER = ("migration", "native", "bins", "ds2", "latency", "cluster", "nexmark")
-OPTIONAL = ("spike", "trace", "reaction", "autotune")  # only when asked for by name (--only)
-RUNNERS = {"autotune": autotune.exp_autotune,
+OPTIONAL = ("spike", "trace", "reaction", "autotune", "upgrade")  # only when asked for by name (--only)
+RUNNERS = {"autotune": autotune.exp_autotune, "upgrade": upgrade.exp_upgrade,
            "spike": spike.exp_spike, "trace": trace_overhead.exp_trace, "reaction": reaction.exp_reaction,
            "migration": migration.exp_migration, "native": native.exp_native, "bins": migration.exp_bins,
            "ds2": ds2.exp_ds2, "latency": latency.exp_latency,
@@ -46,8 +58,9 @@ RUNNERS = {"autotune": autotune.exp_autotune,
 SUMMARY_KEYS = {"migration": ("migration",), "native": ("throughput", "reconfig"), "bins": ("bins",),
                 "ds2": ("ds2",), "latency": ("latency",), "cluster": ("cluster",), "nexmark": ("nexmark",),
                 "spike": ("spike",), "trace": ("trace",), "reaction": ("reaction",),
-                "autotune": ("autotune",)}
-RUN_DIRS = {"autotune": ("autotune",), "spike": ("spike",), "trace": ("trace",), "reaction": ("reaction",),
+                "autotune": ("autotune",), "upgrade": ("upgrade",)}
+RUN_DIRS = {"autotune": ("autotune",), "upgrade": ("upgrade",), "spike": ("spike",), "trace": ("trace",),
+            "reaction": ("reaction",),
             "migration": ("migration-b*",), "native": ("native",), "bins": ("bins", "bins-b*"), "ds2": ("ds2",),
             "latency": ("latency",),
             "cluster": ("cluster",), "nexmark": ("nexmark",)}
@@ -145,6 +158,7 @@ def build_summary(ctx: ex.Ctx, results: dict[str, Any], errors: dict[str, str], 
     s["trace"] = (results.get("trace") or {}).get("summary") or {}
     s["reaction"] = (results.get("reaction") or {}).get("summary") or {}
     s["autotune"] = (results.get("autotune") or {}).get("summary") or {}
+    s["upgrade"] = (results.get("upgrade") or {}).get("summary") or {}
     return s
 
 
@@ -200,6 +214,8 @@ def write_report(run_dir: Path, s: dict[str, Any]) -> Path:
             reaction.readme(s["reaction"]).split("\n", 2)[2]] if s.get("reaction") else []),
         *(["", "## 12. Autotuning against fixed trigger intervals", "",
             autotune.readme(s["autotune"]).split("\n", 2)[2]] if s.get("autotune") else []),
+        *(["", "## 13. Live code upgrade at a real state size", "",
+            upgrade.readme(s["upgrade"]).split("\n", 2)[2]] if s.get("upgrade") else []),
         "", "Per-experiment details (tables, timelines, CDFs): the README.md of each directory of the run.",
     ]
     if s["errors"]:

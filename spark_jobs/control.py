@@ -65,6 +65,8 @@ class ControlRecord:
 
 
 CodeCheck = Callable[[ControlStep, ControlState], "str | None"]
+# what a code check answers while it runs beside the epochs (spark_jobs.live_code): the step waits
+CODE_CHECK_PENDING = "the job is shipping the version and importing it on its driver and executors"
 
 
 def validate(step: ControlStep, st: ControlState, check_code: CodeCheck | None = None) -> str | None:
@@ -240,11 +242,7 @@ def decide(
                 finish(q.step, "superseded", f"superseded by newer plan {s.plan_id}", q.offset, "supersede")
             st.queue = []
             st.plans = (st.plans + [s.plan_id])[-KEEP_PLANS:]
-        if s.code is not None and s.code.shadow is not None:  # tried on the executors from now on: judged first
-            err = validate(s, st, check_code)
-            if err:
-                finish(s, "rejected", err, rec.offset, "reject")
-                return
+        if s.code is not None and s.code.shadow is not None:
             st.shadow[sk] = add_seen({}, {})
         st.queue.append(QueuedStep(s, rec.offset, epoch))
         received.add(sk)
@@ -282,6 +280,15 @@ def decide(
             continue
         spec = s.code.shadow if s.code is not None else None
         cut_reason = ""
+        if s.kind == "upgrade":  # its code is judged first (beside the epochs: CODE_CHECK_PENDING meanwhile)
+            err = validate(s, st, check_code)
+            if err == CODE_CHECK_PENDING:
+                remaining.append(q)
+                waiting[sk] = err
+                continue
+            if err:
+                finish(s, "rejected", err, q.offset, "reject")
+                continue
         if spec is not None:
             seen = st.shadow.setdefault(sk, add_seen({}, {}))
             if seen["epochs"] < spec.epochs:

@@ -102,6 +102,7 @@ class EpochApply:
             merged_from=work.merged_from, code=self.live_code.chain(st) if self.live_code is not None else (),
             shadow=self.live_code.shadow_chain(st, work.shadow) if self.live_code is not None else (),
             shadow_fields=tuple(work.shadow.get("fields", ())) if work.shadow else (),
+            probe=self.live_code.probe_chain() if self.live_code is not None else (),
             txn=self._txn_target(tasks))
         out = route(keyed, k, st.assignment, tasks, make_apply_fn(acfg))
         if acfg.txn is not None:  # each task commits its outputs itself (spark_jobs.txn_output): no sink

@@ -60,3 +60,13 @@ def live_operator(name: str, code: tuple[tuple[str, str], ...] = ()) -> Operator
             raise ValueError(f"version {version} ({ref}) is not a stateful processor: only processors upgrade live")
         classes.append((version, cls))
     return ProcessorOperator(classes[-1][1], chain_of(classes))
+
+
+def probe(name: str, code: tuple[tuple[str, str], ...]) -> str:
+    """A task's answer to an upgrade's check (spark_jobs.live_code): "" when `code`'s versions load here,
+    else why not. Never raises: a version that does not import must not fail the epoch that checks it."""
+    try:
+        live_operator(name, code)
+    except Exception as exc:  # noqa: BLE001 - ImportError, a broken module's own error: all the same answer
+        return f"{type(exc).__name__}: {exc}"[:500]
+    return ""

@@ -346,7 +346,7 @@ class JobRunner:
         worker_docs: list[dict[str, Any]] | None = None
         moves_doc: dict[str, Any] | None = None
         if (input_rows or work.moving_in or work.warm or work.split or work.merged_from is not None
-                or (clock and self.timers and self.timers.epoch_needs_tasks(clock))):
+                or self.live_code.probing or (clock and self.timers and self.timers.epoch_needs_tasks(clock))):
             worker_docs = self.applier.run(df, work, times)
             moves_doc = summarize_moves(applied, worker_docs) if applied and applied.moves else None
         faults.hit("after_apply")

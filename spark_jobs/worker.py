@@ -86,6 +86,8 @@ class ApplyConfig:
     # a shadow upgrade (spark_jobs.shadow): the versions with the one tried last, and the fields compared
     shadow: tuple[tuple[str, str], ...] = ()
     shadow_fields: tuple[str, ...] = ()
+    # an upgrade's check (spark_jobs.live_code): the versions every task imports, reported in its metrics
+    probe: tuple[tuple[str, str], ...] = ()
 
 
 def make_apply_fn(cfg: ApplyConfig) -> Callable[[Iterator[Any]], Iterator[Any]]:
@@ -164,6 +166,11 @@ def _run(cfg: ApplyConfig, cache: Any, txn: Any, worker: int, table: Any, n: int
         faults.hit("worker_mid_move" if moved else "worker_prepared")
         writer = ObjectWriter(meta={"epoch": e, "worker": worker, "attempt": attempt, "kind": "changelog"})
         extra: dict[str, Any] = {}
+        checked: dict[str, str] = {}
+        if cfg.probe:  # an upgrade's check: does the version import in this Python worker?
+            from spark_jobs.operator_loader import probe
+
+            checked["probe"] = probe(cfg.operator, cfg.probe)
         if cfg.clock is not None:  # a stateful processor: typed state, timers, event time
             from spark_jobs.operator_loader import live_operator
             from spark_jobs.processing import run_processor
@@ -186,7 +193,7 @@ def _run(cfg: ApplyConfig, cache: Any, txn: Any, worker: int, table: Any, n: int
             # brought up to date (moves, pre-copies), fold
             "spans": [["read", _us(walls[0]), _us(walls[1])], ["prepare", _us(walls[1]), _us(w_prepared)],
                       ["fold", _us(w_prepared), _us(w_folded)]],
-            **extra,
+            **extra, **checked,
         }
         if cache_note is not None:  # the epoch ran on a rebuilt cache: the driver records an event
             writer.meta["metrics"]["cache"] = cache_note

@@ -33,7 +33,8 @@ def migration_session(ctx: Ctx, label: str, bins: int, keys: int, strategies: tu
                       max_steps: int | None = None, reconfig: bool = False, *,
                       spec_extra: dict[str, Any] | None = None,
                       target_of: Callable[[list[int], int], list[int]] = half_of_half,
-                      setup: bool = True, clean_steady: bool = False) -> dict[str, Any]:
+                      setup: bool = True, clean_steady: bool = False,
+                      act: Callable[[BallastJob, str], dict[str, Any]] | None = None) -> dict[str, Any]:
     """One job: prefill `keys`, catch up, open-loop load, a set-up migration (uniform → half of half,
     all-at-once), then one measured migration per strategy, alternating direction; optionally a
     live rescale W → reconfig_to_workers at the end (experiment 3).
@@ -84,9 +85,9 @@ def migration_session(ctx: Ctx, label: str, bins: int, keys: int, strategies: tu
                     wait_steady(ctx, job, P.rate, P.steady_s + P.settle_s)
                 n_moving = sum(1 for a, b in zip(job.current_map()[2], targets[i % 2]) if a != b)
                 batch_bins = max(1, math.ceil(n_moving / P.batch_steps))
-                m = job.migrate(targets[i % 2], strat, batch_bins=batch_bins,
-                                gap_s=P.gap_s if strat == "batched-gap" else 0.0, timeout=P.timeouts_s,
-                                max_steps=max_steps if strat != "all-at-once" else None)
+                m = act(job, strat) if act is not None else job.migrate(
+                    targets[i % 2], strat, batch_bins=batch_bins, gap_s=P.gap_s if strat == "batched-gap" else 0.0,
+                    timeout=P.timeouts_s, max_steps=max_steps if strat != "all-at-once" else None)
                 m["role"] = "measured"
                 migrations.append(m)
                 ctx.log(f"[{label}] {strat}: {m['steps']} steps, {m['bins']} bins, {m['keys_moved']} keys "

@@ -462,12 +462,12 @@ def test_a_shadow_upgrade_is_tried_for_its_epochs_with_input_then_cuts_over():
     assert d2.state_after.shadow["u#1"]["calls"] == 0, "input state is not mutated"
     assert d3.shadow == d.shadow and d3.applied is None
     assert [(e.action, e.reason) for e in d3.entries] == [("queue", _progress(1, 2, 4))]
-    assert check.asked == 1, "not judged again while it is tried"
+    assert check.asked == 3, "asked every epoch it waits (spark_jobs.live_code answers from its cache)"
 
     d4 = _run_shadow(d3.state_after, [], seen=_seen(calls=3), check=check, epoch=8)
     assert d4.applied and d4.applied.is_upgrade and (d4.applied.plan_id, d4.applied.step) == ("u", 1)
     assert d4.applied.map_version_after == 1 and d4.state_after.map_version == 1
-    assert check.asked == 2, "judged again when it goes in"
+    assert check.asked == 5, "and twice when it goes in (before the shadow and as any step)"
     assert d4.state_after.code == [step.code.entry] == [CodeVersion("pkg.mod:Counter", "2", ("/tmp/v2.zip",))]
     assert d4.state_after.code[0].shadow is None, "the history keeps the version, not how it was tried"
     assert d4.shadow is None and d4.state_after.shadow == {} and d4.state_after.queue == []
@@ -627,3 +627,22 @@ def test_a_new_version_that_raises_on_every_call_is_rejected_after_its_epochs():
             break
     [e] = d.entries
     assert e.action == "reject" and "e.g. the new version raised KeyError" in e.reason
+
+
+def test_an_upgrade_waits_while_its_code_is_checked_beside_the_epochs_then_applies():
+    """The code check runs in a thread (spark_jobs.live_code): while it answers CODE_CHECK_PENDING the step
+    stays queued with that note, and the epoch it answers in applies it; a shadow starts only then."""
+    from spark_jobs.control import CODE_CHECK_PENDING
+
+    st = initial_state(8, 2)
+    check = _Check(CODE_CHECK_PENDING)
+    d = _run_shadow(st, [_shadow_upgrade(epochs=1)], check=check)
+    assert d.applied is None and d.shadow is None, "nothing is tried before the code imports everywhere"
+    assert [q.key for q in d.state_after.queue] == ["u#1"]
+    d = _run_shadow(d.state_after, [], check=check, epoch=6)
+    assert d.applied is None and d.shadow is None and [q.key for q in d.state_after.queue] == ["u#1"]
+    check.why = None  # the thread answered: it can go into force
+    d = _run_shadow(d.state_after, [], check=check, epoch=7)
+    assert d.shadow is not None and d.applied is None, "now tried"
+    d = _run_shadow(d.state_after, [], seen=_seen(calls=2), check=check, epoch=8)
+    assert d.applied is not None and d.applied.is_upgrade

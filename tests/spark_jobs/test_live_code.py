@@ -21,7 +21,14 @@ from spark_jobs.control_state import ControlState, initial_state
 from spark_jobs.live_code import LiveCode, judge_class
 from spark_jobs.operators import OPERATORS
 from spark_jobs.processing import ProcessorOperator
-from spark_jobs.processor import QuerySpec, StatefulProcessor, StatefulProcessorHandle, TimerValues, query
+from spark_jobs.processor import (
+    QuerySpec,
+    StatefulProcessor,
+    StatefulProcessorHandle,
+    StateUpgrade,
+    TimerValues,
+    query,
+)
 from tests.helpers.control import control_step
 
 pytestmark = pytest.mark.dataplane
@@ -41,6 +48,11 @@ class V1(StatefulProcessor):
 
 class V2(V1):
     ballast_version = "2"
+
+
+class V3(V1):  # a version that says how version 1's state carries over
+    ballast_version = "3"
+    ballast_upgrades = (StateUpgrade("1", "3"),)
 
 
 class ByUser(V1):  # a version 2 that reads another query
@@ -204,3 +216,51 @@ def test_shadow_chain_is_the_history_with_the_version_tried_last() -> None:
     assert live.shadow_chain(after, tried) == (("1", V1_REF), ("2", V2_REF), ("3", "pkg.mod:Counter3"))
     keycount = LiveCode(spark=None, op=OPERATORS["keycount"](), path="keycount")
     assert keycount.shadow_chain(_state(), SHADOW) == (), "no processor, nothing to try"
+
+
+def _answered(live: LiveCode, step: ControlStep, st: ControlState) -> str | None:
+    """What `check` says once its thread is done with the driver's half (it answers PENDING until then)."""
+    import time
+
+    from spark_jobs.control import CODE_CHECK_PENDING
+
+    for _ in range(200):
+        got = live.check(step, st)
+        if got != CODE_CHECK_PENDING or live.probing:
+            return got
+        time.sleep(0.01)
+    raise AssertionError("the driver's half of the check never answered")
+
+
+def test_a_version_the_driver_accepts_is_imported_by_the_next_epochs_tasks_before_it_goes_in() -> None:
+    from spark_jobs.control import CODE_CHECK_PENDING
+
+    live = LiveCode(spark=None, op=ProcessorOperator(V1), path=V1_REF)
+    step, st = _upgrade(CodeVersion(f"{HERE}:V3", "3")), _state()
+    assert not live.probing and live.probe_chain() == ()
+    assert _answered(live, step, st) == CODE_CHECK_PENDING and live.probing, "the executors' half is still to come"
+    assert live.probe_chain() == (("1", V1_REF), ("3", f"{HERE}:V3")), "the tasks load every version"
+    live.observe(None, [{"worker": 0, "records_in": 4}])  # an epoch without the probe's answers: still waiting
+    assert live.check(step, st) == CODE_CHECK_PENDING and live.probing
+    live.observe(None, [{"worker": 0, "probe": ""}, {"worker": 1, "probe": ""}])
+    assert live.check(step, st) is None and not live.probing and live.probe_chain() == ()
+
+
+def test_a_version_one_task_cannot_import_is_refused_naming_the_executor() -> None:
+    live = LiveCode(spark=None, op=ProcessorOperator(V1), path=V1_REF)
+    step, st = _upgrade(CodeVersion(f"{HERE}:V3", "3")), _state()
+    _answered(live, step, st)
+    live.observe(None, [{"worker": 0, "probe": "", "host": "h1", "pid": 7},
+                        {"worker": 1, "probe": "ModuleNotFoundError: No module named 'x'", "host": "h2", "pid": 9}])
+    why = live.check(step, st)
+    assert why == (f"version 3 ({HERE}:V3) does not import on executor h2:9: "
+                   "ModuleNotFoundError: No module named 'x'") and not live.probing
+
+
+def test_the_drivers_half_refuses_without_asking_the_tasks() -> None:
+    live = LiveCode(spark=None, op=ProcessorOperator(V1), path=V1_REF)
+    st = _state()
+    assert "StateUpgrade('1', '2')" in (_answered(live, _upgrade(CodeVersion(V2_REF, "2")), st) or "")
+    assert "does not import on the driver" in (_answered(live, _upgrade(CodeVersion("no_such_mod_x:C", "4")), st)
+                                               or "")
+    assert not live.probing

@@ -102,3 +102,12 @@ def test_a_version_that_is_no_processor_or_does_not_import_stops_the_task_with_w
         live_operator(C1, (("1", "test_operator_loader:_Bad"), ("2", C2)))
     with pytest.raises(ValueError, match="does not import"):
         live_operator(C1, (("1", C1), ("2", "no_such_module:Counter")))
+
+
+def test_a_tasks_probe_answers_instead_of_raising() -> None:
+    from spark_jobs.operator_loader import probe
+
+    assert probe("keycount", ()) == ""
+    assert probe("keycount", (("1", "tests.system.upgrade_counter:Counter"),)) == ""
+    why = probe("keycount", (("1", "tests.system.upgrade_counter:Counter"), ("2", "no_such_module_x:Counter")))
+    assert why.startswith("ValueError: operator 'no_such_module_x:Counter' does not import")
