@@ -110,12 +110,12 @@ def exp_spike(ctx: Ctx) -> dict[str, Any]:
     return res
 
 
-def state_size(ctx: Ctx, r: dict[str, Any]) -> dict[str, Any]:
+def state_size(ctx: Ctx, r: dict[str, Any], operator: str = "padded") -> dict[str, Any]:
     """The job's state at its largest (sum over workers of the last report of each epoch)."""
     from ballast.store import JobStore
 
     eps = [e["epoch"] for e in r["epochs"]]
-    rows = JobStore(ctx.db_url, r["job"], "padded").worker_window(eps)
+    rows = JobStore(ctx.db_url, r["job"], operator).worker_window(eps)
     by_epoch: dict[int, dict[int, tuple[int, int]]] = {}
     for w in rows:
         by_epoch.setdefault(w.epoch, {})[w.worker] = (w.state_keys, w.state_bytes)
@@ -184,7 +184,8 @@ def durable_read_time(ctx: Ctx, r: dict[str, Any], bins: int) -> dict[str, Any]:
     return res
 
 
-def _ratio(a: Any, b: Any) -> float:
+def ratio(a: Any, b: Any) -> float:
+    """a / b, NaN when either is missing or b is 0 (the summaries' goal ratios)."""
     try:
         a, b = float(a), float(b)
     except (TypeError, ValueError):
@@ -216,12 +217,12 @@ def summarize(S: SpikeProfile, r: dict[str, Any]) -> dict[str, Any]:
         "loadavg_start": r.get("loadavg_start"), "loadavg_end": r.get("loadavg_end"),
         "disk_free_gb_end": r.get("disk_free_gb_end"),
     }
-    s["all_at_once_over_batched"] = _ratio(ml.get("all-at-once"), ml.get("batched"))
-    s["batched_max_over_steady_p99"] = _ratio(ml.get("batched"), steady)
-    s["batched_precopy_max_over_steady_p99"] = _ratio(ml.get("batched-precopy"), steady)
-    s["all_at_once_over_batched_precopy"] = _ratio(ml.get("all-at-once"), ml.get("batched-precopy"))
-    s["max_over_steady_p99"] = {k: _ratio(v, steady) for k, v in ml.items()}
-    s["all_at_once_over"] = {k: _ratio(ml.get("all-at-once"), v) for k, v in ml.items() if k != "all-at-once"}
+    s["all_at_once_over_batched"] = ratio(ml.get("all-at-once"), ml.get("batched"))
+    s["batched_max_over_steady_p99"] = ratio(ml.get("batched"), steady)
+    s["batched_precopy_max_over_steady_p99"] = ratio(ml.get("batched-precopy"), steady)
+    s["all_at_once_over_batched_precopy"] = ratio(ml.get("all-at-once"), ml.get("batched-precopy"))
+    s["max_over_steady_p99"] = {k: ratio(v, steady) for k, v in ml.items()}
+    s["all_at_once_over"] = {k: ratio(ml.get("all-at-once"), v) for k, v in ml.items() if k != "all-at-once"}
     aao, bat = s["all_at_once_over_batched"], s["batched_max_over_steady_p99"]
     moved = by.get("all-at-once", {}).get("state_bytes_moved") or by.get("all-at-once", {}).get("bytes_moved") or 0
     s["goals"] = {"all_at_once_moved_ge_1gb": moved >= 1e9,
@@ -230,9 +231,10 @@ def summarize(S: SpikeProfile, r: dict[str, Any]) -> dict[str, Any]:
     return s
 
 
-def _f(v: Any, fmt: str = ",.0f") -> str:
+def fmt(v: Any, spec: str = ",.0f") -> str:
+    """A figure for a README, "–" when it is missing."""
     try:
-        return format(float(v), fmt) if v is not None and float(v) == float(v) else "–"
+        return format(float(v), spec) if v is not None and float(v) == float(v) else "–"
     except (TypeError, ValueError):
         return "–"
 
@@ -243,45 +245,45 @@ def readme(s: dict[str, Any]) -> str:
     for k in s["max_latency_ms"]:
         steps = s["step_ms"].get(k) or []
         rows.append({"strategy": k, "steps": s["steps"].get(k), "bins": s["bins_moved"].get(k),
-                     "state MB moved": _f((s.get("state_bytes_moved", {}).get(k) or 0) / 1e6),
-                     "MB replayed": _f((s["bytes_moved"].get(k) or 0) / 1e6),
-                     "duration s": _f(s["duration_s"][k], ".1f"),
-                     "max latency ms": _f(s["max_latency_ms"][k]), "p99 ms": _f(s["p99_latency_ms"].get(k)),
-                     "steady p99 before ms": _f(s["steady_p99_before_ms"].get(k)),
-                     "step pause ms max / median": f"{_f(max(steps, default=math.nan))} / "
-                                                   f"{_f(sorted(steps)[len(steps) // 2] if steps else math.nan)}",
-                     "longest epoch ms": _f(s["max_epoch_batch_ms"].get(k)),
-                     "longest epoch gap s": _f(s["max_epoch_gap_s"].get(k), ".2f")})
+                     "state MB moved": fmt((s.get("state_bytes_moved", {}).get(k) or 0) / 1e6),
+                     "MB replayed": fmt((s["bytes_moved"].get(k) or 0) / 1e6),
+                     "duration s": fmt(s["duration_s"][k], ".1f"),
+                     "max latency ms": fmt(s["max_latency_ms"][k]), "p99 ms": fmt(s["p99_latency_ms"].get(k)),
+                     "steady p99 before ms": fmt(s["steady_p99_before_ms"].get(k)),
+                     "step pause ms max / median": f"{fmt(max(steps, default=math.nan))} / "
+                                                   f"{fmt(sorted(steps)[len(steps) // 2] if steps else math.nan)}",
+                     "longest epoch ms": fmt(s["max_epoch_batch_ms"].get(k)),
+                     "longest epoch gap s": fmt(s["max_epoch_gap_s"].get(k), ".2f")})
     cols = list(rows[0]) if rows else []
     dr = s.get("durable_read") or {}
     ph = s.get("cutover_phases") or {}
     g = s["goals"]
     return "\n".join([
         f"# Spike at a real state size: {p['keys']:,} keys x {p['value_bytes']} B, B={p['bins']}, W=2", "",
-        f"State at its largest: {_f((s['state_bytes'] or 0) / 1e9, '.2f')} GB in {_f(s['state_keys'])} keys. "
+        f"State at its largest: {fmt((s['state_bytes'] or 0) / 1e9, '.2f')} GB in {fmt(s['state_keys'])} keys. "
         f"Open-loop {p['rate']:.0f} rows/s, trigger {p['trigger_ms']} ms; migrations uniform ↔ every other bin "
         f"swapped (half the state moves), alternating direction; batched = {p['batch_steps']} steps back to back; "
         f"batched-gap = the same steps {p.get('gap_s')} s apart; "
         f"batched-precopy = the same steps, each warmed one epoch first. Load average at start "
         f"{s['loadavg_start']}, at end {s['loadavg_end']}.", "",
         rp.md_table(rows, cols), "",
-        f"Steady p99 (the windows before each migration): **{_f(s['steady_p99_ms'])} ms**. "
-        f"all-at-once / batched max latency: **{_f(s['all_at_once_over_batched'], '.2f')}×** (goal ≥ 10: "
+        f"Steady p99 (the windows before each migration): **{fmt(s['steady_p99_ms'])} ms**. "
+        f"all-at-once / batched max latency: **{fmt(s['all_at_once_over_batched'], '.2f')}×** (goal ≥ 10: "
         f"{g['all_at_once_over_batched_ge_10']}); batched max / steady p99: "
-        f"**{_f(s['batched_max_over_steady_p99'], '.2f')}** (goal ≤ 1.5: {g['batched_max_over_steady_p99_le_1_5']}); "
+        f"**{fmt(s['batched_max_over_steady_p99'], '.2f')}** (goal ≤ 1.5: {g['batched_max_over_steady_p99_le_1_5']}); "
         "Max latency ÷ steady p99 by strategy: "
-        + ", ".join(f"{k} {_f(v, '.2f')}" for k, v in (s.get("max_over_steady_p99") or {}).items())
+        + ", ".join(f"{k} {fmt(v, '.2f')}" for k, v in (s.get("max_over_steady_p99") or {}).items())
         + "; all-at-once ÷ each: "
-        + ", ".join(f"{k} {_f(v, '.2f')}×" for k, v in (s.get("all_at_once_over") or {}).items()) + ".", "",
+        + ", ".join(f"{k} {fmt(v, '.2f')}×" for k, v in (s.get("all_at_once_over") or {}).items()) + ".", "",
         "Each strategy's slowest epoch, runner phases (ms): "
-        + "; ".join(f"{k}: epoch {v.get('epoch')} {_f(v.get('batch_ms'))} (apply {_f(v.get('apply_ms'))}, "
-                    f"db {_f(v.get('db_ms'))}, acks {_f(v.get('acks_ms'))}, "
-                    f"slowest task {_f(v.get('task_wall_ms_max'))}, "
+        + "; ".join(f"{k}: epoch {v.get('epoch')} {fmt(v.get('batch_ms'))} (apply {fmt(v.get('apply_ms'))}, "
+                    f"db {fmt(v.get('db_ms'))}, acks {fmt(v.get('acks_ms'))}, "
+                    f"slowest task {fmt(v.get('task_wall_ms_max'))}, "
                     f"{v.get('input_rows')} rows)"
                     for k, v in ph.items()) + ".", "",
         "All-at-once move, the durable read alone (bins re-read per receiving worker after the run): "
-        + ("; ".join(f"worker {w}: {v['bins']} bins, {_f(v['bytes'] / 1e6)} MB in {_f(v['read_ms'])} ms"
+        + ("; ".join(f"worker {w}: {v['bins']} bins, {fmt(v['bytes'] / 1e6)} MB in {fmt(v['read_ms'])} ms"
                      for w, v in (dr.get("workers") or {}).items()) or str(dr.get("error", "not measured"))) + ".",
-        "", f"Catch-up of the prefill: {_f((s['catchup'] or {}).get('rows_per_s'))} rows/s.", "",
+        "", f"Catch-up of the prefill: {fmt((s['catchup'] or {}).get('rows_per_s'))} rows/s.", "",
         "![timeline](latency_timeline.png)\n\n![ccdf](latency_ccdf.png)\n\n![bars](strategies.png)\n",
     ])

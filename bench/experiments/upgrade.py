@@ -31,6 +31,7 @@ from bench import report as rp
 from bench.ballast_job import BallastJob
 from bench.experiments.common import Ctx, own_profile
 from bench.experiments.migration import migration_session
+from bench.experiments.spike import fmt, ratio, state_size
 from bench.padded import ENV as VALUE_BYTES_ENV
 
 OPERATOR, V1, V2 = "upgrade", "bench.padded_proc:PaddedCounter", "bench.padded_proc_v2:PaddedCounter"
@@ -80,7 +81,7 @@ def exp_upgrade(ctx: Ctx) -> dict[str, Any]:
                   "extra_args": ("--snapshot-every", str(S.snapshot_every))}
     r = migration_session(sub, "upgrade", S.bins, S.keys, ACTIONS, spec_extra=spec_extra, setup=False,
                           clean_steady=True, act=act)
-    r["state"] = state_size_of(ctx, r)
+    r["state"] = state_size(ctx, r, OPERATOR)
     r["counts"] = exactness(ctx, r)
     r["loadavg_start"], r["loadavg_end"] = list(load_start), list(os.getloadavg())
     summary = summarize(S, r)
@@ -90,20 +91,6 @@ def exp_upgrade(ctx: Ctx) -> dict[str, Any]:
     res = {"summary": summary}
     ctx.shared["upgrade"] = res
     return res
-
-
-def state_size_of(ctx: Ctx, r: dict[str, Any]) -> dict[str, Any]:
-    """The job's state at its largest: the sum over workers of each epoch's last report, at its maximum."""
-    from ballast.store import JobStore
-
-    eps = [e["epoch"] for e in r["epochs"]]
-    rows = JobStore(ctx.db_url, r["job"], OPERATOR).worker_window(eps)
-    by_epoch: dict[int, dict[int, tuple[int, int]]] = {}
-    for w in rows:
-        by_epoch.setdefault(w.epoch, {})[w.worker] = (w.state_keys, w.state_bytes)
-    full = [(sum(k for k, _ in d.values()), sum(b for _, b in d.values())) for d in by_epoch.values() if len(d) >= 2]
-    keys, nbytes = max(full, key=lambda x: x[1], default=(0, 0))
-    return {"keys": keys, "bytes": nbytes}
 
 
 def exactness(ctx: Ctx, r: dict[str, Any]) -> dict[str, Any]:
@@ -135,14 +122,6 @@ def count_check(inputs: Counter[str] | dict[str, int], last: dict[str, int]) -> 
             "keys_off": sum(1 for k in set(inputs) | set(last) if inputs.get(k, 0) != last.get(k, 0))}
 
 
-def _ratio(a: Any, b: Any) -> float:
-    try:
-        a, b = float(a), float(b)
-    except (TypeError, ValueError):
-        return math.nan
-    return a / b if b and a == a and b == b else math.nan
-
-
 def summarize(S: UpgradeProfile, r: dict[str, Any]) -> dict[str, Any]:
     """summary.json -> `upgrade` from a finished session (pure: tests/bench feed it recorded rows)."""
     by = {m["strategy"]: m for m in r.get("migrations", []) if m["role"] == "measured"}
@@ -156,9 +135,9 @@ def summarize(S: UpgradeProfile, r: dict[str, Any]) -> dict[str, Any]:
         "steady_p99_before_ms": {a: by.get(a, {}).get("steady_p99_ms") for a in ACTIONS},
         "duration_s": {a: by.get(a, {}).get("duration_s") for a in ACTIONS},
         "max_epoch_batch_ms": {a: by.get(a, {}).get("max_epoch_batch_ms") for a in ACTIONS},
-        "max_over_steady_p99": _ratio(ml["upgrade"], steady),
-        "rollback_max_over_steady_p99": _ratio(ml["rollback"], steady),
-        "shadow_max_over_steady_p99": _ratio(ml["shadow-upgrade"], steady),
+        "max_over_steady_p99": ratio(ml["upgrade"], steady),
+        "rollback_max_over_steady_p99": ratio(ml["rollback"], steady),
+        "shadow_max_over_steady_p99": ratio(ml["shadow-upgrade"], steady),
         "lost": counts.get("lost"), "doubled": counts.get("doubled"), "counts": counts,
         "loadavg_start": r.get("loadavg_start"), "loadavg_end": r.get("loadavg_end"),
     }
@@ -170,35 +149,28 @@ def summarize(S: UpgradeProfile, r: dict[str, Any]) -> dict[str, Any]:
     return s
 
 
-def _f(v: Any, fmt: str = ",.0f") -> str:
-    try:
-        return format(float(v), fmt) if v is not None and float(v) == float(v) else "–"
-    except (TypeError, ValueError):
-        return "–"
-
-
 def readme(s: dict[str, Any]) -> str:
     p, c, g = s["profile"], s.get("counts") or {}, s["goals"]
-    rows = [{"action": a, "max latency ms": _f(s["max_latency_ms"][a]), "p99 ms": _f(s["p99_latency_ms"][a]),
-             "steady p99 before ms": _f(s["steady_p99_before_ms"][a]),
-             "longest epoch ms": _f(s["max_epoch_batch_ms"][a]),
-             "emission to checkpoint s": _f(s["duration_s"][a], ".1f"),
-             "max / steady p99": _f(_ratio(s["max_latency_ms"][a], s["steady_p99_ms"]), ".2f")} for a in ACTIONS]
+    rows = [{"action": a, "max latency ms": fmt(s["max_latency_ms"][a]), "p99 ms": fmt(s["p99_latency_ms"][a]),
+             "steady p99 before ms": fmt(s["steady_p99_before_ms"][a]),
+             "longest epoch ms": fmt(s["max_epoch_batch_ms"][a]),
+             "emission to checkpoint s": fmt(s["duration_s"][a], ".1f"),
+             "max / steady p99": fmt(ratio(s["max_latency_ms"][a], s["steady_p99_ms"]), ".2f")} for a in ACTIONS]
     return "\n".join([
         f"# Live code upgrade at a real state size: {p['keys']:,} keys x {p['value_bytes']} B, B={p['bins']}, W=2", "",
-        f"State at its largest: {_f((s['state_bytes'] or 0) / 1e9, '.2f')} GB in {_f(s['state_keys'])} keys. "
+        f"State at its largest: {fmt((s['state_bytes'] or 0) / 1e9, '.2f')} GB in {fmt(s['state_keys'])} keys. "
         f"Open-loop {p['rate']:.0f} rows/s, trigger {p['trigger_ms']} ms. Version 1 → 2 (direct: the state renamed "
         "and extended by its StateUpgrade, key by key on first use), back to 1 (the StateUpgrade back), then 1 → 2 "
         f"with a shadow of {p['shadow_epochs']} epochs (both versions on the same input, outputs compared on key and "
         f"count, then cut over). Load average at start {s['loadavg_start']}, at end {s['loadavg_end']}.", "",
         rp.md_table(rows, list(rows[0])), "",
-        f"Steady p99 (the windows before each action): **{_f(s['steady_p99_ms'])} ms**. Upgrade max / steady p99 "
-        f"**{_f(s['max_over_steady_p99'], '.2f')}** (goal ≤ 1.5: {g['max_over_steady_p99_le_1_5']}); rollback "
-        f"**{_f(s['rollback_max_over_steady_p99'], '.2f')}** "
+        f"Steady p99 (the windows before each action): **{fmt(s['steady_p99_ms'])} ms**. Upgrade max / steady p99 "
+        f"**{fmt(s['max_over_steady_p99'], '.2f')}** (goal ≤ 1.5: {g['max_over_steady_p99_le_1_5']}); rollback "
+        f"**{fmt(s['rollback_max_over_steady_p99'], '.2f')}** "
         f"(goal ≤ 1.5: {g['rollback_max_over_steady_p99_le_1_5']}); "
-        f"shadow upgrade {_f(s['shadow_max_over_steady_p99'], '.2f')}.", "",
-        f"Exactness over the whole run: {_f(c.get('records'))} input records of {_f(c.get('keys'))} keys up to "
+        f"shadow upgrade {fmt(s['shadow_max_over_steady_p99'], '.2f')}.", "",
+        f"Exactness over the whole run: {fmt(c.get('records'))} input records of {fmt(c.get('keys'))} keys up to "
         f"the last committed epoch; **{c.get('lost')} lost, {c.get('doubled')} doubled** (every key's last "
-        f"output count against its records; {_f(c.get('outputs'))} outputs).", "",
+        f"output count against its records; {fmt(c.get('outputs'))} outputs).", "",
         "![timeline](latency_timeline.png)\n\n![ccdf](latency_ccdf.png)\n",
     ])
