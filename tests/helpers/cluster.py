@@ -91,3 +91,30 @@ def submit_app(tmp_path: Path):  # type: ignore[no-untyped-def]
     yield _submit
     for app in apps:
         app.kill()
+
+
+@dataclass
+class JobDriver:
+    """A Ballast job submitted to the cluster (spark-submit in its own process group), its output in `log`."""
+
+    proc: subprocess.Popen
+    log: Path
+
+    @classmethod
+    def start(cls, cmd: list[str], workdir: Path) -> JobDriver:
+        """Run `cmd` (spark_submit_cmd's) from `workdir`, Spark's own logging at ERROR, and wait for the
+        driver's effective-configuration line."""
+        from tests.helpers.wait import wait_until
+
+        log = workdir / "driver.log"
+        with open(log, "wb") as f:
+            proc = subprocess.Popen(cmd, cwd=workdir, env={**submit_env(), "BALLAST_SPARK_LOG_LEVEL": "ERROR"},
+                                    stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    start_new_session=True)
+        driver = cls(proc, log)
+        wait_until(lambda: b"effective configuration" in log.read_bytes(), 240, "the driver up", check=driver.alive)
+        return driver
+
+    def alive(self) -> None:
+        """Raises with the log's tail once the driver has exited (a wait's `check`)."""
+        assert self.proc.poll() is None, self.log.read_text(errors="replace")[-4000:]

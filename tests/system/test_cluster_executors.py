@@ -30,12 +30,13 @@ from sqlalchemy import select
 
 from migrations_db import models as m
 from migrations_db.db import session_scope
-from scripts.spark_cluster import SparkCluster, spark_submit_cmd, start_cluster, submit_env
+from scripts.spark_cluster import SparkCluster, spark_submit_cmd, start_cluster
 from spark_jobs.bins import uniform_assignment
 from spark_jobs.offsets import committed_epochs, read_end_offsets
 from spark_jobs.output import read_output
 from spark_jobs.runner import ensure_job_topics
 from spark_jobs.ship import job_archive
+from tests.helpers.cluster import JobDriver
 from tests.helpers.control import send_control
 from tests.helpers.dp_helpers import (
     check_migration_property,
@@ -136,16 +137,8 @@ def test_executors_follow_w_up_and_down_on_a_cluster(kafka_bootstrap, make_topic
                   "spark.task.maxFailures": "4", "spark.executor.memory": "512m",
                   "spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false"},
             name=app_name)
-        log = tmp_path / "driver.log"
-        with open(log, "wb") as f:
-            proc = subprocess.Popen(cmd, cwd=tmp_path, env={**submit_env(), "BALLAST_SPARK_LOG_LEVEL": "ERROR"},
-                                    stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    start_new_session=True)
-
-        def alive() -> None:
-            assert proc is not None and proc.poll() is None, log.read_text(errors="replace")[-4000:]
-
-        wait_until(lambda: b"effective configuration" in log.read_bytes(), 240, "the driver up", check=alive)
+        driver = JobDriver.start(cmd, tmp_path)
+        proc, log, alive = driver.proc, driver.log, driver.alive
         load = Load(kafka_bootstrap, topic)
 
         def heartbeat() -> m.Heartbeat | None:
