@@ -131,7 +131,8 @@ class LiveCode:
             if v == code.version and ref != code.ref:
                 return (f"version {v} was {ref} in this job; a version label names one class for the life of a job "
                         f"(give {code.ref} a label of its own)")
-        key = (json.dumps(code.entry.to_dict(), sort_keys=True), now_version, now_ref)
+        # per step: a new plan with the same code is checked again (its files may have been fixed meanwhile)
+        key = (step.plan_id, step.step, json.dumps(code.entry.to_dict(), sort_keys=True), now_version, now_ref)
         with self._lock:
             if key in self._answers:
                 return self._answers[key]

@@ -264,3 +264,25 @@ def test_the_drivers_half_refuses_without_asking_the_tasks() -> None:
     assert "does not import on the driver" in (_answered(live, _upgrade(CodeVersion("no_such_mod_x:C", "4")), st)
                                                or "")
     assert not live.probing
+
+
+def test_a_new_plan_with_the_same_code_is_checked_again() -> None:
+    """A refusal belongs to its step: once the operator fixed what was wrong (a file, a module), a new
+    plan with the same code is judged afresh, not answered from the first one's refusal."""
+    import dataclasses
+    import sys
+    import types
+
+    live = LiveCode(spark=None, op=ProcessorOperator(V1), path=V1_REF)
+    st = _state()
+    first = _upgrade(CodeVersion("late_module_x:V3", "3"))
+    assert "does not import on the driver" in (_answered(live, first, st) or "")
+    sys.modules["late_module_x"] = types.SimpleNamespace(V3=V3)  # type: ignore[assignment]  # now it imports
+    try:
+        again = dataclasses.replace(first, plan_id="u2")
+        from spark_jobs.control import CODE_CHECK_PENDING
+
+        assert _answered(live, again, st) == CODE_CHECK_PENDING and live.probing
+        assert "does not import" in (live.check(first, st) or ""), "the first step keeps its answer"
+    finally:
+        del sys.modules["late_module_x"]
