@@ -278,30 +278,6 @@ def decide(
             remaining.append(q)
             waiting[sk] = "pre-copy: the new owners warm its bins in this epoch; cut-over at a later one"
             continue
-        spec = s.code.shadow if s.code is not None else None
-        cut_reason = ""
-        if s.kind == "upgrade":  # its code is judged first (beside the epochs: CODE_CHECK_PENDING meanwhile)
-            err = validate(s, st, check_code)
-            if err == CODE_CHECK_PENDING:
-                remaining.append(q)
-                waiting[sk] = err
-                continue
-            if err:
-                finish(s, "rejected", err, q.offset, "reject")
-                continue
-        if spec is not None:
-            seen = st.shadow.setdefault(sk, add_seen({}, {}))
-            if seen["epochs"] < spec.epochs:
-                remaining.append(q)
-                waiting[sk] = shadow_text(seen, spec.epochs)
-                shadow_now = {"step": sk, "code": s.code.to_dict(), "fields": list(spec.fields)}  # type: ignore[union-attr]
-                continue
-            bad = seen["differ"] + seen["errors"]
-            if bad > spec.tolerance * seen["calls"]:
-                finish(s, "rejected", f"{shadow_text(seen, spec.epochs)} (tolerance {spec.tolerance:g}), e.g. "
-                       f"{seen['example']}: the version in force runs on", q.offset, "reject")
-                continue
-            cut_reason = ("; " if s.reason else "") + f"{shadow_text(seen, spec.epochs)}: cut over"
         if s.step > 1:
             prev = st.final.get(step_key(s.plan_id, s.step - 1))
             if prev is None:
@@ -313,9 +289,27 @@ def decide(
                        "reject")
                 continue
         err = validate(s, st, check_code)
+        if err == CODE_CHECK_PENDING:  # an upgrade's code is judged beside the epochs: it waits meanwhile
+            remaining.append(q)
+            waiting[sk] = err
+            continue
         if err:
             finish(s, "rejected", err, q.offset, "reject")
             continue
+        cut_reason = ""
+        if s.code is not None and (spec := s.code.shadow) is not None:  # tried beside the version in force first
+            seen = st.shadow.setdefault(sk, add_seen({}, {}))
+            if seen["epochs"] < spec.epochs:
+                remaining.append(q)
+                waiting[sk] = shadow_text(seen, spec.epochs)
+                shadow_now = {"step": sk, "code": s.code.to_dict(), "fields": list(spec.fields)}
+                continue
+            bad = seen["differ"] + seen["errors"]
+            if bad > spec.tolerance * seen["calls"]:
+                finish(s, "rejected", f"{shadow_text(seen, spec.epochs)} (tolerance {spec.tolerance:g}), e.g. "
+                       f"{seen['example']}: the version in force runs on", q.offset, "reject")
+                continue
+            cut_reason = ("; " if s.reason else "") + f"{shadow_text(seen, spec.epochs)}: cut over"
         before = (st.map_version, st.workers, list(st.assignment))
         if s.kind == "split" and s.bins is not None:
             st.assignment = split_assignment(st.assignment, s.bins)

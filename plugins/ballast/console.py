@@ -125,8 +125,8 @@ def jobs(url: str, now: datetime | None = None) -> list[dict[str, Any]]:
         status = job_status(hb, timeout, now)
         cur = store.latest_map(url, job, op)
         bins = cur.bins if cur is not None else bins  # a split raised it since the job's first start
-        trigger_ms, max_records = store.job_settings(url, job, op)  # as settings steps left them
-        version = store.job_version(url, job, op)  # as upgrade steps left it (None: the command line's)
+        # as settings and upgrade steps left them (version None: the command line's), in one read
+        trigger_ms, max_records, version = store.job_in_force(url, job, op)
         out.append({
             "job": job, "operator": op, "bins": bins, "configured": cfg is not None,
             "status": status, "heartbeat_timeout_s": timeout, "degraded": bool(cache_degraded(url, job, op, now)),

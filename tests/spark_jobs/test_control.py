@@ -467,7 +467,7 @@ def test_a_shadow_upgrade_is_tried_for_its_epochs_with_input_then_cuts_over():
     d4 = _run_shadow(d3.state_after, [], seen=_seen(calls=3), check=check, epoch=8)
     assert d4.applied and d4.applied.is_upgrade and (d4.applied.plan_id, d4.applied.step) == ("u", 1)
     assert d4.applied.map_version_after == 1 and d4.state_after.map_version == 1
-    assert check.asked == 5, "and twice when it goes in (before the shadow and as any step)"
+    assert check.asked == 4, "and once more when it goes in (one validation per step and epoch)"
     assert d4.state_after.code == [step.code.entry] == [CodeVersion("pkg.mod:Counter", "2", ("/tmp/v2.zip",))]
     assert d4.state_after.code[0].shadow is None, "the history keeps the version, not how it was tried"
     assert d4.shadow is None and d4.state_after.shadow == {} and d4.state_after.queue == []

@@ -237,10 +237,10 @@ from ballast.store.step_checkpoints import (
     checkpoints as checkpoints,
 )
 from ballast.store.step_checkpoints import (
-    job_settings as job_settings,
+    job_in_force as job_in_force,
 )
 from ballast.store.step_checkpoints import (
-    job_version as job_version,
+    job_settings as job_settings,
 )
 from ballast.store.step_checkpoints import (
     recent_checkpoints as recent_checkpoints,

@@ -85,24 +85,27 @@ def _applied_payloads(url: str, job: str, operator: str) -> tuple[dict[str, Any]
         return dict(row.config or {}), list(steps)
 
 
-def job_settings(url: str, job: str, operator: str) -> tuple[int | None, int | None]:
-    """The trigger interval and the records-per-epoch cap (None: no cap) the job runs with: its last
-    start's command line (the job row) under every settings step it applied, in the order it applied
-    them (the job's own rule: ballast.protocol.Settings.over). (None, None) before the job's first start."""
+def job_in_force(url: str, job: str, operator: str) -> tuple[int | None, int | None, dict[str, str] | None]:
+    """What the job runs with, from one read of its applied steps: the trigger interval, the records-per-epoch
+    cap (None: no cap) — its last start's command line (the job row) under every settings step it applied,
+    in order (the job's own rule: ballast.protocol.Settings.over) — and the processor version the applied
+    upgrade steps put in force ({"version", "ref"}; None while the command line's runs). (None, None, None)
+    before the job's first start."""
     config, steps = _applied_payloads(url, job, operator)
     if config is None:
-        return None, None
+        return None, None, None
     now = Settings(config.get("trigger_ms"), config.get("max_offsets_per_trigger"))  # the command line
+    version = None
     for payload in steps:
-        if isinstance(payload, dict) and payload.get("kind") == "settings":
+        if not isinstance(payload, dict):
+            continue
+        if payload.get("kind") == "settings":
             now = Settings(**payload.get("settings", {})).over(now)
-    return now.trigger_ms, now.max_records_per_epoch or None
+        elif payload.get("kind") == "upgrade" and isinstance(payload.get("code"), dict):
+            version = {"version": str(payload["code"].get("version")), "ref": str(payload["code"].get("ref"))}
+    return now.trigger_ms, now.max_records_per_epoch or None, version
 
 
-def job_version(url: str, job: str, operator: str) -> dict[str, str] | None:
-    """The processor version the job's applied upgrade steps put in force ({"version", "ref"}), None
-    while the command line's runs (no upgrade step applied since the job row was made)."""
-    for p in reversed(_applied_payloads(url, job, operator)[1]):
-        if isinstance(p, dict) and p.get("kind") == "upgrade" and isinstance(p.get("code"), dict):
-            return {"version": str(p["code"].get("version")), "ref": str(p["code"].get("ref"))}
-    return None
+def job_settings(url: str, job: str, operator: str) -> tuple[int | None, int | None]:
+    """The trigger interval and the records-per-epoch cap the job runs with (`job_in_force`)."""
+    return job_in_force(url, job, operator)[:2]
