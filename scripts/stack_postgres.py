@@ -15,7 +15,20 @@ import subprocess
 import time
 from pathlib import Path
 
-from stack_procs import HOST, PG_PORT, STATE, StackError, log, pid_alive, port_open, spawn, stop, wait_healthy
+from stack_procs import (
+    HOST,
+    PG_PORT,
+    STATE,
+    StackError,
+    ephemeral_ports,
+    log,
+    pid_alive,
+    port_bindable,
+    port_open,
+    spawn,
+    stop,
+    wait_healthy,
+)
 
 
 class Postgres:
@@ -47,8 +60,7 @@ class Postgres:
             res = subprocess.run(["apt-get", "install", "-y", "-qq", "postgresql"], capture_output=True, text=True)
             if res.returncode != 0 or not _pg_bin("initdb"):
                 raise StackError(f"could not install postgresql: {res.stderr[-500:]}")
-        if port_open(self.port):
-            raise StackError(f"port {self.port} is taken: stop that process or set BALLAST_PG_PORT")
+        self._check_port()
         run_as: list[str] = []
         if os.geteuid() == 0:  # initdb and postgres refuse to run as root
             subprocess.run(["id", "postgres"], check=False, capture_output=True).returncode == 0 or subprocess.run(
@@ -67,9 +79,19 @@ class Postgres:
         if run_as:
             self.logfile.touch()
             subprocess.run(["chown", "postgres", str(self.logfile)], check=True)
-        spawn(run_as + [_pg_bin("postgres"), "-D", str(data), "-p", str(self.port), "-h", HOST, "-k", str(self.dir)],
-               self.logfile, self.pidfile)
-        wait_healthy(lambda: port_open(self.port), "PostgreSQL", 60, self.logfile, self.pidfile)
+        cmd = run_as + [_pg_bin("postgres"), "-D", str(data), "-p", str(self.port), "-h", HOST, "-k", str(self.dir)]
+        for attempt in range(3):
+            spawn(cmd, self.logfile, self.pidfile)
+            try:
+                wait_healthy(lambda: port_open(self.port), "PostgreSQL", 60, self.logfile, self.pidfile)
+                break
+            except StackError as exc:
+                # a client socket took the port between the check and postgres' bind: wait, try again
+                if attempt == 2 or "Address already in use" not in str(exc):
+                    raise
+                log(f"{self.name}: port {self.port} was taken during start-up; trying again")
+                time.sleep(2.0)
+                self._check_port()
         time.sleep(1.0)
         createdb = _pg_bin("createdb")
         res = subprocess.run([createdb, "-h", HOST, "-p", str(self.port), "-U", "ballast", "ballast"],
@@ -77,6 +99,16 @@ class Postgres:
         if res.returncode != 0 and "already exists" not in res.stderr:
             raise StackError(f"createdb failed: {res.stderr}")
         log(f"{self.name}: healthy at {self.url}")
+
+    def _check_port(self) -> None:
+        """A StackError that says what to do when no server could listen on the port now."""
+        if port_bindable(self.port):
+            return
+        why = "a server listens there" if port_open(self.port) else "a connection holds it"
+        eph = ephemeral_ports()
+        hint = (f" to a port below the kernel's ephemeral range {eph.start}-{eph.stop - 1}, where any outgoing "
+                "connection may take it" if self.port in eph else "")
+        raise StackError(f"port {self.port} on {HOST} is taken ({why}): stop that process or set BALLAST_PG_PORT{hint}")
 
     def down(self) -> None:
         """Fast shutdown: SIGINT to the postmaster itself (SIGTERM would wait for every client to

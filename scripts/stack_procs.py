@@ -52,6 +52,29 @@ def port_open(port: int, host: str = HOST) -> bool:
         return s.connect_ex((host, port)) == 0
 
 
+def port_bindable(port: int, host: str = HOST) -> bool:
+    """Whether a server could listen on `port` now. Stricter than `port_open`: a client socket that
+    the kernel gave this port as its ephemeral local port accepts no connection, yet a server's
+    bind to it fails (EADDRINUSE)."""
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as servers do: TIME_WAIT does not count
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
+def ephemeral_ports() -> range:
+    """The kernel's range of ephemeral (client) ports; Linux's default when it cannot be read. Why:
+    a service on a fixed port inside it races every outgoing connection on the machine for it."""
+    try:
+        low, high = (int(x) for x in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    except (OSError, ValueError):
+        low, high = 32768, 60999
+    return range(low, high + 1)
+
+
 def pid_alive(pidfile: Path) -> int | None:
     """The pid in `pidfile` when that process still runs (a reaped child counts as gone)."""
     try:

@@ -37,6 +37,7 @@ os.environ["BALLAST_CONTROL_SIGNING"] = "none"
 os.environ.setdefault("BALLAST_STATE_DIR", str(REPO / ".state" / "test-session"))
 os.environ.setdefault("BALLAST_KAFKA_PORT", "19092")
 os.environ.setdefault("BALLAST_KAFKA_CONTROLLER_PORT", "19093")
+os.environ.setdefault("BALLAST_PG_PORT", "19432")
 # Every short JVM the suite starts (Spark drivers and executors, spark-submit's launcher, Kafka's tools)
 # runs C1-only with the serial collector; a Kafka broker pins the JDK's defaults (scripts/stack_kafka.py).
 # Why: on 2 cores the suite is CPU-bound, and C2's compiler threads and G1's concurrent threads are a

@@ -116,7 +116,11 @@ class Settings(BaseSettings):
     )
     airflow_port: int = Field(default=8080, description="Airflow UI/API port")
     airflow_password: str = Field(default="ballast", description="admin password of the local Airflow")
-    pg_port: int = Field(default=55432, description="port of the PostgreSQL the tests start")
+    pg_port: int = Field(
+        default=15432,
+        description="port of the local PostgreSQL (`make up postgres`, the tests); keep it below the kernel's "
+        "ephemeral range (32768-60999), where any outgoing connection may take it",
+    )
     jwt_secret: str = Field(
         default="change-me-in-production", description="docker compose only: Airflow API's JWT secret"
     )
