@@ -20,6 +20,16 @@ from spark_jobs.run_config import RunConfig
 
 log = logging.getLogger("ballast.runner")
 
+#: The longest a fetch of the source's consumers waits at the broker for data (Kafka's default:
+#: 500 ms). Why: a task that reads a partition with no records after its range — the control topic,
+#: the tick topic, a quiet input — waited out one whole fetch wait before it ended. On 2 cores the
+#: control record's task took 531-644 ms of wall time with 8-23 ms of CPU, and the epoch that
+#: received any control step was twice as long as the ones around it (bench/REPORT.md §13: the live
+#: upgrade's max / steady p99). At 10 ms that task takes 31-82 ms, as long as an input task. A
+#: consumer's poll still waits for data as long as before (Spark's poll timeout): only the broker
+#: answers an empty fetch sooner, and Spark's source fetches only ranges that exist.
+SOURCE_FETCH_WAIT_MS = 10
+
 
 class JobClients:
     """Retrying DB/Kafka calls, the job's own Kafka clients, and the Kafka-side measurements of an epoch."""
@@ -95,7 +105,8 @@ class JobClients:
 
     def spark_kafka_options(self, source: bool) -> dict[str, str]:
         """Spark's Kafka clients: the job's SASL/TLS settings, and timeouts that ride out a broker
-        outage of up to `kafka_outage_s` (defaults: 60 s for an offset lookup, then the query fails)."""
+        outage of up to `kafka_outage_s` (defaults: 60 s for an offset lookup, then the query fails);
+        the source's consumers wait at most `SOURCE_FETCH_WAIT_MS` for a fetch (see there)."""
         budget = int(self.cfg.kafka_outage_s * 1000)
         # Kafka's clients refuse default.api.timeout.ms (and the producer's delivery.timeout.ms) below
         # request.timeout.ms (30 s by default): a budget under a minute shortens the request timeout
@@ -103,7 +114,9 @@ class JobClients:
         ms = str(max(budget, request + 1_000))
         opts = {**self.cfg.security.spark_options(), "kafka.default.api.timeout.ms": ms,
                 "kafka.request.timeout.ms": str(request)}
-        if not source:  # records up to the size the job's own topics take (spark_jobs.records)
+        if source:
+            opts["kafka.fetch.max.wait.ms"] = str(SOURCE_FETCH_WAIT_MS)
+        else:  # records up to the size the job's own topics take (spark_jobs.records)
             opts.update({"kafka.max.block.ms": ms, "kafka.delivery.timeout.ms": ms,
                          "kafka.max.request.size": str(MAX_RECORD_BYTES)})
         return opts

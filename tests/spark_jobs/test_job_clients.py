@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from spark_jobs.job_clients import JobClients
+from spark_jobs.job_clients import SOURCE_FETCH_WAIT_MS, JobClients
 from spark_jobs.journal import Journal
 from spark_jobs.run_config import RunConfig
 
@@ -28,3 +28,13 @@ def test_every_outage_budget_gives_timeouts_kafkas_clients_accept(budget_s: floa
         if not source:
             assert opts["kafka.delivery.timeout.ms"] >= LINGER_MS + request
             assert opts["kafka.max.block.ms"] >= budget_ms and opts["kafka.delivery.timeout.ms"] >= budget_ms
+
+
+def test_the_sources_consumers_do_not_wait_out_kafkas_default_fetch_wait() -> None:
+    """The control record's task waited ~500 ms (Kafka's fetch.max.wait.ms) in every epoch that
+    received a step (spark_jobs.job_clients.SOURCE_FETCH_WAIT_MS); the sink's options do not need it."""
+    cfg = RunConfig(job="j", input_topic="t", checkpoint_dir="/c", bootstrap="b", db_url="sqlite://")
+    clients = JobClients(cfg, Journal("/c"), ["t"], threading.Event())
+    assert clients.spark_kafka_options(source=True)["kafka.fetch.max.wait.ms"] == str(SOURCE_FETCH_WAIT_MS)
+    assert SOURCE_FETCH_WAIT_MS <= 50
+    assert "kafka.fetch.max.wait.ms" not in clients.spark_kafka_options(source=False)
