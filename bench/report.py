@@ -81,9 +81,9 @@ def _finish_log_axes(ax: Any, title: str) -> None:
 
 
 def plot_timelines(path: Path, series: dict[str, tuple[list[TimelineRow], list[tuple[float, float]]]],
-                   title: str) -> Path:
+                   title: str, span_label: str = "migration") -> Path:
     """One panel per series: max and p99 latency per 250 ms window (log y), throughput on a twin
-    axis, migration spans shaded. `series[label] = (rows, [(start_s, end_s), ...])`."""
+    axis, the actions' spans shaded (`span_label`: what they are). `series[label] = (rows, [(start_s, end_s), ...])`."""
     n = max(1, len(series))
     fig, axes = plt.subplots(n, 1, figsize=(10, 2.6 * n), squeeze=False)
     for ax, (label, (rows, spans)) in zip(axes[:, 0], series.items()):
@@ -92,7 +92,7 @@ def plot_timelines(path: Path, series: dict[str, tuple[list[TimelineRow], list[t
         ax.semilogy([r.t_s for r in nz], [r.max_ms for r in nz], ".-", ms=3, lw=0.9, label="max")
         ax.semilogy([r.t_s for r in nz], [r.p99_ms for r in nz], ".-", ms=2, lw=0.7, label="p99")
         for i, (s, e) in enumerate(spans):
-            ax.axvspan(s, e, color="orange", alpha=0.25, label="migration" if i == 0 else None)
+            ax.axvspan(s, e, color="orange", alpha=0.25, label=span_label if i == 0 else None)
             ax.axvline(s, color="orange", lw=0.8)
             ax.axvline(e, color="red", lw=0.8, ls="--")
         ax.set_ylabel("latency ms")

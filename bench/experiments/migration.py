@@ -34,7 +34,8 @@ def migration_session(ctx: Ctx, label: str, bins: int, keys: int, strategies: tu
                       spec_extra: dict[str, Any] | None = None,
                       target_of: Callable[[list[int], int], list[int]] = half_of_half,
                       setup: bool = True, clean_steady: bool = False,
-                      act: Callable[[BallastJob, str], dict[str, Any]] | None = None) -> dict[str, Any]:
+                      act: Callable[[BallastJob, str], dict[str, Any]] | None = None,
+                      names: tuple[str, str] = ("key-count", "migration")) -> dict[str, Any]:
     """One job: prefill `keys`, catch up, open-loop load, a set-up migration (uniform → half of half,
     all-at-once), then one measured migration per strategy, alternating direction; optionally a
     live rescale W → reconfig_to_workers at the end (experiment 3).
@@ -43,7 +44,9 @@ def migration_session(ctx: Ctx, label: str, bins: int, keys: int, strategies: tu
     the map the migrations go to from the uniform one (and back); `setup=False`: no set-up
     migration, the first measured one leaves the uniform map. `clean_steady`: before each measured
     migration, first wait until the job keeps up, then the `steady_s` that are its steady window (a
-    migration whose backlog outlasts `settle_s` would otherwise leak into the next one's window)."""
+    migration whose backlog outlasts `settle_s` would otherwise leak into the next one's window).
+    `act`: what each measured action does instead of a migration (the upgrade experiment); `names`:
+    the operator and the action as the plots' titles say them."""
     P = ctx.profile
     out = ctx.run_dir / label
     out.mkdir(parents=True, exist_ok=True)
@@ -198,9 +201,10 @@ def migration_session(ctx: Ctx, label: str, bins: int, keys: int, strategies: tu
                                                "state_keys": w.state_keys, "state_bytes": w.state_bytes} for w in wk])
     result["files"] = {
         "timeline_png": str(rp.plot_timelines(out / "latency_timeline.png", series,
-                                              f"{label}: key-count, {keys} keys, B={bins}, W={P.workers}, "
-                                              f"{P.rate:.0f} rows/s open loop (t=0: plan emitted)")),
-        "cdf_png": str(rp.plot_cdf(out / "latency_ccdf.png", hists, f"{label}: latency during each migration")),
+                                              f"{label}: {names[0]}, {keys} keys, B={bins}, W={P.workers}, "
+                                              f"{P.rate:.0f} rows/s open loop (t=0: plan emitted)",
+                                              span_label=names[1])),
+        "cdf_png": str(rp.plot_cdf(out / "latency_ccdf.png", hists, f"{label}: latency during each {names[1]}")),
     }
     meas = [r for r in rows_out if r["role"] == "measured"]
     if meas:

@@ -80,7 +80,7 @@ def exp_upgrade(ctx: Ctx) -> dict[str, Any]:
     spec_extra = {"operator": OPERATOR, "operator_path": V1, "env": {VALUE_BYTES_ENV: str(S.value_bytes)},
                   "extra_args": ("--snapshot-every", str(S.snapshot_every))}
     r = migration_session(sub, "upgrade", S.bins, S.keys, ACTIONS, spec_extra=spec_extra, setup=False,
-                          clean_steady=True, act=act)
+                          clean_steady=True, act=act, names=("padded counter", "upgrade"))
     r["state"] = state_size(ctx, r, OPERATOR)
     r["counts"] = exactness(ctx, r)
     r["loadavg_start"], r["loadavg_end"] = list(load_start), list(os.getloadavg())
