@@ -256,6 +256,20 @@ def _drop(worker_tid: str) -> None:
         s.close()
 
 
+def close_clients() -> None:
+    """Closes this process's cached producers and marker consumers. A Python worker keeps them for
+    its life; a process that runs tasks in-process (the tests) closes them before its broker stops,
+    or their background threads log connection errors until the interpreter exits."""
+    for tid in list(_slots):
+        _drop(tid)
+    for key in list(_consumers):
+        c = _consumers.pop(key)
+        try:
+            c.close()
+        except Exception:  # noqa: BLE001 - closing: a client that cannot say goodbye is gone all the same
+            log.debug("closing a marker consumer failed", exc_info=True)
+
+
 def commit_outputs(t: TxnTarget, epoch: int, worker: int, records: list[Record]) -> bool:
     """Make `records` (the outputs and dead letters of (epoch, worker)) visible to read_committed
     consumers exactly once. True if this call committed them, False if an earlier attempt had."""
