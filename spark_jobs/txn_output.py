@@ -230,12 +230,19 @@ def read_last_marker(t: TxnTarget, worker: int, timeout_s: float = 30.0) -> Mark
                 return last
             window *= 8
     except BaseException:
-        _consumers.pop((str(os.getpid()), t.bootstrap), None)
-        try:
-            c.close()
-        except Exception:
-            pass
+        _close_consumer((str(os.getpid()), t.bootstrap))
         raise
+
+
+def _close_consumer(key: tuple[str, str]) -> None:
+    """Forgets and closes one cached marker consumer (a client that cannot say goodbye is gone all the same)."""
+    c = _consumers.pop(key, None)
+    if c is None:
+        return
+    try:
+        c.close()
+    except Exception:  # noqa: BLE001 - see above
+        log.debug("closing a marker consumer failed", exc_info=True)
 
 
 def _slot(t: TxnTarget, worker: int) -> _Slot:
@@ -263,11 +270,7 @@ def close_clients() -> None:
     for tid in list(_slots):
         _drop(tid)
     for key in list(_consumers):
-        c = _consumers.pop(key)
-        try:
-            c.close()
-        except Exception:  # noqa: BLE001 - closing: a client that cannot say goodbye is gone all the same
-            log.debug("closing a marker consumer failed", exc_info=True)
+        _close_consumer(key)
 
 
 def commit_outputs(t: TxnTarget, epoch: int, worker: int, records: list[Record]) -> bool:
