@@ -67,6 +67,12 @@ class RebalanceConfig(BaseModel):
         description="weigh bins by their measured fold time instead of their records when the workers' folds "
                     "hold at least this share of the critical path (docs/policy.md; above 1: always records)",
     )
+    useful_from_trace: bool = Field(
+        default=True,
+        description="DS2's useful time per worker from the stored traces' folds, without the time spent bringing "
+                    "bins up to date (moves, pre-copies, catch-up), when they cover the window (docs/policy.md); "
+                    "false: the workers' counters",
+    )
     latency_goal_ms: float | None = Field(
         default=None, gt=0,
         description="p99 latency goal: with it, a run whose worker count stays tunes the job's trigger interval "

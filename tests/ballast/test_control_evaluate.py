@@ -155,12 +155,14 @@ def test_the_critical_path_holds_a_scale_up_that_would_barely_shorten_the_epochs
     assert isinstance(snap, Snapshot) and snap.critical == ()  # no trace stored: DS2 alone
     before = evaluate.assess(job, snap, policy.GuardState(), datetime.now(UTC))
     assert before.action == "scale_up"
+    fold_us = int(snap.workers[0].useful_ms * 1000)  # the trace's fold is what the counter measured
     for e in snap.epochs:  # each epoch: a short plan, a long source stage, a short fold, the commit
-        t0 = e.epoch * 10_000_000
+        t0 = e.epoch * 100_000_000
         with writer.epoch_transaction(db_url) as s:
             traces.replace_trace(s, traces.trace_row(job.job, job.operator, e.epoch, Trace(
-                (Activity("driver", "plan", t0, t0 + 50_000), Activity("worker 0", "fold", t0 + 850_000, t0 + 950_000),
-                 Activity("driver", "db", t0 + 950_000, t0 + 1_000_000)),
+                (Activity("driver", "plan", t0, t0 + fold_us // 2),
+                 Activity("worker 0", "fold", t0 + 17 * fold_us // 2, t0 + 19 * fold_us // 2),
+                 Activity("driver", "db", t0 + 19 * fold_us // 2, t0 + 10 * fold_us)),
                 (Message(0, 1, "source stage"), Message(1, 2, "task end")))))
     traced = collect.collect(db_url, job)
     assert isinstance(traced, Snapshot)
@@ -173,6 +175,61 @@ def test_the_critical_path_holds_a_scale_up_that_would_barely_shorten_the_epochs
     assert after.action == "no_change" and after.target_workers == before.target_workers
     assert "the workers hold only 10% of the critical path (source stage 80%" in after.reason
     assert after.inputs["critical.workers_share"] == pytest.approx(0.1)
+
+
+def test_useful_time_from_the_trace_keeps_w_that_a_migrations_loads_would_raise(db_url, jobs_file, unique_name):
+    """DS2's decision that changes because of the trace (docs/policy.md, "Useful time from the
+    trace"): two workers keep up with the load (no change), but the window's first epoch is the
+    cut-over of the migration that made them two, and each worker spent 3 s loading its moved bins
+    before folding. The counters count that as useful, so the workers look 45 % slower and DS2 asks
+    for more; the stored traces put it in `prepare`, apart from the fold, and W stays."""
+    from sqlalchemy import update
+
+    from ballast.store import traces, writer
+    from ballast.tracing import Activity, Message, Trace
+
+    jobs_file(bins=16)
+    seed_job(db_url, unique_name, bins=16, workers=2, input_rate=15000.0, per_worker_rate=10000.0)
+    cfg = get_job(unique_name)
+    now = datetime.now(UTC)
+    steady = _snapshot(db_url, cfg)
+    assert evaluate.assess(cfg, steady, policy.GuardState(), now).action == "no_change"
+    first, load_ms = steady.epochs[0].epoch, 3000.0
+    wm, em = m.WorkerMetrics, m.EpochMetrics
+    with session_scope(db_url) as s:  # what the data plane records for the cut-over epoch
+        s.execute(update(wm).where(wm.job == unique_name, wm.epoch == first).values(
+            useful_ms=wm.useful_ms + load_ms, wall_ms=wm.wall_ms + load_ms))
+        s.execute(update(em).where(em.job == unique_name, em.epoch == first).values(batch_ms=em.batch_ms + load_ms))
+    counted = _snapshot(db_url, cfg)
+    assert counted.useful_basis == "counters" and "no stored traces" in counted.useful_reason
+    before = evaluate.assess(cfg, counted, policy.GuardState(), now)
+    assert before.action == "scale_up" and before.target_workers > 2, before.reason
+    for e in steady.epochs:  # each epoch: plan; per worker the load (cut-over only), then the fold; commit
+        t0, prep = e.epoch * 100_000_000, int(load_ms * 1000) if e.epoch == first else 0
+        fold = int(steady.workers[0].useful_ms * 1000)
+        acts = [Activity("driver", "plan", t0, t0 + 50_000)]
+        for w in (0, 1):
+            if prep:
+                acts.append(Activity(f"worker {w}", "prepare", t0 + 60_000, t0 + 60_000 + prep))
+            acts.append(Activity(f"worker {w}", "fold", t0 + 60_000 + prep, t0 + 60_000 + prep + fold))
+        acts.append(Activity("driver", "db", t0 + 100_000 + prep + fold, t0 + 150_000 + prep + fold))
+        starts = [i for i, a in enumerate(acts) if a.timeline != "driver" and (a.kind == "prepare" or not prep)]
+        msgs = tuple(Message(0, i, "source stage") for i in starts) + (Message(len(acts) - 2, len(acts) - 1,
+                                                                                 "task end"),)
+        with writer.epoch_transaction(db_url) as s:
+            traces.replace_trace(s, traces.trace_row(unique_name, cfg.operator, e.epoch, Trace(tuple(acts), msgs)))
+    traced = _snapshot(db_url, cfg)
+    assert traced.useful_basis == "trace", traced.useful_reason
+    assert "6.0 s of the counters' 13.5 s (44%) was bins brought up to date" in traced.useful_reason
+    assert {w.useful_ms for w in traced.workers} == {steady.workers[0].useful_ms}
+    assert Snapshot.from_dict(traced.to_dict()) == traced  # the hand-off survives XCom
+    after = evaluate.assess(cfg, traced, policy.GuardState(), now)
+    assert after.action == "no_change" and after.target_workers == 2, after.reason
+    assert after.inputs["useful.basis"] == "trace"
+    off = cfg.model_copy(update={"rebalance": cfg.rebalance.model_copy(update={"useful_from_trace": False})})
+    untraced = _snapshot(db_url, off)
+    assert untraced.useful_basis == "counters" and "is off" in untraced.useful_reason
+    assert evaluate.assess(off, untraced, policy.GuardState(), now).action == "scale_up"
 
 
 def test_a_bin_hot_on_the_critical_path_gets_a_rebalance_that_its_records_would_not(db_url, jobs_file, unique_name):

@@ -6,7 +6,15 @@ from __future__ import annotations
 
 import pytest
 
-from ballast.policy.critical import bin_weights, critical_path_check, folds_share, scale_up_gain, workers_share
+from ballast.policy.critical import (
+    bin_weights,
+    critical_path_check,
+    folds_ms,
+    folds_share,
+    scale_up_gain,
+    useful_time,
+    workers_share,
+)
 
 pytestmark = pytest.mark.controlplane
 
@@ -53,3 +61,24 @@ def test_bins_are_weighed_by_fold_time_only_when_the_folds_hold_the_critical_pat
     assert bin_weights(records, [5, 0, 5, 5], INSIDE, 0.5).basis == "records", "a bin with records but no time"
     assert bin_weights(records, fold_us, INSIDE, 1.5).basis == "records", "off"
     assert bin_weights(records, fold_us, OUTSIDE, 0.0).basis == "fold time", "0: whenever measured"
+
+
+def test_folds_are_summed_per_epoch_and_worker_and_nothing_else_counts():
+    acts = [(1, "driver", "plan", 0, 50_000), (1, "worker 0", "prepare", 60_000, 2_060_000),
+            (1, "worker 0", "fold", 2_060_000, 2_810_000), (1, "worker 1", "fold", 60_000, 500_000),
+            (1, "worker 1", "fold", 600_000, 700_000), (2, "worker 0", "fold", 0, 1_000),
+            (2, "worker 10", "read", 0, 9)]
+    assert folds_ms(acts) == {(1, 0): 750.0, (1, 1): 540.0, (2, 0): 1.0}
+
+
+def test_useful_time_is_the_fold_when_the_traces_cover_every_busy_worker_epoch():
+    counters = {(1, 0): 3750.0, (1, 1): 3750.0, (2, 0): 750.0, (2, 1): 0.0}  # (2, 1) idle: no task span needed
+    folds = {(1, 0): 750.0, (1, 1): 750.0, (2, 0): 750.0}
+    u = useful_time(counters, folds)
+    assert u.basis == "trace" and u.ms == {(1, 0): 750.0, (1, 1): 750.0, (2, 0): 750.0, (2, 1): 0.0}
+    assert "6.0 s of the counters' 8.2 s (73%) was bins brought up to date" in u.reason
+    partial = useful_time(counters, {(1, 0): 750.0, (2, 0): 750.0})  # one busy worker epoch untraced
+    assert partial.basis == "counters" and partial.ms == counters and "1 of 3 busy worker epochs" in partial.reason
+    assert useful_time(counters, {}).basis == "counters"
+    off = useful_time(counters, folds, enabled=False)
+    assert off.basis == "counters" and off.ms == counters and "is off" in off.reason

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 from pyspark.sql import functions as F
 
-from ballast.policy import bin_weights
-from ballast.store import bin_stats
+from ballast.policy import bin_weights, folds_ms, useful_time
+from ballast.store import JobStore, bin_stats
 from ballast.store.traces import read_trace
 from ballast.tracing import Message, Trace, epochs_participation
 from spark_jobs.bins import bin_of_hash, bits_for, uniform_assignment
@@ -91,6 +91,19 @@ def test_the_slow_workers_fold_leads_the_critical_path(spark, kafka_bootstrap, m
     weights = bin_weights(stats.load, stats.fold_us, shares, min_share=0.5)
     assert weights.basis == "fold time" and f"hottest: bin {slow_bin}" in weights.reason, (weights.reason, shares)
     print(weights.reason)
+
+    # DS2's useful time from the traces: each worker epoch's fold, which its counter (input read's end to
+    # fold's end) contains with the time its bins were brought up to date (docs/policy.md)
+    rows = JobStore(db_url, job, cfg.operator).worker_window(sorted({a.epoch for a in stored.activities}))
+    counters = {(w.epoch, w.worker): float(w.useful_ms) for w in rows}
+    useful = useful_time(counters, folds_ms((a.epoch, a.timeline, a.kind, a.start_us, a.end_us)
+                                            for a in stored.activities))
+    assert useful.basis == "trace", useful.reason
+    prepare = {(a.epoch, int(a.timeline.split()[1])): (a.end_us - a.start_us) / 1000 for a in stored.activities
+               if a.kind == "prepare"}
+    for k, c in counters.items():  # two clocks (perf_counter, time.time) read a few µs apart: 5 ms of slack
+        assert c - prepare.get(k, 0.0) - 5 <= useful.ms[k] <= c + 5, (k, c, useful.ms[k], prepare.get(k))
+    print(useful.reason)
 
     # the export command, then the file in a trace viewer: one timeline per participant, the slow fold critical
     out = tmp_path / "trace.json"

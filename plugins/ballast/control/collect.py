@@ -9,7 +9,7 @@ import logging
 from ballast.config import JobConfig
 from ballast.control.handoffs import BinLoad, EpochSample, MapState, OperatorSample, Resume, Snapshot, WorkerSample
 from ballast.errors import BallastError
-from ballast.policy import bin_weights
+from ballast.policy import UsefulTime, bin_weights, folds_ms, useful_time
 from ballast.store import (
     EpochRow,
     JobStore,
@@ -22,7 +22,7 @@ from ballast.store import (
     take_over_plan,
 )
 from ballast.store.traces import read_trace
-from ballast.tracing import epochs_participation
+from ballast.tracing import Trace, epochs_participation
 
 log = logging.getLogger("ballast.control")
 
@@ -87,9 +87,10 @@ def collect(url: str, cfg: JobConfig, owner: str | None = None) -> Snapshot | Re
     if not epochs:
         raise NotReady(f"no epoch of {cfg.job}/{cfg.operator} ran under the current map v{current.map_version} "
                        "yet; waiting for metrics")
-    workers = store.worker_window([e.epoch for e in epochs])
     names = cfg.operator_names()
-    critical = critical_shares(url, cfg, epochs[0].epoch, epochs[-1].epoch)
+    trace = _window_trace(url, cfg, cfg.operator, epochs[0].epoch, epochs[-1].epoch)
+    critical = _shares(trace)
+    useful, workers = _worker_samples(cfg, store, epochs, trace)
     # bins hot on the critical path: weighed by their fold time when the workers' folds hold it
     w = bin_weights(bins.load, bins.fold_us, dict(critical), cfg.rebalance.critical_fold_share)
     bins = dataclasses.replace(bins, load=w.load, basis=w.basis, basis_reason=w.reason)
@@ -98,28 +99,46 @@ def collect(url: str, cfg: JobConfig, owner: str | None = None) -> Snapshot | Re
         map=MapState(current.map_version, current.epoch, current.workers, current.assignment),
         bins=bins,
         epochs=_epoch_samples(epochs),
-        workers=tuple(WorkerSample(w.epoch, w.worker, w.records_in, w.records_out, w.useful_ms, w.wall_ms)
-                      for w in workers),
+        workers=workers,
         latest_epoch=epochs[-1].epoch,
         flow=tuple(operator_sample(url, cfg, n) for n in names) if len(names) > 1 else (),
         critical=critical,
         trigger_ms=trigger_ms,
         max_records_per_epoch=max_records,
+        useful_basis=useful.basis,
+        useful_reason=useful.reason,
     )
 
 
-def critical_shares(url: str, cfg: JobConfig, first: int, last: int) -> tuple[tuple[str, float], ...]:
-    """The window's critical participation by label (docs/tracing.md), largest first; () without
-    stored traces (a job started before schema 0005, or a window of one epoch)."""
+def _window_trace(url: str, cfg: JobConfig, operator: str, first: int, last: int) -> Trace:
+    """The stored traces of epochs [first, last]; empty without them (a job started before schema 0005)."""
     try:
-        trace = read_trace(url, cfg.job, cfg.operator, first, last)
+        return read_trace(url, cfg.job, operator, first, last)
     except Exception as exc:  # a metrics DB not upgraded to 0005 yet: DS2 and the guards decide alone
         log.warning("job %s/%s: no epoch traces read (%s); `python -m ballast.store upgrade` adds their table",
-                    cfg.job, cfg.operator, str(exc).splitlines()[0][:200])
-        return ()
+                    cfg.job, operator, str(exc).splitlines()[0][:200])
+        return Trace((), ())
+
+
+def _shares(trace: Trace) -> tuple[tuple[str, float], ...]:
+    """The window's critical participation by label (docs/tracing.md), largest first; () without
+    stored traces (a job started before schema 0005, or a window of one epoch)."""
     if not trace.activities:
         return ()
     return tuple((k, round(v, 4)) for k, v in epochs_participation(trace).by("label").items())
+
+
+def _worker_samples(cfg: JobConfig, store: JobStore, epochs: list[EpochRow],
+                    trace: Trace) -> tuple[UsefulTime, tuple[WorkerSample, ...]]:
+    """The workers' rows over the window, their useful time read from the traces' folds where those
+    cover the window (docs/policy.md, "Useful time from the trace"), else their counters."""
+    rows = store.worker_window([e.epoch for e in epochs])
+    useful = useful_time({(w.epoch, w.worker): float(w.useful_ms) for w in rows},
+                         folds_ms((a.epoch, a.timeline, a.kind, a.start_us, a.end_us)
+                                  for a in trace.activities if a.epoch is not None),
+                         cfg.rebalance.useful_from_trace)
+    return useful, tuple(WorkerSample(w.epoch, w.worker, w.records_in, w.records_out,
+                                      useful.ms.get((w.epoch, w.worker), w.useful_ms), w.wall_ms) for w in rows)
 
 
 def _epoch_samples(rows: list[EpochRow]) -> tuple[EpochSample, ...]:
@@ -136,6 +155,6 @@ def operator_sample(url: str, cfg: JobConfig, name: str) -> OperatorSample:
         return OperatorSample(name, 1)
     epochs = [e for e in store.epoch_window(cfg.rebalance.window_epochs)
               if e.workers == current.workers and e.map_version == current.map_version]
-    rows = store.worker_window([e.epoch for e in epochs])
-    return OperatorSample(name, current.workers, _epoch_samples(epochs), tuple(
-        WorkerSample(w.epoch, w.worker, w.records_in, w.records_out, w.useful_ms, w.wall_ms) for w in rows))
+    trace = _window_trace(url, cfg, name, epochs[0].epoch, epochs[-1].epoch) if epochs else Trace((), ())
+    _, samples = _worker_samples(cfg, store, epochs, trace)
+    return OperatorSample(name, current.workers, _epoch_samples(epochs), samples)

@@ -103,7 +103,8 @@ def assess(cfg: JobConfig, snap: Snapshot, state: policy.GuardState, now: dateti
                               "ds2.advised_budget_s": res.advised_budget_s, "diagnosis": diagnosis,
                               "ds2.note": res.note or target.note, "map_version": snap.map.version,
                               "window_epochs": [e.epoch for e in snap.epochs], **inputs_cp,
-                              "placement.basis": snap.bins.basis, "placement.basis_reason": snap.bins.basis_reason}
+                              "placement.basis": snap.bins.basis, "placement.basis_reason": snap.bins.basis_reason,
+                              "useful.basis": snap.useful_basis, "useful.reason": snap.useful_reason}
     load = list(snap.bins.load)
     if action == "no_change" and cur > 1 and sum(load) > 0:
         old = list(snap.map.assignment)

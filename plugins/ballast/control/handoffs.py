@@ -114,6 +114,8 @@ class Snapshot:
     critical: tuple[tuple[str, float], ...] = ()  # the window's CP by label (ballast.tracing), largest first
     trigger_ms: int | None = None  # the job's settings in force (store.job_settings); None: unknown
     max_records_per_epoch: int | None = None
+    useful_basis: str = "counters"  # the workers' useful_ms: "trace" (their folds) | "counters"
+    useful_reason: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         d = json_safe(asdict(self))
@@ -141,6 +143,8 @@ class Snapshot:
             critical=tuple((str(k), float(v)) for k, v in d.get("critical", ())),
             trigger_ms=None if d.get("trigger_ms") is None else int(d["trigger_ms"]),
             max_records_per_epoch=None if d.get("max_records_per_epoch") is None else int(d["max_records_per_epoch"]),
+            useful_basis=str(d.get("useful_basis", "counters")),
+            useful_reason=str(d.get("useful_reason", "")),
         )
 
 

@@ -18,10 +18,13 @@ from ballast.policy.costmodel import (
 )
 from ballast.policy.critical import (
     BinWeights,
+    UsefulTime,
     bin_weights,
     critical_path_check,
+    folds_ms,
     folds_share,
     scale_up_gain,
+    useful_time,
     workers_share,
 )
 from ballast.policy.ds2 import (
@@ -77,6 +80,7 @@ from ballast.policy.split import SplitAdvice, split_advice
 __all__ = [
     "SplitAdvice", "split_advice", "split_plan", "merge_plan", "settings_plan", "upgrade_plan", "autotune",
     "critical_path_check", "scale_up_gain", "workers_share", "BinWeights", "bin_weights", "folds_share",
+    "UsefulTime", "folds_ms", "useful_time",
     "CheckpointSample", "CostModel", "choose_plan", "fit_cost_model", "render_plan",
     "Dataflow", "DS2Result", "EpochMetrics", "OperatorNode", "OperatorRates", "OperatorTarget",
     "SourceLoad", "WorkerEpochMetrics", "backlog_growth", "bottleneck_outside_operators", "ds2_microbatch",

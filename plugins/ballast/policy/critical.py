@@ -13,16 +13,24 @@ records. A record's cost differs by key, though (a key whose state is large, a f
 when the workers' folds hold the critical path, what must be balanced is their fold *time*, which
 each worker measures per bin. Below that share the records stay the weight: balancing fold time
 would shorten nothing that holds the epoch back, and records are exact where times are noisy.
+
+**How long the workers were useful** (`useful_time`). DS2's true rate is records over *useful*
+time. A worker's counter measures from the end of its input read to the end of its fold, which
+includes bringing its bins up to date: a move's or pre-copy's load, a rebuilt cache's catch-up.
+That is a one-off cost of a reconfiguration, not processing capacity; counted as useful it makes
+the window after a migration look slow and DS2 asks for more workers than the load needs. The trace
+separates the two (`prepare` and `fold` on each worker's timeline), so the fold is the useful time.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 _WORKER = re.compile(r" on worker \d+$")
 _FOLD = re.compile(r"^fold on worker \d+$")
+_WORKER_TIMELINE = re.compile(r"^worker (\d+)$")
 
 
 def workers_share(shares: Mapping[str, float]) -> float:
@@ -92,3 +100,49 @@ def bin_weights(records: Sequence[float], fold_us: Sequence[int], shares: Mappin
                       f"the workers' folds hold {share:.0%} of the critical path: bins weighed by their fold "
                       f"time (hottest: bin {hot} with {fold_us[hot] / total_us:.0%} of the time and "
                       f"{rec[hot] / total_rec:.0%} of the records)")
+
+
+def folds_ms(activities: Iterable[tuple[int, str, str, int, int]]) -> dict[tuple[int, int], float]:
+    """Each (epoch, worker)'s fold time in ms, from a trace's activities given as (epoch, timeline,
+    kind, start µs, end µs); timelines other than `worker N` are the driver's."""
+    out: dict[tuple[int, int], float] = {}
+    for epoch, timeline, kind, start, end in activities:
+        m = _WORKER_TIMELINE.match(timeline)
+        if m and kind == "fold":
+            key = (epoch, int(m.group(1)))
+            out[key] = out.get(key, 0.0) + max(end - start, 0) / 1000.0
+    return out
+
+
+@dataclass(frozen=True)
+class UsefulTime:
+    """DS2's useful time per (epoch, worker) and what it was read from."""
+
+    ms: Mapping[tuple[int, int], float]
+    basis: str  # "trace" | "counters"
+    reason: str
+
+
+def useful_time(counters: Mapping[tuple[int, int], float], folds: Mapping[tuple[int, int], float],
+                enabled: bool = True) -> UsefulTime:
+    """The traces' fold times where they cover every worker epoch the counters saw busy, else the
+    counters (a window half from each would mix two measures). The reason says how much of the
+    counters' time was bringing bins up to date."""
+    busy = [k for k, v in counters.items() if v > 0]
+    if not enabled:
+        return UsefulTime(dict(counters), "counters", "useful time from the workers' counters "
+                          "(rebalance.useful_from_trace is off)")
+    if not folds:
+        return UsefulTime(dict(counters), "counters", "no stored traces in the window: useful time from the "
+                          "workers' counters")
+    missing = [k for k in busy if k not in folds]
+    if missing:
+        return UsefulTime(dict(counters), "counters", f"the traces miss the folds of {len(missing)} of "
+                          f"{len(busy)} busy worker epochs: useful time from the workers' counters")
+    ms = {k: (folds[k] if k in folds else v) for k, v in counters.items()}
+    total_c, total_f = sum(counters.values()), sum(ms.values())
+    spent = max(total_c - total_f, 0.0)
+    share = spent / total_c if total_c > 0 else 0.0
+    return UsefulTime(ms, "trace", f"useful time from the traces' folds: {spent / 1000:.1f} s of the counters' "
+                      f"{total_c / 1000:.1f} s ({share:.0%}) was bins brought up to date (moves, pre-copies, "
+                      "catch-up), not processing")
