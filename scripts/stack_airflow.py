@@ -22,10 +22,9 @@ from stack_procs import (
     KAFKA_PORT,
     REPO,
     STATE,
-    StackError,
     log,
     pid_alive,
-    port_open,
+    require_free_port,
     spawn,
     stop,
     wait_healthy,
@@ -90,10 +89,7 @@ def airflow_up() -> None:
         wait_healthy(airflow_ready, "Airflow api-server (already running)", 120, AIRFLOW_LOG, AIRFLOW_PID)
         log(f"airflow: already running at http://{HOST}:{AIRFLOW_PORT} (login {ADMIN_USER} / {ADMIN_PASSWORD})")
         return
-    if port_open(AIRFLOW_PORT):
-        raise StackError(
-            f"port {AIRFLOW_PORT} on {HOST} is taken by another process: stop it or set BALLAST_AIRFLOW_PORT"
-        )
+    require_free_port(AIRFLOW_PORT, "BALLAST_AIRFLOW_PORT")
     AIRFLOW_HOME.mkdir(parents=True, exist_ok=True)
     # a known login instead of the random one standalone would print
     (AIRFLOW_HOME / "simple_auth_manager_passwords.json.generated").write_text(

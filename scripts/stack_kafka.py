@@ -30,6 +30,7 @@ from stack_procs import (
     need_java,
     pid_alive,
     port_open,
+    require_free_port,
     spawn,
     stop,
     wait_healthy,
@@ -145,12 +146,8 @@ class KafkaBroker:
                              f"{mode.read_text().strip()}, not {self.auth}: `make clean` (drops its topics) or "
                              "start it in that mode")
         java = need_java()
-        for port in (self.port, self.controller_port):
-            if port_open(port):
-                raise StackError(
-                    f"port {port} on {HOST} is taken by another process: stop it, or set "
-                    "BALLAST_KAFKA_PORT / BALLAST_KAFKA_CONTROLLER_PORT to free ports"
-                )
+        require_free_port(self.port, "BALLAST_KAFKA_PORT")
+        require_free_port(self.controller_port, "BALLAST_KAFKA_CONTROLLER_PORT")
         cp = _kafka_classpath()
         props = self.dir / "server.properties"
         self.dir.mkdir(parents=True, exist_ok=True)

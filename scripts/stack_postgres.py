@@ -20,11 +20,10 @@ from stack_procs import (
     PG_PORT,
     STATE,
     StackError,
-    ephemeral_ports,
     log,
     pid_alive,
-    port_bindable,
     port_open,
+    require_free_port,
     spawn,
     stop,
     wait_healthy,
@@ -102,13 +101,7 @@ class Postgres:
 
     def _check_port(self) -> None:
         """A StackError that says what to do when no server could listen on the port now."""
-        if port_bindable(self.port):
-            return
-        why = "a server listens there" if port_open(self.port) else "a connection holds it"
-        eph = ephemeral_ports()
-        hint = (f" to a port below the kernel's ephemeral range {eph.start}-{eph.stop - 1}, where any outgoing "
-                "connection may take it" if self.port in eph else "")
-        raise StackError(f"port {self.port} on {HOST} is taken ({why}): stop that process or set BALLAST_PG_PORT{hint}")
+        require_free_port(self.port, "BALLAST_PG_PORT")
 
     def down(self) -> None:
         """Fast shutdown: SIGINT to the postmaster itself (SIGTERM would wait for every client to

@@ -75,6 +75,19 @@ def ephemeral_ports() -> range:
     return range(low, high + 1)
 
 
+def require_free_port(port: int, env: str, host: str = HOST) -> None:
+    """A StackError that says who holds `port` and what to do, unless a server could listen there now.
+    By binding, not connecting: a client socket on the port accepts no connection, yet the server's
+    bind would fail (the kernel gives ports of its ephemeral range to outgoing connections)."""
+    if port_bindable(port, host):
+        return
+    why = "a server listens there" if port_open(port, host) else "a connection holds it"
+    eph = ephemeral_ports()
+    hint = (f" to a port below the kernel's ephemeral range {eph.start}-{eph.stop - 1}, where any outgoing "
+            "connection may take it" if port in eph else "")
+    raise StackError(f"port {port} on {host} is taken ({why}): stop that process or set {env}{hint}")
+
+
 def pid_alive(pidfile: Path) -> int | None:
     """The pid in `pidfile` when that process still runs (a reaped child counts as gone)."""
     try:

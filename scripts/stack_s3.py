@@ -21,7 +21,19 @@ import shutil
 import signal
 from pathlib import Path
 
-from stack_procs import CACHE, HOST, STATE, StackError, log, pid_alive, port_open, spawn, stop, wait_healthy
+from stack_procs import (
+    CACHE,
+    HOST,
+    STATE,
+    StackError,
+    log,
+    pid_alive,
+    port_open,
+    require_free_port,
+    spawn,
+    stop,
+    wait_healthy,
+)
 from stack_secrets import write_private_once
 
 from ballast.options import settings
@@ -69,8 +81,7 @@ class S3Server:
             return
         if not BINARY.exists():
             raise StackError(f"{BINARY} is missing: run `make setup` (it builds s3s-fs with cargo)")
-        if port_open(self.port):
-            raise StackError(f"port {self.port} is taken: stop that process or set BALLAST_S3_PORT")
+        require_free_port(self.port, "BALLAST_S3_PORT")
         k = self.keys()
         env = {**os.environ, "RUST_LOG": "s3s::ops=debug" if self.log_requests else "info", "NO_COLOR": "1"}
         # `--opt=value`: a URL-safe secret may begin with '-', which the parser would take for an option

@@ -46,3 +46,33 @@ def test_fixed_service_ports_lie_outside_the_ephemeral_range(monkeypatch) -> Non
                 "postgres": opts.pg_port}
     inside = {name: port for name, port in {**defaults, **session}.items() if port in ephemeral}
     assert not inside, f"in the ephemeral range {ephemeral.start}-{ephemeral.stop - 1}: {inside}"
+
+
+def test_every_service_refuses_a_port_a_connection_holds_and_names_its_variable(tmp_path, monkeypatch) -> None:
+    """Kafka (both ports), Airflow, PostgreSQL and the S3 server check their port by binding, before
+    they start anything, and say which variable moves them (stack_procs.require_free_port)."""
+    import importlib
+    import sys
+
+    import pytest
+
+    kafka, airflow, pg, s3 = (importlib.import_module(m) for m in ("stack_kafka", "stack_airflow", "stack_postgres",
+                                                                   "stack_s3"))
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))  # an outgoing connection's local port: nothing listens there
+    held, free = holder.getsockname()[1], stack_procs.free_port()
+    monkeypatch.setattr(airflow, "AIRFLOW_PORT", held)
+    monkeypatch.setattr(airflow, "pid_alive", lambda _pidfile: None)  # not ours running: a fresh start
+    monkeypatch.setattr(s3, "BINARY", type(tmp_path)(sys.executable))  # the check before the port's
+    starts = {"BALLAST_KAFKA_PORT": lambda: kafka.KafkaBroker(tmp_path, held, free).up(),
+              "BALLAST_KAFKA_CONTROLLER_PORT": lambda: kafka.KafkaBroker(tmp_path, free, held).up(),
+              "BALLAST_AIRFLOW_PORT": airflow.airflow_up,
+              "BALLAST_PG_PORT": lambda: pg.Postgres(tmp_path, held)._check_port(),
+              "BALLAST_S3_PORT": lambda: s3.S3Server(tmp_path, held).up()}
+    try:
+        for variable, start in starts.items():
+            with pytest.raises(kafka.StackError, match=rf"port {held} .*a connection holds it.*set {variable}"):
+                start()
+    finally:
+        holder.close()
+    assert not (tmp_path / "kafka" / "server.properties").exists(), "nothing was started or written"
