@@ -15,7 +15,8 @@
 #   /usr/bin/prometheus         Debian's prometheus (apt, as root; no system service started): the server
 #                               the metrics-endpoint test starts on 127.0.0.1 to scrape a job (tests/helpers/prometheus.py)
 #   .cache/s3s-fs/bin/s3s-fs    an S3-compatible server (crates.io: s3s-fs, Apache-2.0) that `make up`
-#                               and the object-store tests start (scripts/stack_s3.py)
+#                               and the object-store tests start (scripts/stack_s3.py); built once per
+#                               machine and version: a copy is kept in ~/.cache/ballast (BALLAST_BUILD_CACHE)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD
@@ -91,16 +92,30 @@ BALLAST_CACHE_DIR="$CACHE" "$VENV/bin/python" -m spark_jobs.jvm_archive \
 
 # ---- S3-compatible server for state on an object store (scripts/stack_s3.py) ------------------
 S3S_VERSION=0.13.0
-if [ "$("$CACHE/s3s-fs/bin/s3s-fs" --version 2>/dev/null)" != "s3s-fs $S3S_VERSION" ]; then
+# A build takes minutes on 2 cores, and every fresh checkout needs one: the built binary is kept in the
+# user's cache too (like pip's built wheels), keyed by version, and a later checkout copies it from there.
+S3S_SHARED=${BALLAST_BUILD_CACHE:-$HOME/.cache/ballast}/s3s-fs-$S3S_VERSION
+s3s_ok() { [ "$("$1" --version 2>/dev/null)" = "s3s-fs $S3S_VERSION" ]; }
+keep_s3s() {  # best effort: an unwritable home only means the next checkout builds it again
+  { mkdir -p "$S3S_SHARED" && cp "$CACHE/s3s-fs/bin/s3s-fs" "$S3S_SHARED/s3s-fs.tmp.$$" \
+      && mv -f "$S3S_SHARED/s3s-fs.tmp.$$" "$S3S_SHARED/s3s-fs"; } 2>/dev/null \
+    || say "note: could not keep s3s-fs in $S3S_SHARED (the next fresh checkout builds it again)"
+}
+if s3s_ok "$CACHE/s3s-fs/bin/s3s-fs"; then
+  say "s3s-fs up to date"
+  s3s_ok "$S3S_SHARED/s3s-fs" || keep_s3s
+elif s3s_ok "$S3S_SHARED/s3s-fs"; then
+  mkdir -p "$CACHE/s3s-fs/bin" && cp "$S3S_SHARED/s3s-fs" "$CACHE/s3s-fs/bin/s3s-fs"
+  say "s3s-fs $S3S_VERSION copied from the build cache $S3S_SHARED"
+else
   command -v cargo >/dev/null || die "cargo is missing (it builds the S3 server s3s-fs): install Rust with rustup"
-  say "building the S3 server s3s-fs $S3S_VERSION from crates.io (a few minutes, once)"
+  say "building the S3 server s3s-fs $S3S_VERSION from crates.io (a few minutes, once per machine)"
   # the crate's server binary is behind its `binary` feature: without it cargo builds the library,
   # installs nothing and still succeeds
   cargo install -q --locked --features binary --version "$S3S_VERSION" --root "$CACHE/s3s-fs" s3s-fs \
     || die "cargo could not build s3s-fs $S3S_VERSION"
   [ -x "$CACHE/s3s-fs/bin/s3s-fs" ] || die "cargo built s3s-fs $S3S_VERSION but installed no binary"
-else
-  say "s3s-fs up to date"
+  keep_s3s
 fi
 
 # ---- Prometheus server for the metrics-endpoint test (Debian's package; the test starts its own) ----------

@@ -69,6 +69,11 @@ class Settings(BaseSettings):
     cache_dir: Path = Field(
         default=REPO / ".cache", description="downloads (Kafka, Spark's Kafka connector jars) and built wheels"
     )
+    build_cache: Path = Field(
+        default=Path.home() / ".cache" / "ballast",
+        description="builds kept across checkouts of this machine (the S3 server's binary), outside the checkout; "
+        "`make setup` copies from it instead of building again",
+    )
     jobs_file: Path = Field(default=REPO / "dags" / "ballast_jobs.yaml", description="the jobs file (docs/airflow.md)")
     venv: Path = Field(default=REPO / ".venv", description="virtualenv `make setup` creates and installs into")
     # services the control and data plane talk to

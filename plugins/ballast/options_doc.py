@@ -54,7 +54,9 @@ def _default(info: FieldInfo, none: str = "unset") -> str:
     if value is None:
         return none
     if isinstance(value, Path):
-        rel = value.relative_to(REPO) if value.is_relative_to(REPO) else value
+        home = Path.home()
+        rel = (value.relative_to(REPO) if value.is_relative_to(REPO)
+               else Path("~") / value.relative_to(home) if value.is_relative_to(home) else value)
         return f"`{rel}/`" if not rel.suffix else f"`{rel}`"
     if isinstance(value, bool):
         return "`1`" if value else "`0`"
