@@ -7,10 +7,10 @@ VENV  ?= .venv
 PY    := $(VENV)/bin/python
 STACK := $(PY) scripts/stack.py
 PYTEST_ARGS ?=
-# pytest-xdist workers for `make test` (0: one process, the default: on 2 cores the Spark-heavy tests and the
-# bench smoke beside them are CPU-bound, and 3 workers made the whole run slower, not faster); make test-fast
-# needs no service and runs on FAST_WORKERS
-TEST_WORKERS ?= 0
+# pytest-xdist workers for `make test` (0: one process). 2 on this 2-core machine: a fresh clone's run took
+# 43.7 min against 55.4 in one process (2026-11-28; vmstat over it: 68 % user, 13 % system, 9 % idle, so
+# 2 is the most this machine can use; 3 made an earlier run slower). make test-fast runs on FAST_WORKERS
+TEST_WORKERS ?= 2
 FAST_WORKERS ?= 3
 
 .PHONY: setup up down status lint test test-fast demo bench bench-smoke lock db wheel clean help
@@ -41,7 +41,7 @@ lint: setup ## ruff (style, imports, bugbear, pyupgrade), mypy (strict on the fr
 
 test: setup ## the whole suite, against real Kafka, Spark, SQLite, PostgreSQL and Airflow (TEST_WORKERS=N: on N xdist workers); then nothing it started may still run (scripts/leftovers.py)
 	@mkdir -p .state && tag=$$(date +%s%N) && rc=0 && \
-	  BALLAST_RUN_TAG=$$tag $(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=30 \
+	  BALLAST_RUN_TAG=$$tag $(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder --durations=30 \
 	  --junitxml=.state/test-report.xml $(PYTEST_ARGS) || rc=$$?; \
 	  $(PY) scripts/leftovers.py --tag $$tag || { [ $$rc -ne 0 ] || rc=1; }; exit $$rc
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.bench]
+pytestmark = [pytest.mark.bench, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[2]
 
 

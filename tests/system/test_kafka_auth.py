@@ -29,7 +29,7 @@ from tests.helpers.brokers import own_broker
 from tests.helpers.dp_helpers import checkpoints
 from tests.helpers.wait import wait_until
 
-pytestmark = [pytest.mark.security, pytest.mark.services]  # brokers of its own
+pytestmark = [pytest.mark.security, pytest.mark.services, pytest.mark.slow]  # brokers of its own
 
 
 @pytest.fixture(scope="module")
