@@ -138,7 +138,7 @@ def _worker_samples(cfg: JobConfig, store: JobStore, epochs: list[EpochRow],
                                   for a in trace.activities if a.epoch is not None),
                          cfg.rebalance.useful_from_trace)
     return useful, tuple(WorkerSample(w.epoch, w.worker, w.records_in, w.records_out,
-                                      useful.ms.get((w.epoch, w.worker), w.useful_ms), w.wall_ms) for w in rows)
+                                      useful.ms[(w.epoch, w.worker)], w.wall_ms) for w in rows)
 
 
 def _epoch_samples(rows: list[EpochRow]) -> tuple[EpochSample, ...]:

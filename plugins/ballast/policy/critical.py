@@ -128,18 +128,18 @@ def useful_time(counters: Mapping[tuple[int, int], float], folds: Mapping[tuple[
     """The traces' fold times where they cover every worker epoch the counters saw busy, else the
     counters (a window half from each would mix two measures). The reason says how much of the
     counters' time was bringing bins up to date."""
-    busy = [k for k, v in counters.items() if v > 0]
     if not enabled:
         return UsefulTime(dict(counters), "counters", "useful time from the workers' counters "
                           "(rebalance.useful_from_trace is off)")
     if not folds:
         return UsefulTime(dict(counters), "counters", "no stored traces in the window: useful time from the "
                           "workers' counters")
+    busy = [k for k, v in counters.items() if v > 0]
     missing = [k for k in busy if k not in folds]
     if missing:
         return UsefulTime(dict(counters), "counters", f"the traces miss the folds of {len(missing)} of "
                           f"{len(busy)} busy worker epochs: useful time from the workers' counters")
-    ms = {k: (folds[k] if k in folds else v) for k, v in counters.items()}
+    ms = {k: folds.get(k, v) for k, v in counters.items()}
     total_c, total_f = sum(counters.values()), sum(ms.values())
     spent = max(total_c - total_f, 0.0)
     share = spent / total_c if total_c > 0 else 0.0
