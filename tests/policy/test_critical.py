@@ -80,5 +80,9 @@ def test_useful_time_is_the_fold_when_the_traces_cover_every_busy_worker_epoch()
     partial = useful_time(counters, {(1, 0): 750.0, (2, 0): 750.0})  # one busy worker epoch untraced
     assert partial.basis == "counters" and partial.ms == counters and "1 of 3 busy worker epochs" in partial.reason
     assert useful_time(counters, {}).basis == "counters"
+    assert "no stored traces" in useful_time(counters, {}, traced=False).reason
+    stateless = useful_time(counters, {}, traced=True)  # traces, but no worker folds in them
+    assert stateless.basis == "counters" and "no fold" in stateless.reason
+    assert "no stored traces" not in stateless.reason
     off = useful_time(counters, folds, enabled=False)
     assert off.basis == "counters" and off.ms == counters and "is off" in off.reason

@@ -136,7 +136,7 @@ def _worker_samples(cfg: JobConfig, store: JobStore, epochs: list[EpochRow],
     useful = useful_time({(w.epoch, w.worker): float(w.useful_ms) for w in rows},
                          folds_ms((a.epoch, a.timeline, a.kind, a.start_us, a.end_us)
                                   for a in trace.activities if a.epoch is not None),
-                         cfg.rebalance.useful_from_trace)
+                         cfg.rebalance.useful_from_trace, traced=bool(trace.activities))
     return useful, tuple(WorkerSample(w.epoch, w.worker, w.records_in, w.records_out,
                                       useful.ms[(w.epoch, w.worker)], w.wall_ms) for w in rows)
 

@@ -124,16 +124,21 @@ class UsefulTime:
 
 
 def useful_time(counters: Mapping[tuple[int, int], float], folds: Mapping[tuple[int, int], float],
-                enabled: bool = True) -> UsefulTime:
+                enabled: bool = True, traced: bool | None = None) -> UsefulTime:
     """The traces' fold times where they cover every worker epoch the counters saw busy, else the
     counters (a window half from each would mix two measures). The reason says how much of the
-    counters' time was bringing bins up to date."""
+    counters' time was bringing bins up to date. `traced`: whether the window has stored traces at
+    all (None: as many as it has folds); traces without a fold are a stateless operator's, whose
+    counters hold nothing but its processing, and the reason says so rather than "no traces"."""
     if not enabled:
         return UsefulTime(dict(counters), "counters", "useful time from the workers' counters "
                           "(rebalance.useful_from_trace is off)")
-    if not folds:
+    if not folds and not traced:
         return UsefulTime(dict(counters), "counters", "no stored traces in the window: useful time from the "
                           "workers' counters")
+    if not folds:
+        return UsefulTime(dict(counters), "counters", "the stored traces hold no fold (an operator without "
+                          "state: its counters time its processing alone): useful time from the workers' counters")
     busy = [k for k, v in counters.items() if v > 0]
     missing = [k for k in busy if k not in folds]
     if missing:
