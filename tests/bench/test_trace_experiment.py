@@ -27,6 +27,14 @@ RUNS = [_run(1, True, 1100, 2000), _run(1, False, 1000, 1900), _run(2, True, 105
         _run(2, False, 1200, 2100), _run(3, True, 1300, 2100), _run(3, False, 1100, 2000)]
 
 
+def test_a_runs_quantiles_are_exact_not_on_the_histograms_2_percent_staircase() -> None:
+    lat = [1000.0 + i for i in range(101)]  # 1000 .. 1100 ms: the histogram would report ~1 % bins
+    s = to.exact_stats(lat)
+    assert s == {"n": 101, "p50_ms": 1050.0, "p99_ms": pytest.approx(1099.0), "max_ms": 1100.0}
+    assert to.exact_stats([1000.0, 1010.0])["p50_ms"] == 1005.0  # between order statistics, not a bucket's midpoint
+    assert math.isnan(to.exact_stats([])["p50_ms"])
+
+
 def test_the_overhead_is_the_median_of_the_on_runs_over_the_median_of_the_off_runs() -> None:
     o = to.overhead(RUNS)
     assert (o["runs_on"], o["runs_off"]) == (3, 3)
