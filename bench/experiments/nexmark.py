@@ -33,7 +33,7 @@ import numpy as np
 from bench import report as rp
 from bench.ballast_job import BallastJob, JobSpec, OffsetLogTail, half_of_half, offset_ranges
 from bench.cp_summary import brief
-from bench.experiments.common import Ctx
+from bench.experiments.common import Ctx, wait_steady
 from bench.experiments.nexmark_cost import PARTITIONS, run_cost
 from bench.hist import LogHistogram
 from bench.infra import PY, Proc, ensure_topics, unix, wait_until
@@ -124,23 +124,6 @@ def migration_rate(ctx: Ctx, q: str, cost: dict[str, Any]) -> float:
     return float(min(P.nexmark_max_rate, 0.6 * sustained)) if sustained == sustained else float(P.nexmark_max_rate)
 
 
-def _wait_steady(ctx: Ctx, job: BallastJob, rate: float, min_s: float, timeout_s: float = 120.0) -> bool:
-    """Sleep `min_s`, then until the last 3 epochs each ended with at most two epochs' worth of input
-    waiting (experiment 1's rule counts a trigger's worth, which a job whose epochs take longer than
-    its trigger — a NEXMark processor on a shared machine — never meets while keeping up)."""
-    time.sleep(min_s)
-    deadline = time.time() + timeout_s
-    while time.time() < deadline:
-        tail = job.epochs_tail(3)
-        if len(tail) == 3:
-            per_epoch_s = max(job.spec.trigger_ms, statistics.median(e.batch_ms for e in tail)) / 1000
-            if all((e.backlog or 0) <= max(2 * rate * per_epoch_s, 200) for e in tail):
-                return True
-        time.sleep(0.5)
-    ctx.log(f"[{job.spec.job}] not steady after {timeout_s:.0f}s; migrating anyway")
-    return False
-
-
 def migration_session(ctx: Ctx, q: str, rate: float) -> dict[str, Any]:
     P = ctx.profile
     label = f"nxm-{q}"
@@ -161,13 +144,13 @@ def migration_session(ctx: Ctx, q: str, rate: float) -> dict[str, Any]:
                            "bins": spec.bins, "workers": spec.workers}
     try:
         time.sleep(P.nexmark_fill_s)
-        _wait_steady(ctx, job, rate, P.steady_s)
+        wait_steady(ctx, job, rate, P.steady_s, timeout_s=120.0)
         _, w, uniform = job.current_map()
         half = half_of_half(uniform, w)
         m = job.migrate(half, "all-at-once", timeout=P.timeouts_s)
         migrations.append({**m, "role": "setup"})
         for i, strat in enumerate(MIGRATIONS):
-            _wait_steady(ctx, job, rate, P.steady_s + P.settle_s)
+            wait_steady(ctx, job, rate, P.steady_s + P.settle_s, timeout_s=120.0)
             target = (uniform, half)[i % 2]
             state = _state(job)
             n_moving = sum(1 for a, b in zip(job.current_map()[2], target) if a != b)
