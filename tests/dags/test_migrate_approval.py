@@ -31,7 +31,7 @@ from test_dags_run import env as seeded_job  # noqa: F401  (registers fixture `e
 from tests.helpers.procs import free_port, stop_group
 from tests.helpers.stepapplier import StepApplier
 
-pytestmark = [pytest.mark.controlplane, pytest.mark.slow]
+pytestmark = [pytest.mark.controlplane, pytest.mark.slow]  # timeout by thread: tests/dags/conftest.py
 USER, PASSWORD = "approver", "approver-pw"
 
 
@@ -111,7 +111,12 @@ class Approver(threading.Thread):
             while time.monotonic() < end and self.request is None:
                 code, body = self.api.call("GET", "/api/v2/dags/ballast_migrate/dagRuns/~/hitlDetails")
                 for d in (body or {}).get("hitl_details", []) if code == 200 else []:
-                    if not d["response_received"] and self.job in d["body"]:
+                    # a person answers what the UI lists as waiting: the task parked. Its request row is
+                    # written before the task parks, and an answer in between is recorded but resumes
+                    # nothing (the API resumes parked tasks only; under dag.test no triggerer polls for
+                    # it): a CI run hung 48 min in dag.test with the answer stored
+                    parked = d["task_instance"]["state"] in ("awaiting_input", "deferred")
+                    if not d["response_received"] and self.job in d["body"] and parked:
                         self.request = d
                 time.sleep(0.5)
             if self.request is None:
