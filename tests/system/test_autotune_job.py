@@ -1,6 +1,9 @@
 """Autotuning on a real job, through a real rebalance DAG run (Airflow's dag.test, real Kafka, Spark
-and SQLite): the key count runs at a 200 ms trigger under ~1 500 rows/s with a 6 s p99 goal and a
-fixed worker count. The run keeps W and decides `tune`: one settings step, which the job applies
+and SQLite): the key count runs at a 200 ms trigger under ~1 500 rows/s with a 15 s p99 goal and a
+fixed worker count. The goal is far from the job on purpose: beside the rest of the suite a clean-clone
+run measured 1.85 s of overhead per epoch (slowest epoch 1.74x the median), which puts a 6 s goal out
+of reach at W = 2, and the tuner rightly said so (scaling is DS2's decision); this test is about the
+step toward a reachable goal. The run keeps W and decides `tune`: one settings step, which the job applies
 by restarting its query in its own process; the job then runs at the advised interval (the first
 bounded step, 4x), its epochs start that far apart, and the controller reads the new settings."""
 
@@ -26,7 +29,7 @@ def test_a_rebalance_run_tunes_a_real_jobs_trigger_toward_its_latency_goal(spark
     job = unique_name
     make_topics({f"{job}.in": 2})
     jobs = write_jobs_file(tmp_path / "jobs.yaml", job, BINS, min_workers=WORKERS, initial_workers=WORKERS,
-                           max_workers=WORKERS, rebalance={"window_epochs": 4, "latency_goal_ms": 6000,
+                           max_workers=WORKERS, rebalance={"window_epochs": 4, "latency_goal_ms": 15_000,
                                                            "await_timeout_s": 240, "poll_interval_s": 0.5})
     monkeypatch.setenv("BALLAST_JOBS_FILE", str(jobs))
     monkeypatch.setenv("BALLAST_DB_URL", db_url)
