@@ -18,5 +18,5 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     cancels pytest-timeout's, so a `dag.test()` that never ends hung a CI run for 48 minutes instead
     of failing its test. A test's own `timeout` mark keeps its value."""
     for item in items:
-        if _HERE in Path(str(item.fspath)).parents and item.get_closest_marker("timeout") is None:
+        if _HERE in item.path.parents and item.get_closest_marker("timeout") is None:
             item.add_marker(pytest.mark.timeout(900, method="thread"))

@@ -124,11 +124,11 @@ class UsefulTime:
 
 
 def useful_time(counters: Mapping[tuple[int, int], float], folds: Mapping[tuple[int, int], float],
-                enabled: bool = True, traced: bool | None = None) -> UsefulTime:
+                enabled: bool = True, traced: bool = False) -> UsefulTime:
     """The traces' fold times where they cover every worker epoch the counters saw busy, else the
     counters (a window half from each would mix two measures). The reason says how much of the
     counters' time was bringing bins up to date. `traced`: whether the window has stored traces at
-    all (None: as many as it has folds); traces without a fold are a stateless operator's, whose
+    all; traces without a fold are a stateless operator's, whose
     counters hold nothing but its processing, and the reason says so rather than "no traces"."""
     if not enabled:
         return UsefulTime(dict(counters), "counters", "useful time from the workers' counters "
