@@ -54,7 +54,7 @@ demo: up ## end to end: key-count job, load, a live 1->2 worker migration driven
 bench: setup ## the full benchmark set (~130 min on 2 cores: cluster 20-30, latency ~20, NEXMark ~30); results under bench/results/; BENCH_ARGS="--publish" updates bench/report/
 	@$(PY) -m bench.run --full $(BENCH_ARGS)
 
-bench-smoke: setup ## a ~14-minute benchmark run that checks shapes, not absolute numbers
+bench-smoke: setup ## a ~13-minute benchmark run that checks shapes, not absolute numbers
 	@$(PY) -m bench.run --smoke
 
 wheel: setup ## build the project's wheel (ballast, spark_jobs, migrations_db) into dist/

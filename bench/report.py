@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import csv
+import functools
 import json
 import math
-from collections.abc import Iterable, Sequence
+import threading
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +17,19 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from bench.hist import LogHistogram, TimelineRow  # noqa: E402
+
+#: pyplot keeps its figures in one process-wide registry, not safe across threads; a smoke run's lanes
+#: (bench.run.LANES) plot from two threads, so every figure is drawn and saved under this lock
+PLOT_LOCK = threading.RLock()
+
+
+def locked(fn: Callable[..., Path]) -> Callable[..., Path]:
+    """`fn` draws and saves a figure under PLOT_LOCK."""
+    @functools.wraps(fn)
+    def run(*args: Any, **kwargs: Any) -> Path:
+        with PLOT_LOCK:
+            return fn(*args, **kwargs)
+    return run
 
 
 def write_csv(path: Path, rows: Sequence[dict[str, Any]], columns: Sequence[str] | None = None) -> Path:
@@ -80,6 +95,7 @@ def _finish_log_axes(ax: Any, title: str) -> None:
         ax.legend(fontsize=8)
 
 
+@locked
 def plot_timelines(path: Path, series: dict[str, tuple[list[TimelineRow], list[tuple[float, float]]]],
                    title: str, span_label: str = "migration") -> Path:
     """One panel per series: max and p99 latency per 250 ms window (log y), throughput on a twin
@@ -106,6 +122,7 @@ def plot_timelines(path: Path, series: dict[str, tuple[list[TimelineRow], list[t
     return _save(fig, path)
 
 
+@locked
 def plot_cdf(path: Path, hists: dict[str, LogHistogram], title: str) -> Path:
     """Complementary CDF (Megaphone's presentation) of latency per series."""
     fig, ax = plt.subplots(figsize=(7, 4))
@@ -119,6 +136,7 @@ def plot_cdf(path: Path, hists: dict[str, LogHistogram], title: str) -> Path:
     return _save(fig, path)
 
 
+@locked
 def plot_bars(path: Path, labels: list[str], panels: dict[str, list[float]], title: str,
               colors: list[str] | None = None) -> Path:
     """One panel of bars per entry of `panels`; `colors`: one per label (default: a fixed cycle)."""
@@ -132,6 +150,7 @@ def plot_bars(path: Path, labels: list[str], panels: dict[str, list[float]], tit
     return _save(fig, path)
 
 
+@locked
 def plot_scatter(path: Path, points: dict[str, list[tuple[float, float, str]]], title: str,
                  xlabel: str = "migration duration s", ylabel: str = "max latency ms") -> Path:
     """Megaphone fig. 16: one line per strategy, one point per configuration (annotated)."""
@@ -151,6 +170,7 @@ def plot_scatter(path: Path, points: dict[str, list[tuple[float, float, str]]], 
     return _save(fig, path)
 
 
+@locked
 def plot_series(path: Path, series: dict[str, tuple[list[float], list[float]]], title: str, ylabel: str,
                 marks: list[tuple[float, str]] | None = None,
                 twin: dict[str, tuple[list[float], list[float]]] | None = None,
@@ -189,6 +209,7 @@ def md_table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
     return "\n".join(out)
 
 
+@locked
 def plot_stacked(path: Path, parts: dict[str, dict[str, float]], title: str) -> Path:
     """One stacked bar per series (e.g. a system and trigger): its named parts (NaN counts as 0)."""
     names = sorted({k for d in parts.values() for k in d if k != "batch_ms"})

@@ -22,6 +22,7 @@ import math
 import os
 import shutil
 import sys
+import threading
 import time
 import traceback
 from datetime import UTC, datetime
@@ -48,6 +49,10 @@ from bench.infra import REPO, git_commit, kafka_up, machine_info
 RESULTS = REPO / "bench" / "results"
 PUBLISH = REPO / "bench" / "report"
 ORDER = ("migration", "native", "bins", "ds2", "latency", "cluster", "nexmark")
+# a smoke run's experiments after experiment 1, in two lanes side by side (Profile.lanes): the lanes share
+# nothing (experiment 1's sessions are done before they start; cluster and nexmark read none of it) and
+# take about as long as each other (smoke, beside the suite: 375 s and 422 s one after the other)
+LANES = (("native", "bins", "ds2", "latency"), ("cluster", "nexmark"))
 OPTIONAL = ("spike", "trace", "reaction", "autotune", "upgrade")  # only when asked for by name (--only)
 RUNNERS = {"autotune": autotune.exp_autotune, "upgrade": upgrade.exp_upgrade,
            "spike": spike.exp_spike, "trace": trace_overhead.exp_trace, "reaction": reaction.exp_reaction,
@@ -76,6 +81,27 @@ REQUIRED_KEYS = (
     "cluster.scale_out.max_epoch_gap_s", "latency.ballast_p99_over_native_worst", "latency.by_trigger_rate",
     "nexmark.migration", "nexmark.cost", "nexmark.backlog_events",
 )
+
+
+def schedule(names: list[str], lanes: bool) -> list[list[list[str]]]:
+    """The run's stages, in order: each a list of lanes that run side by side, each lane a list of
+    experiments run one after the other. Without `lanes`: one lane per stage, the order of `names`.
+    With it: experiment 1 alone first (what the others build on, and the one whose step times the smoke
+    compares), then the LANES that have something to run together, then what no lane holds."""
+    if not lanes:
+        return [[names]] if names else []
+    first = [n for n in names if n == "migration"]
+    side = [[n for n in lane if n in names] for lane in LANES]
+    side = [lane for lane in side if lane]
+    rest = [n for n in names if n not in first and not any(n in lane for lane in side)]
+    stages = [[first]] if first else []
+    if len(side) > 1:
+        stages.append(side)
+    elif side:
+        stages.append([side[0]])
+    if rest:
+        stages.append([rest])
+    return stages
 
 
 def _get(doc: dict[str, Any], dotted: str) -> Any:
@@ -309,12 +335,14 @@ def main(argv: list[str] | None = None) -> int:
     # the code that ran is the code at the start: a commit made during a long run must not relabel it
     machine["commit_at_start"] = git_commit()
     log_fh = (run_dir / "run.log").open("a")
+    log_lock = threading.Lock()  # lanes log from their own threads
 
     def log(msg: str) -> None:
         line = f"{datetime.now().strftime('%H:%M:%S')} {msg}"
-        print(line, flush=True)
-        log_fh.write(line + "\n")
-        log_fh.flush()
+        with log_lock:
+            print(line, flush=True)
+            log_fh.write(line + "\n")
+            log_fh.flush()
 
     bootstrap = kafka_up()
     from migrations_db.db import migrate
@@ -338,7 +366,7 @@ def main(argv: list[str] | None = None) -> int:
         results["migration"] = ctx.shared["migration"] = {"by_bins": by_bins, "reused_from": str(src)}
         log(f"reusing experiment 1 sessions {sorted(by_bins)} from {src}")
         only = [x for x in only if x != "migration"]
-    for name in [x for x in ORDER + OPTIONAL if x in only]:
+    def run(name: str) -> None:
         t0 = time.time()
         log(f"== {name}")
         try:
@@ -350,6 +378,23 @@ def main(argv: list[str] | None = None) -> int:
             errors[name] = traceback.format_exc()
             log(f"!! {name} failed:\n{errors[name]}")
         log(f"== {name} done in {time.time() - t0:.0f}s")
+
+    def run_lane(lane: list[str]) -> None:
+        for name in lane:
+            run(name)
+
+    for stage in schedule([x for x in ORDER + OPTIONAL if x in only], profile.lanes):
+        if len(stage) == 1:
+            for name in stage[0]:
+                run(name)
+            continue
+        log(f"lanes side by side: {' | '.join(' -> '.join(lane) for lane in stage)}")
+        threads = [threading.Thread(target=run_lane, args=(lane,), name=f"lane-{i}", daemon=True)
+                   for i, lane in enumerate(stage)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
     summary = build_summary(ctx, results, errors, t_start, machine)
     rp.write_json(run_dir / "summary.json", summary)
     report = write_report(run_dir, summary)

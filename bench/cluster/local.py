@@ -128,21 +128,6 @@ def run_precopy(ctx: Ctx, C: ClusterProfile, job: BallastJob, snaps: SnapshotTai
     return rows
 
 
-def _start_with_env(job: BallastJob, **env: str) -> BallastJob:
-    """BallastJob.start() with extra environment variables for its process (bench.infra.env copies
-    os.environ when the process starts)."""
-    old = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        return job.start()
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
 def local_session(ctx: Ctx, C: ClusterProfile, out: Path) -> dict[str, Any]:
     topic = ctx.name("cl-local") + "-in"
     ensure_topics({topic: 2}, ctx.bootstrap)
@@ -163,10 +148,10 @@ def local_session(ctx: Ctx, C: ClusterProfile, out: Path) -> dict[str, Any]:
             f"over {old['epochs']} epochs")
     spec = JobSpec(job=ctx.name("cl-new"), input_topic=topic, bins=C.bins, workers=2, db_url=ctx.db_url,
                    bootstrap=ctx.bootstrap, run_dir=ctx.run_dir, trigger_ms=C.trigger_ms,
-                   max_offsets_per_trigger=C.max_offsets)
+                   max_offsets_per_trigger=C.max_offsets, log_level="DEBUG")
     # DEBUG: the runner then logs each epoch's phases (pre-apply + apply, DB, acks): where a cut-over epoch's
     # time goes beyond the tasks' move time
-    job = _start_with_env(BallastJob(spec), BALLAST_LOG_LEVEL="DEBUG")
+    job = BallastJob(spec).start()
     snaps = SnapshotTail(spec.checkpoint_dir / "state")
     snaps.start()
     gen = None

@@ -52,6 +52,7 @@ def write_files(out: Path, C: ClusterProfile, local: dict[str, Any], clus: dict[
     (out / "README.md").write_text(readme(C, s))
 
 
+@rp.locked
 def plot_recovery(path: Path, clus: dict[str, Any], r: dict[str, Any], C: ClusterProfile) -> Path:
     """One row per system, one bar per batch from its start to its end (s after the kill)."""
     fig, ax = rp.plt.subplots(figsize=(10, 2.8))

@@ -84,6 +84,10 @@ class Profile:
     nexmark_cost_trigger_ms: int = 0  # Ballast's batches back to back, as Spark's availableNow
     nexmark_cost_rounds: int = 1  # paired rounds (native and Ballast back to back); the ratio is their median
     timeouts_s: float = 900.0
+    # after experiment 1, run bench.run.LANES side by side (one thread each) instead of one after the
+    # other: the smoke's shape checks are counts and signs, which contention cannot reverse; a full
+    # run's figures are times, measured one experiment at a time
+    lanes: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -98,7 +102,7 @@ SMOKE = Profile(
     native_reconfig_keys=50_000,
     ds2_phase_s=(10.0, 15.0, 15.0), ds2_probe_s=8.0,
     latency_segment_s=12.0, latency_first_s=6.0,
-    nexmark_fill_s=6.0, nexmark_backlog_events=20_000,
+    nexmark_fill_s=6.0, nexmark_backlog_events=20_000, lanes=True,
 )
 FULL = Profile(
     name="full", keys=2_000_000, bins=(256, 1024), rate=5_000.0, batch_steps=8, gap_s=2.0, steady_s=10.0,

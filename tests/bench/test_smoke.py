@@ -41,7 +41,7 @@ def test_shapes(smoke_run: Path) -> None:
     m = s["migration"]
     # Megaphone's shape: all-at-once moves the most state in one step (the longest single pause) and takes
     # the shortest time. The step's SIZE is the plan's doing and is asserted strictly, from the bytes each
-    # step's checkpoint says it moved. Its TIME at smoke scale (50k keys, each step 50-200 ms) is a step's
+    # step's checkpoint says it moved. Its TIME at smoke scale (200 k keys, each step 50-200 ms) is a step's
     # fixed cost plus the noise of a machine the rest of the suite shares: a clean-clone CI run measured
     # all-at-once 140 ms against batched steps whose median was 159 ms. So the times are checked only for
     # what noise cannot reverse (the whole state in one step is slower than the quickest quarter of it);
