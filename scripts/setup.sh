@@ -128,8 +128,10 @@ if ! command -v prometheus >/dev/null; then
     if [ ! -e /usr/sbin/policy-rc.d ]; then
       printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod 755 /usr/sbin/policy-rc.d && own_policy=1
     fi
-    { DEBIAN_FRONTEND=noninteractive apt-get update -qq \
-        && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; } \
+    # one Debian install at a time across the project (scripts/stack_procs.py APT_LOCK), and apt waits
+    # for an outside apt's lock instead of failing
+    { flock /tmp/ballast-apt.lock sh -c 'DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=900 update -qq \
+        && DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=900 install -y -qq --no-install-recommends prometheus >/dev/null'; } \
       || say "WARNING: apt-get could not install prometheus; the Prometheus scrape test will fail until it is installed"
     [ -n "$own_policy" ] && rm -f /usr/sbin/policy-rc.d
   else

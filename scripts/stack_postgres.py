@@ -20,6 +20,7 @@ from stack_procs import (
     PG_PORT,
     STATE,
     StackError,
+    apt_install,
     log,
     pid_alive,
     port_open,
@@ -55,8 +56,7 @@ class Postgres:
             return
         if not _pg_bin("initdb"):
             log("postgres: not installed; installing Debian's postgresql")
-            subprocess.run(["apt-get", "update", "-qq"], check=False)
-            res = subprocess.run(["apt-get", "install", "-y", "-qq", "postgresql"], capture_output=True, text=True)
+            res = apt_install(["postgresql"])
             if res.returncode != 0 or not _pg_bin("initdb"):
                 raise StackError(f"could not install postgresql: {res.stderr[-500:]}")
         self._check_port()

@@ -223,3 +223,27 @@ def need_java() -> str:
     if not java:
         raise StackError("Java is missing: install a JDK 17+ (Debian: apt-get install -y openjdk-17-jre-headless)")
     return java
+
+
+#: every Debian install of the project (setup.sh's, PostgreSQL's, the browser tests' chromium) holds
+#: this lock: two test workers that each need a package at once would otherwise meet dpkg's own lock,
+#: and the loser fails ("Could not get lock /var/lib/dpkg/lock-frontend"), as a fresh clone's run did
+APT_LOCK = Path("/tmp/ballast-apt.lock")
+#: and apt itself waits for a lock an outside apt (unattended upgrades, a person) holds, not fails
+APT_WAIT = ["-o", "DPkg::Lock::Timeout=900"]
+
+
+def apt_install(packages: list[str], recommends: bool = True, env: dict[str, str] | None = None,
+                timeout_s: float = 1800.0) -> subprocess.CompletedProcess[str]:
+    """`apt-get update` then `apt-get install -y` of `packages` (Debian, as root), one install at a time
+    across processes (APT_LOCK). The caller checks that what it needs is then there: a package another
+    process installed while this one waited is simply already installed. `env`: added to the process's."""
+    import fcntl
+
+    full = {**os.environ, "DEBIAN_FRONTEND": "noninteractive", **(env or {})}
+    opts = [] if recommends else ["--no-install-recommends"]
+    with open(APT_LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or the process dies
+        subprocess.run(["apt-get", *APT_WAIT, "update", "-qq"], env=full, capture_output=True, timeout=900)
+        return subprocess.run(["apt-get", *APT_WAIT, "install", "-y", "-qq", *opts, *packages], env=full,
+                              capture_output=True, text=True, timeout=timeout_s)

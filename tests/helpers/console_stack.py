@@ -24,6 +24,7 @@ from typing import Any
 import yaml
 
 from ballast.emitter import ensure_control_topics
+from scripts.stack_procs import apt_install
 from tests.helpers.jobs import write_jobs_file
 from tests.helpers.procs import free_port
 
@@ -139,11 +140,8 @@ def ensure_chromium() -> tuple[str, str]:
     if os.geteuid() != 0:
         raise RuntimeError("chromium/chromedriver are missing and this is not root: "
                            "sudo apt-get install -y chromium chromium-driver")
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     t0 = time.monotonic()
-    subprocess.run(["apt-get", "update", "-qq"], env=env, capture_output=True, timeout=900)
-    res = subprocess.run(["apt-get", "install", "-y", "-qq", "chromium", "chromium-driver"], env=env,
-                         capture_output=True, text=True, timeout=1800)
+    res = apt_install(["chromium", "chromium-driver"])  # one at a time: two workers may need it at once
     chrome, driver = shutil.which("chromium"), shutil.which("chromedriver")
     if res.returncode != 0 or not chrome or not driver:
         raise RuntimeError(f"apt-get install chromium chromium-driver failed:\n{res.stdout[-2000:]}\n"

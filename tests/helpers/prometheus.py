@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from scripts.stack_procs import apt_install
 from tests.helpers.procs import free_port, stop_group
 from tests.helpers.wait import wait_until
 
@@ -26,10 +27,7 @@ def ensure_prometheus() -> str:
         return found
     if os.geteuid() != 0:
         raise RuntimeError("prometheus is missing and this is not root: sudo apt-get install -y prometheus")
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive", "RUNLEVEL": "1"}
-    subprocess.run(["apt-get", "update", "-qq"], env=env, capture_output=True, timeout=900)
-    res = subprocess.run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", "prometheus"], env=env,
-                         capture_output=True, text=True, timeout=1800)
+    res = apt_install(["prometheus"], recommends=False, env={"RUNLEVEL": "1"})
     found = shutil.which("prometheus")
     if res.returncode != 0 or not found:
         raise RuntimeError(f"apt-get install prometheus failed:\n{res.stdout[-2000:]}\n{res.stderr[-2000:]}")

@@ -76,3 +76,60 @@ def test_every_service_refuses_a_port_a_connection_holds_and_names_its_variable(
     finally:
         holder.close()
     assert not (tmp_path / "kafka" / "server.properties").exists(), "nothing was started or written"
+
+
+def _apt_with_dpkgs_lock(tmp_path):  # type: ignore[no-untyped-def]
+    """An `apt-get` on PATH with dpkg's lock behaviour: `install` takes a lock without waiting and
+    fails as apt does when another install holds it (the clean-clone run's browser-test failure).
+    Not Debian's apt: an install as root on a test machine is not a thing a test may do twice."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    apt = bindir / "apt-get"
+    apt.write_text(f"""#!/bin/sh
+case "$*" in *install*) ;; *) exit 0 ;; esac
+exec 9>"{tmp_path}/lock-frontend"
+flock -n 9 || {{ echo "E: Could not get lock {tmp_path}/lock-frontend" >&2; exit 100; }}
+sleep 0.5
+echo installed >> "{tmp_path}/installs"
+""")
+    apt.chmod(0o755)
+    return bindir
+
+
+def test_two_processes_installing_at_once_take_turns_instead_of_failing(tmp_path, monkeypatch) -> None:
+    import threading
+
+    bindir = _apt_with_dpkgs_lock(tmp_path)
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setattr(stack_procs, "APT_LOCK", tmp_path / "ballast-apt.lock")
+    results: list[int] = []
+
+    def install() -> None:
+        results.append(stack_procs.apt_install(["chromium"]).returncode)
+
+    threads = [threading.Thread(target=install) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results == [0, 0, 0]
+    assert (tmp_path / "installs").read_text().count("installed") == 3
+
+
+def test_the_fake_apt_fails_when_two_installs_overlap(tmp_path, monkeypatch) -> None:
+    """The test above would prove nothing if overlapping installs did not fail: without the lock they do."""
+    import subprocess
+    import threading
+
+    bindir = _apt_with_dpkgs_lock(tmp_path)
+    codes: list[int] = []
+
+    def install() -> None:
+        codes.append(subprocess.run([str(bindir / "apt-get"), "install", "-y", "x"], capture_output=True).returncode)
+
+    threads = [threading.Thread(target=install) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(codes) == [0, 100, 100]
