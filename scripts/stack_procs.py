@@ -181,8 +181,31 @@ def stop(name: str, pidfile: Path, timeout: float = 30.0, sig: int = signal.SIGT
         log(f"{name}: did not stop in {timeout:.0f}s, killing")
         os.killpg(pid, signal.SIGKILL)
     pidfile.unlink(missing_ok=True)
+    _end_group(name, pid, grace_s=min(timeout, 5.0))
     _end_leftovers(name, tag, grace_s=min(timeout, 10.0))
     log(f"{name}: stopped")
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def _end_group(name: str, pgid: int, grace_s: float) -> None:
+    """SIGKILL what is left of the service's process group after its leader is gone. Airflow's
+    LocalExecutor workers catch SIGTERM and stay, idle, re-parented to init, and their title
+    (setproctitle) overwrites the environment that carries the tag `_end_leftovers` looks for: a
+    clean clone's `make test` left 32 of them behind. A group id is not reused while a member lives,
+    so this reaches the service's processes only."""
+    deadline = time.time() + grace_s
+    while time.time() < deadline and _group_alive(pgid):
+        time.sleep(0.2)
+    if _group_alive(pgid):
+        log(f"{name}: processes of its group outlived it (SIGTERM caught): killing the group")
+        os.killpg(pgid, signal.SIGKILL)
 
 
 def _end_leftovers(name: str, tag: str, grace_s: float) -> list[int]:

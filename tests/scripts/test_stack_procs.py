@@ -4,6 +4,8 @@ PostgreSQL's 55432 to a client socket that held it as its local port)."""
 
 import os
 import socket
+import time
+from pathlib import Path
 
 from ballast.options import settings
 from scripts import stack_procs
@@ -133,3 +135,31 @@ def test_the_fake_apt_fails_when_two_installs_overlap(tmp_path, monkeypatch) -> 
     for t in threads:
         t.join()
     assert sorted(codes) == [0, 100, 100]
+
+
+def test_stop_ends_group_members_that_catch_sigterm_and_lost_their_tag(tmp_path, monkeypatch) -> None:
+    """Airflow's LocalExecutor workers catch SIGTERM and their title overwrites the environment with
+    the service's tag: only the process group still names them. A child started without the tag and
+    ignoring SIGTERM stands in for them (started, then its leader stopped through stack_procs.stop)."""
+    import subprocess
+
+    pidfile = tmp_path / "svc.pid"
+    child_pid = tmp_path / "child.pid"
+    script = (f"env -u {stack_procs.TAG_VAR} sh -c 'trap \"\" TERM; echo $$ > {child_pid}; "
+              "while :; do sleep 0.2; done' & wait")
+    stack_procs.spawn(["sh", "-c", script], tmp_path / "svc.log", pidfile)
+    deadline = time.time() + 10
+    while not (child_pid.exists() and child_pid.read_text().strip()) and time.time() < deadline:
+        time.sleep(0.1)
+    pid = int(child_pid.read_text())
+    assert stack_procs.service_tag(pidfile) not in (Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace"))
+    try:
+        stack_procs.stop("svc", pidfile, timeout=5.0)
+        time.sleep(0.5)
+        state = subprocess.run(["ps", "-o", "stat=", "-p", str(pid)], capture_output=True, text=True).stdout.strip()
+        assert state in ("", "Z"), f"pid {pid} still runs after stop(): state {state!r}"
+    finally:
+        try:
+            os.kill(pid, 9)  # a failed run leaves nothing behind
+        except ProcessLookupError:
+            pass
