@@ -95,10 +95,8 @@ def schedule(names: list[str], lanes: bool) -> list[list[list[str]]]:
     side = [lane for lane in side if lane]
     rest = [n for n in names if n not in first and not any(n in lane for lane in side)]
     stages = [[first]] if first else []
-    if len(side) > 1:
+    if side:
         stages.append(side)
-    elif side:
-        stages.append([side[0]])
     if rest:
         stages.append([rest])
     return stages
@@ -385,8 +383,7 @@ def main(argv: list[str] | None = None) -> int:
 
     for stage in schedule([x for x in ORDER + OPTIONAL if x in only], profile.lanes):
         if len(stage) == 1:
-            for name in stage[0]:
-                run(name)
+            run_lane(stage[0])
             continue
         log(f"lanes side by side: {' | '.join(' -> '.join(lane) for lane in stage)}")
         threads = [threading.Thread(target=run_lane, args=(lane,), name=f"lane-{i}", daemon=True)

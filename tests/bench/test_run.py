@@ -36,7 +36,7 @@ def test_only_the_smoke_runs_lanes() -> None:
     assert SMOKE.lanes and not FULL.lanes
 
 
-def test_plots_from_two_threads_are_drawn_one_at_a_time(tmp_path: Path) -> None:
+def test_plots_from_two_threads_are_drawn_one_at_a_time(tmp_path: Path, monkeypatch) -> None:
     inside, most, errors = [0], [0], []
     lock = threading.Lock()
     orig = rp._save
@@ -50,20 +50,19 @@ def test_plots_from_two_threads_are_drawn_one_at_a_time(tmp_path: Path) -> None:
             inside[0] -= 1
         return orig(fig, path)
 
-    rp._save = save  # type: ignore[assignment]
-    try:
-        def draw(i: int) -> None:
-            try:
-                for j in range(5):
-                    rp.plot_series(tmp_path / f"s{i}-{j}.png", {"a": ([0.0, 1.0], [1.0, 2.0])}, "t", "y")
-            except Exception as e:  # noqa: BLE001 - reported below
-                errors.append(e)
-        ts = [threading.Thread(target=draw, args=(i,)) for i in range(2)]
-        for t in ts:
-            t.start()
-        for t in ts:
-            t.join()
-    finally:
-        rp._save = orig  # type: ignore[assignment]
+    monkeypatch.setattr(rp, "_save", save)
+
+    def draw(i: int) -> None:
+        try:
+            for j in range(5):
+                rp.plot_series(tmp_path / f"s{i}-{j}.png", {"a": ([0.0, 1.0], [1.0, 2.0])}, "t", "y")
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    ts = [threading.Thread(target=draw, args=(i,)) for i in range(2)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
     assert not errors and most[0] == 1
     assert len(list(tmp_path.glob("*.png"))) == 10
