@@ -49,6 +49,7 @@ from ballast.protocol import (
     step_from_document,
 )
 from ballast.signing import Keyring, SignatureError
+from spark_jobs.control_handover import HandoverClock, epoch_handovers, gate
 from spark_jobs.control_state import AppliedStep, ControlState, Entry, EpochControl, QueuedStep, step_key
 
 TICK_SCHEMA = "ballast.tick/v1"
@@ -164,6 +165,8 @@ def has_due_step(st: ControlState, now: datetime) -> bool:
     """A queued step could apply at an epoch starting now (the runner ticks when no data comes)."""
     for q in st.queue:
         s = q.step
+        if q.key in st.handover:  # waits for the watermark, which only input moves: a tick cannot help
+            continue
         if s.effective_at <= now and (s.step == 1 or step_key(s.plan_id, s.step - 1) in st.final):
             return True  # a pre-copy step received in an earlier epoch has been warmed: due as well
     return False
@@ -173,14 +176,15 @@ def decide(
     state: ControlState, records: list[ControlRecord], *, epoch: int, now: datetime, job: str,
     operator: str, max_future_s: float, max_message_bytes: int = MAX_MESSAGE_BYTES,
     keyring: Keyring | None = None, siblings: frozenset[str] = frozenset(), check_code: CodeCheck | None = None,
-    shadow_seen: dict[str, dict[str, Any]] | None = None,
+    shadow_seen: dict[str, dict[str, Any]] | None = None, handover_clock: HandoverClock | None = None,
 ) -> EpochControl:
     """`siblings`: the job's other operators (a multi-operator job shares `<job>.control`): their
     steps are skipped here without a trace, the sibling they name decides them. The bin count is
     the map's (a split step raises it). `check_code`: judges an upgrade step's code (`validate`).
     `shadow_seen`: what the tasks of the epochs since the last decision compared for a shadow
     upgrade (spark_jobs.shadow), added to its tally here, so the decision that cuts over is logged
-    with what it saw."""
+    with what it saw. `handover_clock`: what a handover step starts and completes by
+    (spark_jobs.control_handover)."""
     st = copy.deepcopy(state)
     entries: list[Entry] = []
     for sk, seen in (shadow_seen or {}).items():
@@ -194,6 +198,7 @@ def decide(
     def finish(s: ControlStep, status: str, reason: str, offset: str, action: str) -> None:
         st.final[step_key(s.plan_id, s.step)] = {"status": status, "epoch": epoch, "reason": reason, "of": s.steps}
         st.shadow.pop(step_key(s.plan_id, s.step), None)
+        st.handover.pop(step_key(s.plan_id, s.step), None)
         add(action, s.plan_id, s.step, reason, offset, checkpoint=True,
             map_version_after=st.map_version if status == "applied" else None, message=s.to_dict())
 
@@ -264,6 +269,7 @@ def decide(
     remaining: list[QueuedStep] = []
     waiting: dict[str, str] = {}
     shadow_now: dict[str, Any] | None = None
+    completed: tuple[ControlStep, dict[str, int]] | None = None  # a handover that applies now
     for q in st.queue:
         s, sk = q.step, q.key
         if applied is not None:
@@ -297,6 +303,18 @@ def decide(
             finish(s, "rejected", err, q.offset, "reject")
             continue
         cut_reason = ""
+        if s.handover:  # waits in the queue while both owners get the bins' rows
+            gated, why = gate(s, sk, st, epoch, handover_clock)
+            if gated == "reject":
+                finish(s, "rejected", why, q.offset, "reject")
+                continue
+            if gated == "wait":
+                remaining.append(q)
+                waiting[sk] = why
+                continue
+            cut_reason = ("; " if s.reason else "") + why
+            if sk in st.handover:
+                completed = (s, st.handover[sk])
         if s.code is not None and (spec := s.code.shadow) is not None:  # tried beside the version in force first
             seen = st.shadow.setdefault(sk, add_seen({}, {}))
             if seen["epochs"] < spec.epochs:
@@ -329,14 +347,14 @@ def decide(
         finish(s, "applied", s.reason + cut_reason, q.offset, "apply")
     st.queue = remaining
     for q in remaining:
-        if q.key in received or q.key in st.shadow:  # a shadow's progress every epoch
+        if q.key in received or q.key in st.shadow or q.key in st.handover:  # their progress every epoch
             add("queue", q.step.plan_id, q.step.step, waiting.get(q.key, "queued"), q.offset, checkpoint=False)
     if len(st.final) > KEEP_FINAL:
         st.final = dict(list(st.final.items())[-KEEP_FINAL:])
     return EpochControl(
         epoch=epoch, decided_at=now.isoformat(), entries=entries, state_after=st,
         map_version_before=state.map_version, workers_before=state.workers, applied=applied,
-        warm=warm_plan(st), shadow=shadow_now,
+        warm=warm_plan(st), shadow=shadow_now, handover=epoch_handovers(st, completed),
     )
 
 

@@ -104,6 +104,8 @@ class ControlState:
     code: list[CodeVersion] = field(default_factory=list)
     # step_key -> a shadow upgrade's comparison so far: epochs (with input), calls, differ, errors, example
     shadow: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # step_key -> an open handover (spark_jobs.control_handover): since, migration, activation, boundary
+    handover: dict[str, dict[str, int]] = field(default_factory=dict)
 
     @property
     def queued_plans(self) -> list[str]:
@@ -115,14 +117,16 @@ class ControlState:
                 "queue": [q.to_dict() for q in self.queue], "final": self.final, "plans": list(self.plans),
                 **({"settings": s} if (s := self.settings.to_dict()) else {}),  # none: the line as before
                 **({"code": [c.to_dict() for c in self.code]} if self.code else {}),
-                **({"shadow": self.shadow} if self.shadow else {})}
+                **({"shadow": self.shadow} if self.shadow else {}),
+                **({"handover": self.handover} if self.handover else {})}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ControlState:
         """A journal's state; one written before settings or upgrade steps existed has none."""
         return cls(**{**d, "queue": [QueuedStep.from_dict(q) for q in d.get("queue", [])],
                       "settings": Settings(**d.get("settings", {})),
-                      "code": [CodeVersion.from_dict(c) for c in d.get("code", [])], "shadow": d.get("shadow", {})})
+                      "code": [CodeVersion.from_dict(c) for c in d.get("code", [])], "shadow": d.get("shadow", {}),
+                      "handover": d.get("handover", {})})
 
 
 @dataclass
@@ -156,6 +160,8 @@ class EpochControl:
     warm: dict[str, list[int]] = field(default_factory=dict)  # worker -> bins to pre-copy in this epoch
     # a shadow upgrade tried in this epoch: {"step", "code" (CodeVersion's dict), "fields"} (spark_jobs.shadow)
     shadow: dict[str, Any] | None = None
+    # the bins in a handover this epoch: {"bins": [BinHandover.to_list(), ...]} (spark_jobs.handover)
+    handover: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -164,6 +170,7 @@ class EpochControl:
             "map_version_before": self.map_version_before, "workers_before": self.workers_before,
             "applied": self.applied.to_dict() if self.applied else None, "warm": self.warm,
             **({"shadow": self.shadow} if self.shadow else {}),
+            **({"handover": self.handover} if self.handover else {}),
         }
 
     @classmethod
@@ -172,6 +179,7 @@ class EpochControl:
             epoch=d["epoch"], decided_at=d["decided_at"], entries=[Entry(**e) for e in d["entries"]],
             state_after=ControlState.from_dict(d["state_after"]), map_version_before=d["map_version_before"],
             workers_before=d["workers_before"], warm=d.get("warm", {}), shadow=d.get("shadow"),
+            handover=d.get("handover"),
             applied=AppliedStep.from_dict(d["applied"]) if d.get("applied") else None,
         )
 

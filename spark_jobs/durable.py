@@ -114,10 +114,13 @@ class BinSource:
     An object of an epoch before a merge indexes the bin's parts, each in the object of its owner
     then: their rows, in order, are bin b's."""
 
-    def __init__(self, history: History, k: int | None = None) -> None:
+    def __init__(self, history: History, k: int | None = None, fresh: dict[int, tuple[int, int]] | None = None) -> None:
         self.h = history
         self.k = k
         self._open: dict[str, ObjectReader] = {}
+        # a handover's fresh bins at their new owner (spark_jobs.handover.overrides): bin -> (since,
+        # worker); such a bin is empty before `since` and in that worker's objects from then on
+        self.fresh = fresh or {}
 
     def _reader(self, loc: Location) -> ObjectReader:
         r = self._open.get(loc.uri)
@@ -132,6 +135,9 @@ class BinSource:
 
     def _bin_changes(self, kind: str, e: ManifestEntry, b: int) -> tuple[list[bytes], list[bytes | None]] | None:
         names = e.changelog if kind == "changelog" else e.snapshot
+        if b in self.fresh:
+            since, fw = self.fresh[b]
+            return self._reader(self.h.object(kind, e, fw)).bin_changes(b) if e.epoch >= since and fw in names else None
         k_e = self.h.bits(e)
         d = 0 if self.k is None else self.k - k_e
         if d < 0:  # an epoch before a merge: bin b was parts b·2^-d .. , each in its owner's object then
@@ -170,6 +176,8 @@ class BinSource:
     def full(self, b: int, upto: int) -> tuple[int, Iterator[tuple[list[bytes], list[bytes | None]]]]:
         """(base epoch, batches) that rebuild bin b as of `upto`: snapshot, then changelogs."""
         base = self.h.snapshot_base(upto)
+        if b in self.fresh and base is not None and base.epoch < self.fresh[b][0]:
+            base = None  # a fresh bin starts empty at its handover's first epoch
 
         def gen() -> Iterator[tuple[list[bytes], list[bytes | None]]]:
             after = -1

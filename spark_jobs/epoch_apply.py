@@ -20,6 +20,7 @@ from spark_jobs.durable import DurableState
 from spark_jobs.epoch_times import EpochTimes
 from spark_jobs.executors import ExecutorScaler
 from spark_jobs.fencing import DriverFence
+from spark_jobs.handover import BinHandover
 from spark_jobs.job_clients import JobClients
 from spark_jobs.live_code import LiveCode
 from spark_jobs.output import dlq_topic
@@ -45,6 +46,7 @@ class EpochWork:
     split: bool = False  # the applied step splits bins
     merged_from: int | None = None  # the applied step merges bins: the k before it
     shadow: dict[str, Any] | None = None  # a shadow upgrade the tasks try (spark_jobs.control_state.EpochControl)
+    handover: tuple[BinHandover, ...] = ()  # bins in a handover this epoch (spark_jobs.handover)
     input_rows: int = 0
 
     @property
@@ -88,7 +90,8 @@ class EpochApply:
             self.scaler.scale_to(tasks)
         if isinstance(self.op, StatelessOperator):
             return self._stateless(df, epoch, st.workers, work.input_rows, times)
-        snapshot = durable.snapshot_due(epoch)
+        # a completing handover's epoch takes a snapshot: no later reader needs the shadow's history
+        snapshot = durable.snapshot_due(epoch) or any(h.completes for h in work.handover)
         times.lap("decide")
         keyed = self.stream_plan.epoch(df, epoch, work.clock)
         k = bits_for(len(st.assignment))
@@ -103,8 +106,8 @@ class EpochApply:
             shadow=self.live_code.shadow_chain(st, work.shadow) if self.live_code is not None else (),
             shadow_fields=tuple(work.shadow.get("fields", ())) if work.shadow else (),
             probe=self.live_code.probe_chain() if self.live_code is not None else (),
-            txn=self._txn_target(tasks))
-        out = route(keyed, k, st.assignment, tasks, make_apply_fn(acfg))
+            txn=self._txn_target(tasks), handover=work.handover)
+        out = route(keyed, k, st.assignment, tasks, make_apply_fn(acfg), work.handover)
         if acfg.txn is not None:  # each task commits its outputs itself (spark_jobs.txn_output): no sink
             writer = out.write.format("noop").mode("overwrite")
         else:

@@ -10,6 +10,7 @@ a second decision could differ).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -17,6 +18,7 @@ from ballast.errors import BallastError
 from ballast.store import writer as mx
 from spark_jobs import faults
 from spark_jobs.control import decide
+from spark_jobs.control_handover import HandoverClock
 from spark_jobs.control_reader import read_control
 from spark_jobs.control_state import EpochControl, initial_state
 from spark_jobs.epoch_times import EpochTimes
@@ -53,6 +55,8 @@ class EpochDecide:
         self.journal = journal
         self.fencing = fencing
         self.ctl_topic = ctl_topic
+        # what a handover step is judged by at an epoch (set by the runner for a windowed processor)
+        self.handover_clock: Callable[[int], HandoverClock] | None = None
 
     def run(self, epoch: int, started_at: datetime, times: EpochTimes) -> EpochDecided:
         cfg = self.cfg
@@ -81,7 +85,8 @@ class EpochDecide:
                               max_future_s=cfg.max_future_s, max_message_bytes=cfg.max_control_bytes,
                               keyring=cfg.control_keyring, siblings=frozenset(cfg.siblings),
                               check_code=self.live_code.check if self.live_code else None,
-                              shadow_seen=self.live_code.take_seen() if self.live_code else None)
+                              shadow_seen=self.live_code.take_seen() if self.live_code else None,
+                              handover_clock=self.handover_clock(epoch) if self.handover_clock else None)
             if records or decision.entries or before.queue or self.journal.latest_state() is None:
                 self.fencing.guard(f"the decision of epoch {epoch}")  # a stale one would rewrite the newer's
                 self.journal.write_decision(decision)

@@ -33,6 +33,7 @@ from typing import Any
 
 from spark_jobs import timers
 from spark_jobs.bins import decode_value, encode_value, store_key
+from spark_jobs.handover import without_fresh_rejects
 from spark_jobs.inputs import NO_EMPTY_PROPAGATION
 from spark_jobs.key_state import KeyState
 from spark_jobs.objects import DEAD_LETTER, OUTPUT
@@ -58,8 +59,10 @@ from spark_jobs.records import (
     error_text,
     input_topics,
     output_rows,
+    row_letters,
     source_of,
     split_rejected,
+    timer_letter,
 )
 from spark_jobs.shadow import Shadow
 from spark_jobs.sql_text import ident, json_of, text
@@ -242,10 +245,12 @@ class _Runtime:
         blob = ks.to_bytes()
         self.ch.set(b, sk, encode_value(sk, key, blob) if blob is not None else None)
 
-    def call(self, b: int, sk: bytes, key: bytes, fn: Any, dead: Callable[[], list[tuple[bytes, str]]]) -> int:
+    def call(self, b: int, sk: bytes, key: bytes, fn: Any, dead: Callable[[], list[tuple[bytes, str]]],
+             emit: bool = True) -> int:
         """Run one handler call `fn(handlers)` on the key's state; returns dead letters written (0, or
         all of `dead()`: the records it was called for with their notes, made only when the handler
-        failed). A shadow upgrade makes the same call with the new version on a copy (spark_jobs.shadow)."""
+        failed). A shadow upgrade makes the same call with the new version on a copy (spark_jobs.shadow).
+        `emit` False: the state changes, the outputs are dropped (a handover's other owner emits them)."""
         ks_before, raw = self.load(sk, key)
         ks = KeyState(raw)
         self.handle._current = ks
@@ -269,28 +274,20 @@ class _Runtime:
             self.handle._current = None
         if self.shadow is not None:
             self.shadow.observe(key, raw, fn, rows)
-        for v in outs:
+        for v in outs if emit else ():
             self.writer.add_output(OUTPUT, key, v)
         self.save(b, sk, key, ks, ks_before)
         return 0
 
 
-def _row_letters(dl: list[tuple[bytes, tuple[str, int, int]]]) -> Callable[[], list[tuple[bytes, str]]]:
-    """The dead letters of a key's rows when its handler fails: their notes are made only then."""
-    return lambda: [(value, dead_note(OPERATOR_ERROR, *where)) for value, where in dl]
-
-
-def _timer_letter(ts: int, topic: str) -> Callable[[], list[tuple[bytes, str]]]:
-    """The dead letter of a timer whose handler fails (no record: an empty value and the timer's time)."""
-    return lambda: [(b"", json.dumps({"timer_ms": ts, "topic": topic}))]
-
-
 def run_processor(cfg: Any, cache: Any, txn: Any, table: Any, n: int, owned: set[int], writer: Any,
-                  op: ProcessorOperator, shadow_op: ProcessorOperator | None = None,
+                  op: ProcessorOperator, shadow_op: ProcessorOperator | None = None, roles: Any = None,
                   ) -> tuple[int, dict[int, tuple[int, tuple[int, int] | None, int]], dict[str, Any]]:
     """One epoch of one worker (module docstring). Returns (dead letters, per-bin (records,
     counters, fold µs of its records), extra metrics: max_event_ms, late_rows, next_timer_ms,
-    next_expiry_ms, timers_fired, and a shadow upgrade's tally when `shadow_op` is tried)."""
+    next_expiry_ms, timers_fired, and a shadow upgrade's tally when `shadow_op` is tried).
+    `roles`: bin -> (role, BinHandover) of the bins this worker shares in a handover: which rows the
+    new owner folds, whose timers' outputs each keeps (spark_jobs.handover)."""
     from pyspark.sql import Row
 
     k = cfg.bins_bits
@@ -310,8 +307,10 @@ def run_processor(cfg: Any, cache: Any, txn: Any, table: Any, n: int, owned: set
     bin_ns: dict[int, int] = {}  # per bin, the wall time of its keys' handling (placement's weight)
     clock = time.perf_counter_ns
     topics = input_topics(cfg.input_topic)
+    roles = roles or {}
+    fresh = {b for b, (r, _) in roles.items() if r == "new"}  # the old owner writes their dead letters
     if n:  # rows `keyed` rejected, or without a key: dead letters before any handler runs
-        table, rejected = split_rejected(table, topics)
+        table, rejected = split_rejected(without_fresh_rejects(table, fresh), topics)
         for rk, rv, why in rejected:
             writer.add_output(DEAD_LETTER, rk, rv, why)
         dead, n = len(rejected), table.num_rows
@@ -330,12 +329,18 @@ def run_processor(cfg: Any, cache: Any, txn: Any, table: Any, n: int, owned: set
                 j += 1
             key, b = cols["key"][i], cols["bin"][i]
             bin_records[b] = bin_records.get(b, 0) + (j - i)
+            ho = roles[b][1] if b in fresh else None  # a fresh bin: rows from activation on, no dead letters
             rows, dl = [], []  # the key's rows, and (value, source) of each for its dead letter
             for r in range(i, j):
                 value, where = cols["value"][r], source_of(topics, cols["partition"][r], cols["offset"][r])
                 try:
                     d, et = decode_row(value, ts_cols, et_col)
+                    if ho is not None and (et is None or et < ho.activation_ms or et < rt.tv.getCurrentWatermarkInMs()
+                                           or (spec.max_ahead_ms is not None and et > rt.now + spec.max_ahead_ms)):
+                        continue
                 except RowRejected as exc:
+                    if ho is not None:
+                        continue
                     dead += 1
                     writer.add_output(DEAD_LETTER, key, value, dead_note(exc.reason, *where, str(exc)))
                     continue
@@ -361,7 +366,7 @@ def run_processor(cfg: Any, cache: Any, txn: Any, table: Any, n: int, owned: set
                 gk = tuple(json.loads(key).values())
                 sk = store_key(int(cols["h"][i - 1]), key)
                 dead += rt.call(b, sk, key, lambda h, gk=gk, rows=rows: h.on_rows(gk, iter(rows), h.tv),
-                                _row_letters(dl))
+                                row_letters(dl if ho is None else []))
             bin_ns[b] = bin_ns.get(b, 0) + clock() - t0
     due = cfg.clock.due(spec.time_mode)
     for b in sorted(owned):
@@ -375,8 +380,9 @@ def run_processor(cfg: Any, cache: Any, txn: Any, table: Any, n: int, owned: set
                 blob = ks.to_bytes()
                 changes.set(b, sk, encode_value(sk, key, blob) if blob is not None else None)
                 fired += 1
+                emit = b not in roles or roles[b][1].keeps_output(roles[b][0], ts)
                 dead += rt.call(b, sk, key, lambda h, gk=gk, ts=ts: h.on_timer(gk, h.tv, ExpiredTimerInfo(ts)),
-                                _timer_letter(ts, cfg.input_topic))
+                                timer_letter(ts, cfg.input_topic) if emit else lambda: [], emit)
         for ts, sk, key in list(timers.scan(txn, cache.data, b, k, timers.TTL, rt.now)):
             ks_before, raw = rt.load(sk, key)
             rt.save(b, sk, key, KeyState(raw), ks_before)  # compact at `now`: expired values go

@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from ballast.policy.handover import WindowSpec
 from spark_jobs.key_state import KeyState, ListState, MapState, ValueState
 from spark_jobs.state_upgrade import StateUpgrade
 
@@ -93,6 +94,9 @@ class QuerySpec:
     max_ahead_ms: int | None = None
     pre_aggregate: PreAggregate | None = None
     sources: tuple[int, ...] | None = None
+    # the windows of the query's last window operator (EventTime): a bin can then move by handover
+    # at a window boundary, with no state transfer (docs/handover.md); None: transfer or pre-copy only
+    window: WindowSpec | None = None
 
     def __post_init__(self) -> None:
         if self.time_mode not in TIME_MODES:
@@ -107,6 +111,8 @@ class QuerySpec:
             raise ValueError(f"max_ahead_ms must be >= 0 or None (no bound), got {self.max_ahead_ms}")
         if self.sources is not None and (not self.sources or min(self.sources) < 0):
             raise ValueError(f"sources must name input positions 0, 1, ... (or be None: all), got {self.sources}")
+        if self.window is not None and self.time_mode != "EventTime":
+            raise ValueError("window (a handover's window boundary) needs time_mode 'EventTime'")
         pre = self.pre_aggregate
         if pre is not None:
             missing = [g for g in self.grouping_keys if g not in pre.group_by]

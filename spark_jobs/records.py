@@ -15,7 +15,7 @@ worker (`split_rejected`: a null key; `decode_row`: a processor row Python canno
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -188,3 +188,13 @@ def output_rows(item: Any) -> Iterator[dict[str, Any]]:
 def encode_output(row: dict[str, Any]) -> bytes:
     """An output row as the value the job writes: compact JSON, sets sorted (`_json_default`)."""
     return json.dumps(row, default=_json_default, separators=(",", ":")).encode()
+
+
+def row_letters(dl: list[tuple[bytes, tuple[str, int, int]]]) -> Callable[[], list[tuple[bytes, str]]]:
+    """The dead letters of a key's rows when its handler fails: their notes are made only then."""
+    return lambda: [(value, dead_note(OPERATOR_ERROR, *where)) for value, where in dl]
+
+
+def timer_letter(ts: int, topic: str) -> Callable[[], list[tuple[bytes, str]]]:
+    """The dead letter of a timer whose handler fails (no record: an empty value and the timer's time)."""
+    return lambda: [(b"", json.dumps({"timer_ms": ts, "topic": topic}))]

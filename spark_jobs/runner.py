@@ -38,6 +38,7 @@ from spark_jobs import faults, prom_metrics
 from spark_jobs.binding import bind_state, check_job_row, job_row_config
 from spark_jobs.bins import bits_for
 from spark_jobs.control import has_due_step, tick_message
+from spark_jobs.control_handover import clock_for
 from spark_jobs.control_state import ControlState
 from spark_jobs.durable import DurableState
 from spark_jobs.epoch_apply import EpochApply, EpochWork
@@ -47,6 +48,7 @@ from spark_jobs.epoch_tail import AfterCommit, EpochTail
 from spark_jobs.epoch_times import EpochTimes
 from spark_jobs.executors import ExecutorScaler
 from spark_jobs.fencing import DriverFence
+from spark_jobs.handover import from_decision
 from spark_jobs.inputs import InputRows
 from spark_jobs.job_clients import JobClients
 from spark_jobs.journal import Journal
@@ -103,6 +105,8 @@ class JobRunner:
         self.fencing = DriverFence(cfg, self.clients, self._stopping)
         self.live_code = LiveCode(spark, self.op, cfg.path)  # upgrade steps (spark_jobs.live_code)
         self.decider = EpochDecide(cfg, self.clients, self.journal, self.fencing, self.ctl_topic, self.live_code)
+        if spec is not None and spec.window is not None and self.clocks is not None:  # handover steps
+            self.decider.handover_clock = clock_for(spec.window, self._event_max_before, self.clocks.watermark_of)
         self.applier = EpochApply(cfg, self.op, self.stream_plan, self.clients, self.fencing, self.timers)
         self.applier.live_code = self.live_code
         self.committer = EpochCommit(cfg, self.clients, self.fencing, self._stopping, self.started_at)
@@ -123,6 +127,9 @@ class JobRunner:
         self.tail = EpochTail()  # each epoch's work after its commit (spark_jobs.epoch_tail)
         self.after_commit = AfterCommit(cfg, self.journal, self.clocks, self.inputs, self.committer, self.signals,
                                         self.clients, lambda: self.query)
+
+    def _event_max_before(self, epoch: int) -> int | None:
+        return self.durable.event_max_before(epoch) if self.durable is not None else None
 
     @property
     def fence(self) -> Fence | None:
@@ -342,7 +349,7 @@ class JobRunner:
                          warm={int(w): tuple(bs) for w, bs in decision.warm.items()}, clock=clock,
                          split=applied is not None and applied.is_split, input_rows=input_rows,
                          merged_from=bits_for(applied.bins_before) if applied is not None and applied.is_merge
-                         else None, shadow=decision.shadow)
+                         else None, shadow=decision.shadow, handover=from_decision(decision.handover))
         worker_docs: list[dict[str, Any]] | None = None
         moves_doc: dict[str, Any] | None = None
         if (input_rows or work.moving_in or work.warm or work.split or work.merged_from is not None

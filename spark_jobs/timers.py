@@ -177,6 +177,11 @@ class ClockLog:
             self._loc(epoch).write_json(doc)
         return EpochClock(int(doc["epoch"]), int(doc["processing_ms"]), int(doc["watermark_ms"]))
 
+    def watermark_of(self, epoch: int) -> int | None:
+        """The watermark `epoch` ran at, if it was logged (a handover completes by it)."""
+        doc = self._loc(epoch).read_json() if epoch >= 0 else None
+        return int(doc["watermark_ms"]) if doc is not None else None
+
     def gc(self, keep_after: int) -> None:
         for n in self.dir.list():
             m = re.fullmatch(r"(\d+)\.json", n)

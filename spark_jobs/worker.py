@@ -37,6 +37,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from spark_jobs import handover
 from spark_jobs.durable import History
 from spark_jobs.objects import DEAD_LETTER, OUTPUT
 from spark_jobs.output import kafka_rows, output_records, output_type
@@ -88,6 +89,8 @@ class ApplyConfig:
     shadow_fields: tuple[str, ...] = ()
     # an upgrade's check (spark_jobs.live_code): the versions every task imports, reported in its metrics
     probe: tuple[tuple[str, str], ...] = ()
+    # bins in a handover this epoch (spark_jobs.handover): rows to both owners, a fresh bin at the new one
+    handover: tuple[Any, ...] = ()
 
 
 def make_apply_fn(cfg: ApplyConfig) -> Callable[[Iterator[Any]], Iterator[Any]]:
@@ -158,10 +161,14 @@ def _run(cfg: ApplyConfig, cache: Any, txn: Any, worker: int, table: Any, n: int
     owned = set(owned_bins(cfg.assignment, worker))
     warm = set(cfg.warm.get(worker, ())) - owned
     incoming = set(cfg.moving_in.get(worker, ()))
-    src = BinSource(cfg.history, k)
+    roles = handover.roles(cfg.handover, worker)
+    fresh = {b for b, (r, _) in roles.items() if r == "new"}  # the new owner's fresh bins (spark_jobs.handover)
+    held = owned | fresh
+    src = BinSource(cfg.history, k, handover.overrides(cfg.handover, worker))
     try:
         cache.ensure_bits(txn, k, k if cfg.base_bits is None else cfg.base_bits)
-        moved, warmed = prepare_bins(cache, txn, src, owned, warm, incoming, e - 1, k)
+        moved, warmed = prepare_bins(cache, txn, src, held, warm, incoming, e - 1, k,
+                                     {h.bin for h in cfg.handover if h.completes})
         w_prepared = time.time()
         faults.hit("worker_mid_move" if moved else "worker_prepared")
         writer = ObjectWriter(meta={"epoch": e, "worker": worker, "attempt": attempt, "kind": "changelog"})
@@ -175,9 +182,11 @@ def _run(cfg: ApplyConfig, cache: Any, txn: Any, worker: int, table: Any, n: int
             from spark_jobs.operator_loader import live_operator
             from spark_jobs.processing import run_processor
 
-            shadow = live_operator(cfg.operator, cfg.shadow) if cfg.shadow else None  # a version tried beside
-            dead, per_bin, extra = run_processor(cfg, cache, txn, table, n, owned, writer,
-                                                 live_operator(cfg.operator, cfg.code), shadow)  # type: ignore[arg-type]
+            shadow_op = live_operator(cfg.operator, cfg.shadow) if cfg.shadow else None  # a version tried beside
+            dead, per_bin, extra = run_processor(cfg, cache, txn, table, n, held, writer,
+                                                 live_operator(cfg.operator, cfg.code), shadow_op, roles)  # type: ignore[arg-type]
+            if fresh:  # a fresh bin's rows are the old owner's bin's too: the bin's metrics stay the owner's
+                extra["fresh_rows"] = sum(per_bin.pop(b)[0] for b in fresh if b in per_bin)
             bin_records = BinRecords.of(per_bin)
         else:
             dead, bin_records = fold_rows(cfg, cache, txn, table, n, writer)
@@ -200,11 +209,11 @@ def _run(cfg: ApplyConfig, cache: Any, txn: Any, worker: int, table: Any, n: int
         root = Location.of(cfg.state_uri)
         if cfg.snapshot:
             snap = ObjectWriter(meta={"epoch": e, "worker": worker, "attempt": attempt, "kind": "snapshot"})
-            snap.add_bins(*cache.export_bins(txn, owned, k))
+            snap.add_bins(*cache.export_bins(txn, held, k))
             (root / "snapshot" / epoch_name(e) / object_name(worker, attempt)).write_bytes(snap.to_bytes())
         (root / "changelog" / epoch_name(e) / object_name(worker, attempt)).write_bytes(writer.to_bytes())
         faults.hit("worker_before_commit")
-        cache.set_owned(txn, e, owned, warm, e - 1)
+        cache.set_owned(txn, e, held, warm, e - 1)
         return writer.outputs
     finally:
         src.close()
@@ -356,13 +365,17 @@ def fold_rows(cfg: ApplyConfig, cache: Any, txn: Any, table: Any, n: int,
     return dead, BinRecords(ub.tolist(), recs.tolist(), counters, (ns[ub] // 1000).astype(np.int64).tolist())
 
 
-def route(keyed: Any, k: int, assignment: Any, tasks: int, fn: Any) -> Any:
+def route(keyed: Any, k: int, assignment: Any, tasks: int, fn: Any, handover: tuple[Any, ...] = ()) -> Any:
     """The epoch's routing: hash, bin and worker columns, one partition per worker
-    (`repartitionById`), `fn` over each by `mapInArrow`. Used by the epoch and by its warm-up."""
+    (`repartitionById`), `fn` over each by `mapInArrow`. Used by the epoch and by its warm-up.
+    A bin in an open handover goes to both its owners (spark_jobs.handover.fan_out)."""
     from spark_jobs.bins import routing_sql
+    from spark_jobs.handover import fan_out
 
     h, b, w = routing_sql("key", k, assignment)
     rejects = [REJECT_COLUMN] if REJECT_COLUMN in keyed.columns else []  # spark_jobs.records
-    routed = keyed.selectExpr("key", "value", "partition", "offset", *rejects, f"{h} AS h", f"{b} AS bin",
-                              f"{w} AS worker")
+    cols = ["key", "value", "partition", "offset", *rejects, "h", "bin"]
+    routed = keyed.selectExpr(*cols[:-2], f"{h} AS h", f"{b} AS bin", f"{w} AS worker")
+    if (fan := fan_out(handover)) is not None:
+        routed = routed.selectExpr(*cols, f"{fan} AS worker")
     return routed.repartitionById(tasks, "worker").mapInArrow(fn, output_type())

@@ -22,9 +22,11 @@ def owned_bins(assignment: tuple[int, ...], worker: int) -> frozenset[int]:
 
 
 def prepare_bins(cache: Any, txn: Any, src: Any, owned: set[int], warm: set[int], incoming: set[int],
-                 target: int, k: int) -> tuple[dict[str, Any], dict[str, Any]]:
+                 target: int, k: int, handed: set[int] | frozenset[int] = frozenset(),
+                 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Bring owned and warm bins to the state after `target`; drop the rest. Returns stats of the
-    bins that moved in (cut-over) and of the bins warmed for a pre-copy step."""
+    bins that moved in (cut-over) and of the bins warmed for a pre-copy step. `handed`: bins whose
+    handover completes now (spark_jobs.handover): their fresh bin is current, nothing moves."""
     cached = cache.cached_bins(txn)
     for b in sorted(cached.keys() - owned - warm):
         cache.drop_bin(txn, b, k)
@@ -37,7 +39,7 @@ def prepare_bins(cache: Any, txn: Any, src: Any, owned: set[int], warm: set[int]
     for b in sorted((owned | warm) - current | (incoming & current)):
         cur = cached.get(b)
         if b in current:  # pre-copied and nothing changed since: a free cut-over
-            moved[str(b)] = {"keys": 0, "bytes": 0, "ms": 0.0, "mode": "warm"}
+            moved[str(b)] = {"keys": 0, "bytes": 0, "ms": 0.0, "mode": "handover" if b in handed else "warm"}
             continue
         t0 = time.perf_counter()
         if cur is not None and cur <= target and src.can_catch_up(cur):

@@ -193,6 +193,9 @@ class ControlStep:
     effective_at: datetime
     reason: str = ""
     precopy: bool = False  # warm the incoming bins at their new owners first; cut over an epoch later
+    # hand the bins over at a window boundary (docs/handover.md): no state moves; the step applies
+    # once the old owner's last window has closed
+    handover: bool = False
     bins: int | None = None  # split and merge steps only: the bin count after the step (a power of two)
     settings: Settings | None = None  # settings steps only: what they change
     code: CodeVersion | None = None  # upgrade steps only: the processor version they deploy
@@ -213,6 +216,7 @@ class ControlStep:
             "effective_at": iso_utc(self.effective_at),
             "reason": self.reason,
             **({"precopy": True} if self.precopy else {}),
+            **({"handover": True} if self.handover else {}),
             **({"bins": self.bins} if self.bins is not None else {}),
             **({"settings": self.settings.to_dict()} if self.settings is not None else {}),
             **({"code": self.code.to_dict()} if self.code is not None else {}),
@@ -353,6 +357,11 @@ def step_from_document(doc: dict[str, Any]) -> ControlStep:
     precopy = doc.get("precopy", False)
     if not isinstance(precopy, bool):
         raise ProtocolError(f"field 'precopy' must be true or false, got {type(precopy).__name__}")
+    handover = doc.get("handover", False)
+    if not isinstance(handover, bool):
+        raise ProtocolError(f"field 'handover' must be true or false, got {type(handover).__name__}")
+    if handover and (precopy or kind != "moves" or not moves):
+        raise ProtocolError("a handover is a moves step with moves and without precopy: a bin moves one way")
     reason = doc.get("reason", "")
     return ControlStep(
         job=text_field(doc, "job", MAX_NAME_CHARS),
@@ -368,6 +377,7 @@ def step_from_document(doc: dict[str, Any]) -> ControlStep:
         effective_at=parse_utc(required_field(doc, "effective_at", str), "effective_at"),
         reason=text_field(doc, "reason", MAX_REASON_CHARS) if isinstance(reason, str) else "",
         precopy=precopy,
+        handover=handover,
         bins=bins,
         settings=settings,
         code=code,

@@ -7,6 +7,7 @@ import json
 import random
 import sys
 from collections import defaultdict
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -74,19 +75,29 @@ class WindowJob:
     """The window processor as a live job on a topic of its own (the split and merge system tests):
     3 000 events of 60 users produced, the job started at `bins` bins on 2 workers; `finish()` waits
     for every event, flushes the last windows and waits for every window; `check()` asserts each
-    (user, window) was emitted exactly once and equals the reference."""
+    (user, window) was emitted exactly once and equals the reference.
+
+    Another processor of the same input and output (e.g. tests/system/sliding_counts.py): `operator`
+    names it, `py_files` ship its module (to the executors with addPyFile, to the driver on
+    sys.path) and `ref` gives its reference windows from the events."""
 
     OPERATOR = "window_counts:WindowCounts"
 
     def __init__(self, spark: Any, bootstrap: str, make_topics: Any, name: str, tmp_path: Path, db_url: str,
-                 bins: int, seed: int) -> None:
+                 bins: int, seed: int, operator: str | None = None, py_files: Sequence[Path] = (),
+                 ref: Callable[[list[dict[str, Any]]], list[tuple[str, int, int, int]]] = reference) -> None:
         from spark_jobs.runner import RunConfig, start_job
 
         self.bootstrap, self.job, self.topic = bootstrap, name, f"{name}.in"
+        self.operator = operator or self.OPERATOR
         make_topics({self.topic: 2})
-        self.evs, self.expected = produce_events(bootstrap, self.topic, 2, 3000, users=60, seed=seed)
-        spark.sparkContext.addPyFile(str(EXAMPLES / "window_counts.py"))
-        self.cfg = RunConfig(job=name, operator=self.OPERATOR, input_topic=self.topic,
+        self.evs, _ = produce_events(bootstrap, self.topic, 2, 3000, users=60, seed=seed)
+        self.expected = ref(self.evs)
+        for f in (EXAMPLES / "window_counts.py", *py_files):
+            spark.sparkContext.addPyFile(str(f))
+            if str(Path(f).parent) not in sys.path:
+                sys.path.insert(0, str(Path(f).parent))
+        self.cfg = RunConfig(job=name, operator=self.operator, input_topic=self.topic,
                              checkpoint_dir=str(tmp_path / "ckpt"), bootstrap=bootstrap, db_url=db_url, bins=bins,
                              workers=2, trigger_ms=100, max_offsets_per_trigger=400)
         self.runner = start_job(spark, self.cfg)

@@ -66,7 +66,7 @@ def _table(rows: list[tuple[bytes, dict]], worker: int = 0, k: int = K):  # type
 
 
 def _epoch(cache, epoch: int, rows, clock, spec_cls, k: int = K,  # type: ignore[no-untyped-def]
-           split: bool = False, merged_from: int | None = None) -> tuple[list, dict]:
+           split: bool = False, merged_from: int | None = None, roles=None) -> tuple[list, dict]:
     from spark_jobs.processing import ProcessorOperator, run_processor
 
     op = ProcessorOperator(spec_cls)
@@ -77,7 +77,7 @@ def _epoch(cache, epoch: int, rows, clock, spec_cls, k: int = K,  # type: ignore
 
     def run(txn):  # type: ignore[no-untyped-def]
         cache.ensure_bits(txn, k, K)
-        return run_processor(cfg, cache, txn, table, len(rows), set(range(1 << k)), writer, op)
+        return run_processor(cfg, cache, txn, table, len(rows), set(range(1 << k)), writer, op, roles=roles)
 
     _, _, extra = cache.write(run)
     return writer.outputs, extra
@@ -211,3 +211,37 @@ def test_event_time_far_ahead_is_a_dead_letter_that_leaves_the_watermark(tmp_pat
     assert extra["max_event_ms"] == 150_000, "the year-9999 row does not move the watermark"
     with pytest.raises(ValueError, match="max_ahead_ms"):
         QuerySpec(max_ahead_ms=-1)
+
+
+def test_in_a_handover_each_owner_emits_its_own_windows_and_only_the_old_one_dead_letters(tmp_path):
+    """Tumbling 10 s windows handed over at 10 s (migration 0, activation = boundary = 10 s), every
+    bin of worker 0 to worker 1; both get every row. The old owner folds them all and keeps the
+    outputs of the windows that end by the boundary, the new owner folds rows from activation on and
+    keeps the later windows' outputs; a late row is one dead letter, the old owner's."""
+    import window_counts as wc
+
+    from spark_jobs.handover import BinHandover
+
+    def roles(role: str):  # type: ignore[no-untyped-def]
+        return {b: (role, BinHandover(b, 0, 1, 0, 10_000, 10_000)) for b in range(1 << K)}
+
+    u = lambda name: json.dumps({"user": name}).encode()  # noqa: E731
+    ev = lambda name, ms, amt: (u(name), {"user": name, "ts": ms, "amount": amt})  # noqa: E731
+    epochs = [([ev("a", 1_000, 1), ev("a", 12_000, 2), ev("b", 9_000, 4)], 0),
+              ([ev("a", 13_000, 8), ev("b", 8_000, 16)], 10_000),
+              ([ev("a", 11_000, 32)], 15_000),  # late for both: one dead letter
+              ([], 20_000)]
+    got: dict[str, list] = {}
+    for role, worker in (("old", 0), ("new", 1)):
+        outs = []
+        with WorkerCache(tmp_path, "s", "job", worker) as cache:
+            for e, (rows, wm) in enumerate(epochs):
+                outs += _epoch(cache, e, rows, timers.EpochClock(e, 0, wm), wc.WindowCounts, roles=roles(role))[0]
+        got[role] = outs
+    emitted = {role: sorted((json.loads(v)["user"], json.loads(v)["window_start"], json.loads(v)["count"],
+                             json.loads(v)["total"]) for kind, _, v, _ in outs if kind == OUTPUT)
+               for role, outs in got.items()}
+    assert emitted["old"] == [("a", 0, 1, 1), ("b", 0, 1, 4)], "b's row at 8 s came at watermark 10 s: late"
+    assert emitted["new"] == [("a", 10_000, 2, 10)]
+    assert [json.loads(n)["reason"] for kind, _, _, n in got["old"] if kind == DEAD_LETTER] == ["late", "late"]
+    assert [kind for kind, *_ in got["new"] if kind == DEAD_LETTER] == []
