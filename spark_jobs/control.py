@@ -49,7 +49,7 @@ from ballast.protocol import (
     step_from_document,
 )
 from ballast.signing import Keyring, SignatureError
-from spark_jobs.control_handover import HandoverClock, epoch_handovers, gate
+from spark_jobs.control_handover import HandoverClock, epoch_handovers, gate, progress
 from spark_jobs.control_state import AppliedStep, ControlState, Entry, EpochControl, QueuedStep, step_key
 
 TICK_SCHEMA = "ballast.tick/v1"
@@ -348,7 +348,9 @@ def decide(
     st.queue = remaining
     for q in remaining:
         if q.key in received or q.key in st.shadow or q.key in st.handover:  # their progress every epoch
-            add("queue", q.step.plan_id, q.step.step, waiting.get(q.key, "queued"), q.offset, checkpoint=False)
+            ho = st.handover.get(q.key)
+            add("queue", q.step.plan_id, q.step.step, waiting.get(q.key, "queued"), q.offset, checkpoint=False,
+                handover=progress(q.step, ho, handover_clock) if ho is not None else None)
     if len(st.final) > KEEP_FINAL:
         st.final = dict(list(st.final.items())[-KEEP_FINAL:])
     return EpochControl(

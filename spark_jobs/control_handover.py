@@ -67,6 +67,16 @@ def gate(s: ControlStep, key: str, st: ControlState, epoch: int, clock: Handover
     return "wait", waiting_text(ho, fired)
 
 
+def progress(s: ControlStep, ho: dict[str, int], clock: HandoverClock | None) -> dict[str, Any]:
+    """A waiting handover as the decision log's payload carries it to the console: its timestamps,
+    both owners of each bin, the watermark and the old owner's windows still open (their ends lie
+    in (watermark, boundary], one every slide; None while the watermark is not known)."""
+    fired = clock.fired_upto_ms if clock is not None else None
+    slide = clock.window.slide if clock is not None and clock.window is not None else None
+    left = None if not slide or fired is None else max(0, -(-(ho["boundary"] - fired) // slide))
+    return {**ho, "moves": [[m.bin, m.src, m.dst] for m in s.moves], "watermark": fired, "windows_left": left}
+
+
 def waiting_text(ho: dict[str, int], fired: int | None) -> str:
     """A handover's progress as the decision log and the console say it."""
     at = "not known yet" if fired is None else f"{fired} ms"

@@ -146,6 +146,8 @@ class Entry:
     event: bool = False  # malformed / foreign: Event row + ack only
     map_version_after: int | None = None
     message: dict[str, Any] | None = None
+    # a waiting handover's progress for the console: timestamps, moves, watermark, windows left
+    handover: dict[str, Any] | None = None
 
 
 @dataclass

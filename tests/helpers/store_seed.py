@@ -26,6 +26,7 @@ class Entry:
     job: str = JOB
     operator: str = OP
     map_version_after: int | None = None
+    handover: dict | None = None
 
 
 def commit_epoch(url: str, epoch: int, *, workers: int = 2, map_version: int = 0, records: int = 10,

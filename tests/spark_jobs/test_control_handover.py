@@ -46,9 +46,14 @@ def test_a_handover_waits_with_its_timestamps_then_applies_past_the_boundary():
                                           BinHandover(1, 0, 1, 5, h.activation_ms, h.boundary_ms))
     assert not has_due_step(d1.state_after, NOW), "a waiting handover needs input, not ticks"
 
-    # the epoch before ran its timers short of the boundary: still waiting, one progress entry
+    # the epoch before ran its timers short of the boundary: still waiting, one progress entry that
+    # carries the handover to the console (both owners, the timestamps, the old owner's open windows)
     d2 = _run(d1.state_after, [], 6, HandoverClock(SLIDING, EVENT_MAX + 20_000, h.boundary_ms - 1))
     assert d2.applied is None and [e.action for e in d2.entries] == ["queue"]
+    assert d2.entries[0].handover == {"since": 5, "migration": h.migration_ms, "activation": h.activation_ms,
+                                      "boundary": h.boundary_ms, "moves": [[0, 0, 1], [1, 0, 1]],
+                                      "watermark": h.boundary_ms - 1, "windows_left": 1}
+    assert d1.entries[0].handover is not None and d1.entries[0].handover["windows_left"] is None
     assert all(not b.completes for b in from_decision(d2.handover))
 
     # ... and at the boundary: the step applies, the bins' handover completes in this epoch

@@ -67,3 +67,20 @@ def test_set_status(any_db: str) -> None:
     writer.set_status(any_db, JOB, OP, "stopped", T0)
     hb = JobStore(any_db, JOB, OP).heartbeat()
     assert hb is not None and hb.status == "stopped" and hb.last_epoch == 1
+
+
+def test_a_waiting_handovers_progress_reaches_the_decision_log(any_db: str) -> None:
+    """The console reads a handover's timestamps, owners and open windows from the logged decision."""
+    from sqlalchemy import select
+
+    from migrations_db import models as m
+    from migrations_db.db import session_scope
+
+    progress = {"since": 4, "migration": 5_000, "activation": 10_000, "boundary": 15_000, "moves": [[3, 0, 1]],
+                "watermark": 9_000, "windows_left": 2}
+    writer.write_step_decisions(any_db, JOB, OP, 6, [Entry(0, "p1", 1, "queue", handover=progress),
+                                                     Entry(1, "p2", 1, "queue")])
+    with session_scope(any_db) as s:
+        rows = sorted(s.scalars(select(m.StepDecision).where(m.StepDecision.job == JOB)), key=lambda r: r.seq)
+        payloads = [r.payload for r in rows]
+    assert payloads[0]["handover"] == progress and "handover" not in payloads[1]

@@ -77,7 +77,9 @@ def write_step_decisions(url: str, job: str, operator: str, epoch: int, entries:
             s.add(m.StepDecision(
                 job=job, operator=operator, epoch=epoch, seq=e.seq, plan_id=e.plan_id, step=e.step,
                 action=e.action, reason=e.reason, payload={"offset": e.offset, "job": e.job, "operator": e.operator,
-                                                           "map_version_after": e.map_version_after},
+                                                           "map_version_after": e.map_version_after,
+                                                           **({"handover": h} if (h := getattr(e, "handover", None))
+                                                              else {})},
             ))
 
 
