@@ -158,7 +158,7 @@ class BallastJob:
 
     # ------------------------------------------------------------------------- control
     def emit(self, steps: list[MigrationStep], plan_id: str, gap_s: float = 0.0, reason: str = "bench", *,
-             precopy: bool = False, total: int | None = None) -> float:
+             precopy: bool = False, handover: bool = False, total: int | None = None) -> float:
         """Send steps of a plan at once (every step unless `total`, the plan's step count, says the
         plan has more); step i is effective at now + (i-1)·gap. Returns the send time."""
         from ballast.emitter import ControlEmitter
@@ -172,7 +172,8 @@ class BallastJob:
                 job=self.spec.job, operator=self.spec.operator, plan_id=plan_id, step=st.step,
                 steps=total or len(steps), kind=st.kind, moves=tuple(st.moves), workers=st.workers,
                 map_version=st.map_version, issued_at=now, effective_at=now + timedelta(seconds=(st.step - 1) * gap_s),
-                reason=reason, precopy=precopy, bins=st.split_to, settings=st.settings))
+                reason=reason, precopy=precopy, handover=handover and bool(st.moves), bins=st.split_to,
+                settings=st.settings))
         return now.timestamp()
 
     def wait_plan(self, plan_id: str, steps: int, timeout: float) -> list[Any]:
@@ -191,13 +192,16 @@ class BallastJob:
         `batched-precopy`: the batched steps with `precopy: true`, each sent once the one before it
         has applied. (Sent together, every queued pre-copy step's bins would warm in the first epoch:
         the whole move at once, see spark_jobs.control.warm_plan.) Each step then warms its bins for
-        one epoch at least and cuts over with only the changes since."""
+        one epoch at least and cuts over with only the changes since. `handover`: the all-at-once
+        step with `handover: true` (a windowed operator: nothing moves; it applies once the old
+        owners' last windows closed, docs/handover.md)."""
         version, workers, current = self.current_map()
         target_workers = max(target) + 1 if max(target) + 1 > workers else workers
         load, size = self.bin_stats()
         precopy = strategy == "batched-precopy"
+        handover = strategy == "handover"
         steps = make_steps(current, version, target, workers, target_workers, size, load,
-                           "batched" if precopy else strategy, batch_bins)
+                           "batched" if precopy else "all-at-once" if handover else strategy, batch_bins)
         truncated = None
         if max_steps is not None and len(steps) > max_steps:
             truncated = len(steps)
@@ -210,7 +214,7 @@ class BallastJob:
                 t_emit = t_emit or t
                 cps = self.wait_plan(plan_id, i + 1, timeout)
         else:
-            t_emit = self.emit(steps, plan_id, gap_s=gap_s, reason=f"bench {strategy}")
+            t_emit = self.emit(steps, plan_id, gap_s=gap_s, reason=f"bench {strategy}", handover=handover)
             cps = self.wait_plan(plan_id, len(steps), timeout)
         t_end = max(unix(c.completed_at) for c in cps)
         t_first = min(unix(c.applied_at) for c in cps)

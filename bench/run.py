@@ -5,7 +5,8 @@ latency overhead and the critical-path analysis's cost, bench/experiments/trace_
 `reaction` (a load step's reaction time, event-driven vs schedule, in the stack's real Airflow:
 bench/experiments/reaction.py), `autotune` (the autotuner against fixed trigger intervals on a
 stepped load, bench/experiments/autotune.py) and `upgrade` (a live code upgrade, rollback and shadow
-upgrade of a processor holding a GB of state, bench/experiments/upgrade.py) run only when named in
+upgrade of a processor holding a GB of state, bench/experiments/upgrade.py) and `handover` (a windowed
+operator's bins moved by handover, transfer and pre-copy, bench/experiments/handover.py) run only when named in
 `--only`: none is in the default set nor in the smoke run `make test` starts.
 
 Results go to bench/results/<run-id>/ (ignored by git): one directory per experiment with CSVs,
@@ -35,6 +36,7 @@ from bench import report as rp
 from bench.experiments import (
     autotune,
     ds2,
+    handover,
     latency,
     migration,
     native,
@@ -53,8 +55,8 @@ ORDER = ("migration", "native", "bins", "ds2", "latency", "cluster", "nexmark")
 # nothing (experiment 1's sessions are done before they start; cluster and nexmark read none of it) and
 # take about as long as each other (smoke, beside the suite: 375 s and 422 s one after the other)
 LANES = (("native", "bins", "ds2", "latency"), ("cluster", "nexmark"))
-OPTIONAL = ("spike", "trace", "reaction", "autotune", "upgrade")  # only when asked for by name (--only)
-RUNNERS = {"autotune": autotune.exp_autotune, "upgrade": upgrade.exp_upgrade,
+OPTIONAL = ("spike", "trace", "reaction", "autotune", "upgrade", "handover")  # only when asked for by name (--only)
+RUNNERS = {"autotune": autotune.exp_autotune, "upgrade": upgrade.exp_upgrade, "handover": handover.exp_handover,
            "spike": spike.exp_spike, "trace": trace_overhead.exp_trace, "reaction": reaction.exp_reaction,
            "migration": migration.exp_migration, "native": native.exp_native, "bins": migration.exp_bins,
            "ds2": ds2.exp_ds2, "latency": latency.exp_latency,
@@ -63,8 +65,9 @@ RUNNERS = {"autotune": autotune.exp_autotune, "upgrade": upgrade.exp_upgrade,
 SUMMARY_KEYS = {"migration": ("migration",), "native": ("throughput", "reconfig"), "bins": ("bins",),
                 "ds2": ("ds2",), "latency": ("latency",), "cluster": ("cluster",), "nexmark": ("nexmark",),
                 "spike": ("spike",), "trace": ("trace",), "reaction": ("reaction",),
-                "autotune": ("autotune",), "upgrade": ("upgrade",)}
+                "autotune": ("autotune",), "upgrade": ("upgrade",), "handover": ("handover",)}
 RUN_DIRS = {"autotune": ("autotune",), "upgrade": ("upgrade",), "spike": ("spike",), "trace": ("trace",),
+            "handover": ("handover",),
             "reaction": ("reaction",),
             "migration": ("migration-b*",), "native": ("native",), "bins": ("bins", "bins-b*"), "ds2": ("ds2",),
             "latency": ("latency",),
@@ -183,6 +186,7 @@ def build_summary(ctx: ex.Ctx, results: dict[str, Any], errors: dict[str, str], 
     s["reaction"] = (results.get("reaction") or {}).get("summary") or {}
     s["autotune"] = (results.get("autotune") or {}).get("summary") or {}
     s["upgrade"] = (results.get("upgrade") or {}).get("summary") or {}
+    s["handover"] = (results.get("handover") or {}).get("summary") or {}
     return s
 
 
@@ -240,6 +244,8 @@ def write_report(run_dir: Path, s: dict[str, Any]) -> Path:
             autotune.readme(s["autotune"]).split("\n", 2)[2]] if s.get("autotune") else []),
         *(["", "## 13. Live code upgrade at a real state size", "",
             upgrade.readme(s["upgrade"]).split("\n", 2)[2]] if s.get("upgrade") else []),
+        *(["", "## 14. Handover against transfer and pre-copy", "",
+            handover.readme(s["handover"]).split("\n", 2)[2]] if s.get("handover") else []),
         "", "Per-experiment details (tables, timelines, CDFs): the README.md of each directory of the run.",
     ]
     if s["errors"]:

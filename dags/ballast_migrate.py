@@ -5,7 +5,8 @@ Trigger it from the UI form (every field has a title and a description) or with
 Field values are checked against their JSON schema before the run is created; the combination
 (worker count *or* moves, bins in range, bounds of the job, a deadline that fits this DAG's
 `dagrun_timeout`) is checked by the first task, which stores and emits nothing when it fails.
-`dry_run` prints the plan with its predicted duration and pauses.
+`dry_run` prints the plan with its predicted duration and pauses, and each bin's move mode (transfer,
+pre-copy or handover) and why; `move_mode` forces one.
 
 Otherwise the plan is stored as `awaiting_approval` and the `approve` task (Airflow's
 human-in-the-loop ApprovalOperator; "Required Actions" in the UI, or the REST API's
@@ -23,7 +24,7 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from ballast import dag_ids
 from ballast.config import JobConfig, load_jobs
-from ballast.options import EMIT_MODES, ORDERS, STRATEGIES
+from ballast.options import EMIT_MODES, MOVE_MODES, ORDERS, STRATEGIES
 from ballast.sensors import CheckpointSensor
 from ballast.tasks import EmitPlanOperator, PlanApprovalOperator, verify_plan
 
@@ -82,6 +83,13 @@ def migrate_params(jobs: dict[str, JobConfig]) -> dict[str, Param]:
                              description="Upper bound on state bytes moved per step (batched). Empty: no bound."),
         "gap_seconds": Param(0.0, type="number", minimum=0, maximum=3600, title="Gap between steps (s)",
                              description="Wait at least this long between two steps, to let latency recover."),
+        "move_mode": Param("auto", enum=list(MOVE_MODES), title="Move mode",
+                           description="How the bins move. auto: per bin by the cost model — transfer when its "
+                                       "pause fits the job's pause budget, handover at a window boundary (no state "
+                                       "moved) when the operator declares windows and their wait fits the step "
+                                       "budget, else pre-copy; the dry run says which and why. transfer, precopy, "
+                                       "handover: every bin so (a handover needs declared windows and keeps the "
+                                       "worker count: the step that changes it moves by pre-copy)."),
         "emit_mode": Param("flow-control", enum=list(EMIT_MODES), title="Emission",
                            description="flow-control: send a step after the previous one's checkpoint; "
                                        "prepared-ahead: send all at once with spaced effective times."),

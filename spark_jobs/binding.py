@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ballast.errors import BallastError
+from ballast.policy.handover import WindowSpec
+from ballast.policy.movemodes import DeclaredWindow
 from spark_jobs.durable import DurableState
 from spark_jobs.journal import Journal
 from spark_jobs.offsets import committed_epochs, epoch_ranges
@@ -229,6 +231,18 @@ def check_job_row(cfg: RunConfig, op: Operator, journal: Journal) -> None:
         raise _refuse(want, [err])
 
 
-def job_row_config(cfg: RunConfig, durable: DurableState, journal: Journal) -> dict[str, Any]:
-    """The job row's config: the run's configuration, where its state is and the deployment's binding."""
-    return {**cfg.to_dict(), "state_uri": durable.uri, "binding": binding_ids(journal)}
+def job_row_config(cfg: RunConfig, durable: DurableState, journal: Journal,
+                   op: Operator | None = None) -> dict[str, Any]:
+    """The job row's config: the run's configuration, where its state is, the deployment's binding and
+    the windows its operator declares (a processor's `QuerySpec.window` with the watermark's lateness;
+    None otherwise): the control plane chooses a handover per bin from them (docs/handover.md)."""
+    return {**cfg.to_dict(), "state_uri": durable.uri, "binding": binding_ids(journal), "window": window_config(op)}
+
+
+def window_config(op: Operator | None) -> dict[str, Any] | None:
+    """The job row's `window`, as `ballast.policy.DeclaredWindow.from_config` reads it back."""
+    spec = getattr(op, "spec", None)
+    window = getattr(spec, "window", None)
+    if not isinstance(window, WindowSpec):
+        return None
+    return DeclaredWindow(window, int(getattr(spec, "lateness_ms", 0) or 0)).to_config()

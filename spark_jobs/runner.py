@@ -152,8 +152,8 @@ class JobRunner:
         # the checkpoint, the store and the job row must belong together: refused before any epoch
         check_job_row(cfg, self.op, self.journal)
         self.durable = self.applier.durable = bind_state(cfg, self.op, self.journal)
-        mx.ensure_job_row(cfg.db_url, cfg.job, cfg.operator, cfg.bins, job_row_config(cfg, self.durable, self.journal),
-                          utcnow())
+        mx.ensure_job_row(cfg.db_url, cfg.job, cfg.operator, cfg.bins,
+                          job_row_config(cfg, self.durable, self.journal, self.op), utcnow())
         self.fencing.take()  # before the first epoch: every older driver of this operator is fenced
         clear_interrupted_start(self.journal.spark_checkpoint)  # fenced: no other driver writes it now
         ensure_job_topics(cfg.bootstrap, cfg.job, cfg.output_partitions, cfg.security)

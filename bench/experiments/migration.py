@@ -24,7 +24,7 @@ from bench.ballast_job import (
 )
 from bench.experiments.common import Ctx, Profile, _gen_stats, _prefill, _start_gen, catchup_rate, wait_steady
 from bench.hist import LogHistogram, timeline
-from bench.infra import ensure_topics, unix
+from bench.infra import ensure_topics, unix, wait_until
 from bench.loadgen import Schedule
 from bench.rss import RssSampler
 
@@ -35,7 +35,8 @@ def migration_session(ctx: Ctx, label: str, bins: int, keys: int, strategies: tu
                       target_of: Callable[[list[int], int], list[int]] = half_of_half,
                       setup: bool = True, clean_steady: bool = False,
                       act: Callable[[BallastJob, str], dict[str, Any]] | None = None,
-                      names: tuple[str, str] = ("key-count", "migration")) -> dict[str, Any]:
+                      names: tuple[str, str] = ("key-count", "migration"), prefill: bool = True,
+                      warm_s: float = 0.0, answer_at_commit: bool = False) -> dict[str, Any]:
     """One job: prefill `keys`, catch up, open-loop load, a set-up migration (uniform → half of half,
     all-at-once), then one measured migration per strategy, alternating direction; optionally a
     live rescale W → reconfig_to_workers at the end (experiment 3).
@@ -46,14 +47,19 @@ def migration_session(ctx: Ctx, label: str, bins: int, keys: int, strategies: tu
     migration, first wait until the job keeps up, then the `steady_s` that are its steady window (a
     migration whose backlog outlasts `settle_s` would otherwise leak into the next one's window).
     `act`: what each measured action does instead of a migration (the upgrade experiment); `names`:
-    the operator and the action as the plots' titles say them."""
+    the operator and the action as the plots' titles say them. `prefill=False`: no key is written
+    before the job starts (a windowed operator's state is its open windows, built by the load);
+    `warm_s`: seconds of load before the first measured action (until the windows are full);
+    `answer_at_commit`: a record's answer time is its epoch's commit, not its epoch's last output
+    (a windowed operator answers only when a window closes)."""
     P = ctx.profile
     out = ctx.run_dir / label
     out.mkdir(parents=True, exist_ok=True)
     topic = ctx.name(label) + "-in"
     ensure_topics({topic: 2}, ctx.bootstrap)
     t_prefill = time.time()
-    _prefill(ctx, topic, keys)
+    if prefill:
+        _prefill(ctx, topic, keys)
     prefill_s = time.time() - t_prefill
     spec = JobSpec(job=ctx.name(label), input_topic=topic, bins=bins, workers=P.workers, db_url=ctx.db_url,
                    bootstrap=ctx.bootstrap, run_dir=ctx.run_dir, trigger_ms=P.trigger_ms,
@@ -66,11 +72,17 @@ def migration_session(ctx: Ctx, label: str, bins: int, keys: int, strategies: tu
     result: dict[str, Any] = {"label": label, "bins": bins, "keys": keys, "workers": P.workers, "topic": topic,
                               "job": spec.job, "prefill_s": prefill_s}
     try:
-        job.wait_caught_up(keys, P.timeouts_s)
-        result["catchup"] = catchup_rate(job, keys)
-        ctx.log(f"[{label}] caught up on {keys} keys: {result['catchup'].get('rows_per_s', 0):.0f} rows/s")
+        if prefill:
+            job.wait_caught_up(keys, P.timeouts_s)
+            result["catchup"] = catchup_rate(job, keys)
+            ctx.log(f"[{label}] caught up on {keys} keys: {result['catchup'].get('rows_per_s', 0):.0f} rows/s")
         gen, sched_path = _start_gen(ctx, topic, keys, f"{P.rate}:{100000}", label)
+        if not prefill:  # the job's first epoch, which reads the load's start
+            wait_until(lambda: job.last_epoch() >= 0, P.timeouts_s, f"{spec.job}'s first epoch", proc=job.proc)
         wait_steady(ctx, job, P.rate, P.steady_s)
+        if warm_s:
+            ctx.log(f"[{label}] {warm_s:.0f} s of load before the first measured action")
+            time.sleep(warm_s)
         _, w, uniform = job.current_map()
         half = target_of(uniform, w)
         if bins > 1:
@@ -126,7 +138,8 @@ def migration_session(ctx: Ctx, label: str, bins: int, keys: int, strategies: tu
     # ---------------------------------------------------------------- latency analysis
     sched = Schedule.load(sched_path)
     ranges = offset_ranges(spec.checkpoint_dir, topic, known_ends)
-    answers = output_times(ctx.bootstrap, f"{spec.job}.output", int(sched.t0 * 1000) - 2000)
+    answers = ({e["epoch"]: e["ended_at"] for e in result["epochs"]} if answer_at_commit
+               else output_times(ctx.bootstrap, f"{spec.job}.output", int(sched.t0 * 1000) - 2000))
     lat = record_latencies(sched, ranges, answers)
     result["records_measured"] = int(lat.lat_ms.size)
     result["records_unanswered"] = lat.unanswered
@@ -240,7 +253,8 @@ def _migration_md(res: dict[str, Any], P: Profile) -> str:
             f"migration per strategy, alternating direction. Max latency over records answered between plan "
             f"emission and last checkpoint + {P.settle_s:.0f} s; steady = the {P.steady_s:.0f} s before emission.\n\n"
             + rp.md_table(res["migrations"], cols)
-            + f"\n\nCatch-up (prefill) throughput: {res['catchup'].get('rows_per_s', float('nan')):,.0f} rows/s; "
+            + f"\n\nCatch-up (prefill) throughput: "
+            f"{res.get('catchup', {}).get('rows_per_s', float('nan')):,.0f} rows/s; "
             f"records measured: {res['records_measured']}.\n\n"
             "![timeline](latency_timeline.png)\n\n![ccdf](latency_ccdf.png)\n\n![bars](strategies.png)\n")
 

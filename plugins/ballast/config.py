@@ -89,7 +89,12 @@ class RebalanceConfig(BaseModel):
     byte_budget: int | None = Field(default=None, ge=1, description="state bytes per step; null: no limit")
     gap_seconds: float = Field(default=0.0, ge=0, description="pause between steps")
     pause_budget_ms: float = Field(
-        default=200.0, gt=0, description="largest predicted pause per step (strategy `auto`)"
+        default=200.0, gt=0, description="largest predicted pause per step (strategy `auto`), and per bin: a bin "
+        "whose transfer would pause longer moves by handover or pre-copy (docs/handover.md)"
+    )
+    step_budget_s: float = Field(
+        default=60.0, gt=0, description="longest a handover step may wait for the old owner's windows to close; "
+        "a windowed bin whose wait is longer moves by pre-copy (docs/handover.md, 'Choosing a move mode per bin')"
     )
     emit_mode: EmitMode = Field(
         default="flow-control",

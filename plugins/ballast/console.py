@@ -145,6 +145,7 @@ def jobs(url: str, now: datetime | None = None) -> list[dict[str, Any]]:
             "open_plan": plan, "trigger_ms": trigger_ms, "max_records_per_epoch": max_records, "version": version,
             "spark_ui": hb.spark_ui_url if hb and status != "stopped" else None,
             "topics": topic_links(job, cfg.input_topic.split(",") if cfg else []),
+            "handover": job_handover(url, job, op, now),
         })
     return out
 
@@ -160,6 +161,58 @@ def topic_links(job: str, inputs: list[str]) -> list[dict[str, str | None]]:
     ui = settings().kafka_ui_url
     return [{"role": role, "topic": t, "url": ui.replace("{topic}", quote(t, safe="")) if ui else None}
             for role, t in job_topics(job, inputs)]
+
+
+# ------------------------------------------------------------------------------- handover
+
+
+def _event_iso(ms: int | None) -> str | None:
+    """An event time (ms) as the page reads it: ISO 8601 UTC, to the millisecond."""
+    return None if ms is None else datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
+
+
+def _hms(ms: int | None) -> str:
+    return "not known yet" if ms is None else datetime.fromtimestamp(ms / 1000, UTC).strftime("%H:%M:%S.%f")[:-3]
+
+
+def handover(rec: store.HandoverRecord) -> dict[str, Any]:
+    """A handover step (docs/handover.md) as the console shows it: both owners of each bin, its
+    event-time timestamps as UTC times, and while it waits the watermark and the old owner's windows
+    still open (per epoch, for the chart); once ended, its checkpoint (an applied one moved 0 bytes).
+    `sentence` says it in one line."""
+    ho, cp = rec.progress[-1], rec.checkpoint
+    moves = [{"bin": int(b), "from": int(a), "to": int(z)} for b, a, z in ho.get("moves", [])]
+    owners = ", ".join(f"{a}→{z}" for a, z in sorted({(mv["from"], mv["to"]) for mv in moves}))
+    what = f"handover of {len(moves)} bin{'' if len(moves) == 1 else 's'} {owners}"
+    # applied: the watermark passed the boundary, so the old owner's windows have all fired
+    left = 0 if cp is not None and cp.status == "applied" else ho.get("windows_left")
+    if cp is None:
+        sentence = (f"{what}: the old owner finishes the windows up to {_hms(ho['boundary'])}"
+                    + ("" if left is None else f"; {left} window{'' if left == 1 else 's'} left")
+                    + f"; watermark {_hms(ho.get('watermark'))} (event time, UTC)")
+    elif cp.status == "applied":
+        sentence = (f"{what} complete in epoch {cp.applied_epoch}: the old owner finished the windows up to "
+                    f"{_hms(ho['boundary'])} (event time, UTC); {cp.bytes_moved:,} bytes of state moved by handover")
+    else:
+        sentence = f"{what} {cp.status}: {cp.reason}; the old owner keeps the bins"
+    return {
+        "plan_id": rec.plan_id, "step": rec.step, "status": cp.status if cp else "waiting",
+        "since_epoch": ho.get("since"), "epoch": rec.epochs[-1], "moves": moves, "owners": owners,
+        "migration_at": _event_iso(ho.get("migration")), "activation_at": _event_iso(ho.get("activation")),
+        "boundary_at": _event_iso(ho.get("boundary")), "watermark_at": _event_iso(ho.get("watermark")),
+        "windows_left": left, "sentence": sentence, "checkpoint": cp.to_dict() if cp else None,
+        "history": {"epoch": list(rec.epochs), "watermark_at": [_event_iso(p.get("watermark")) for p in rec.progress]},
+    }
+
+
+def job_handover(url: str, job: str, operator: str, now: datetime) -> dict[str, Any] | None:
+    """The job's newest handover, whether a stored plan or a person sent it: while it waits, and for
+    an hour after it ended."""
+    key = store.latest_handover(url, job, operator)
+    rec = store.handover_record(url, job, operator, *key) if key else None
+    if rec is None or (rec.checkpoint is not None and rec.checkpoint.completed_at < now - timedelta(hours=1)):
+        return None
+    return handover(rec)
 
 
 # --------------------------------------------------------------------------------- series

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from ballast import store
-from ballast.console import iso
+from ballast.console import handover, iso
 
 
 def plan_summary(p: store.PlanRecord) -> dict[str, Any]:
@@ -100,6 +100,9 @@ def plan(url: str, plan_id: str) -> dict[str, Any] | None:
     for s in steps:
         c = cps.get(s.step)
         mv = s.payload.get("moves", [])
+        # a handover step: its progress from the decision log, said in one sentence (docs/handover.md)
+        ho = store.handover_record(url, p.job, p.operator, plan_id, s.step) if s.payload.get("handover") else None
+        hv = handover(ho) if ho is not None else None
         rows.append({
             "step": s.step, "status": step_status(s, c), "moves": mv, "bins": len(mv),
             "workers": s.payload.get("workers"), "map_version": s.payload.get("map_version"),
@@ -112,9 +115,9 @@ def plan(url: str, plan_id: str) -> dict[str, Any] | None:
             "latency_s": (c.completed_at - s.emitted_at).total_seconds() if c and s.emitted_at else None,
             "map_version_after": c.map_version_after if c else None,
             # finished: the checkpoint's reason; in flight: what the job last said of it (a shadow's comparison)
-            "reason": c.reason if c else (store.latest_step_note(url, p.job, p.operator, plan_id, s.step)
-                                          if s.emitted_at else ""),
-            "code": s.payload.get("code"),
+            "reason": hv["sentence"] if hv else c.reason if c else (
+                store.latest_step_note(url, p.job, p.operator, plan_id, s.step) if s.emitted_at else ""),
+            "code": s.payload.get("code"), "handover": hv,
         })
     applied = [c for c in cps.values() if c.status == "applied"]
     emitted = [s.emitted_at for s in steps if s.emitted_at]

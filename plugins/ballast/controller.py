@@ -28,6 +28,7 @@ from ballast.control.plan import (
     PlanRequest,
     build_plan,
     cost_model,
+    declared_window,
     new_plan_id,
     store_plan,
     store_settings,
@@ -77,9 +78,9 @@ def plan_rebalance(url: str, cfg: JobConfig, snap: dict[str, Any], decision: dic
     rb = cfg.rebalance
     req = PlanRequest(strategy=rb.strategy, order=rb.order, step_size=rb.step_size, byte_budget=rb.byte_budget,
                       gap_seconds=rb.gap_seconds, pause_budget_ms=rb.pause_budget_ms, emit_mode=rb.emit_mode,
-                      source="rebalance", reason=d.reason, decision_id=d.decision_id)
-    model = cost_model(url, cfg)
-    plan = build_plan(s.map, s.bins, placed.assignment, placed.target_workers, req, model)
+                      step_budget_s=rb.step_budget_s, source="rebalance", reason=d.reason, decision_id=d.decision_id)
+    model = cost_model(url, cfg)  # each bin by transfer, pre-copy or handover, by this model and the job's budgets
+    plan = build_plan(s.map, s.bins, placed.assignment, placed.target_workers, req, model, declared_window(url, cfg))
     return store_plan(url, cfg, s.map, placed.assignment, plan, req, model).to_dict()
 
 

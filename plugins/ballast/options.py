@@ -6,9 +6,9 @@ generated from `Settings` (`python -m ballast.options_doc --write`) and a test k
 another test fails when code reads a `BALLAST_*` variable that is not declared here.
 
 Per-job knobs live in the jobs file (`ballast.config`); the names both share (strategy, order,
-emission mode, launcher) are the `Literal`s here or in the policy. Framework-free: no Airflow, no
-Spark (the data plane imports it too). `settings()` looks at the environment on every call, so a
-test's or a task's environment change is seen; it is cheap.
+emission mode, move mode, launcher) are the `Literal`s here or in the policy. Framework-free: no
+Airflow, no Spark (the data plane imports it too). `settings()` looks at the environment on every
+call, so a test's or a task's environment change is seen; it is cheap.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from ballast.errors import BallastError
 from ballast.policy.guards import DEFAULT_MAX_WORKERS
+from ballast.policy.movemodes import MOVE_MODES, MoveMode
 from ballast.policy.plan import ORDERS, STRATEGIES, Order, Strategy
 
 REPO = Path(__file__).resolve().parents[2]
@@ -39,6 +40,7 @@ __all__ = [
     "EMIT_MODES",
     "ENV_PREFIX",
     "LAUNCHERS",
+    "MOVE_MODES",
     "ORDERS",
     "REPO",
     "STRATEGIES",
@@ -47,6 +49,7 @@ __all__ = [
     "EmitMode",
     "KafkaAuth",
     "Launcher",
+    "MoveMode",
     "Order",
     "Settings",
     "Strategy",
@@ -165,6 +168,10 @@ class Settings(BaseSettings):
     log_level: str = Field(default="INFO", description="log level of the data-plane CLI")
     bench_value_bytes: int = Field(
         default=1024, ge=8, description="bench only: bytes per key of the spike experiment's state (bench/padded.py)"
+    )
+    bench_window_ms: int = Field(
+        default=20_000, ge=1000, description="bench only: the window length of the handover experiment's operator "
+        "(bench/padded_windows.py)"
     )
     bench_smoke_dir: Path | None = Field(
         default=None, description="tests: a finished `bench.run --smoke` result dir that tests/bench/test_smoke.py "

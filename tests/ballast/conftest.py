@@ -19,3 +19,21 @@ def job(db_url, jobs_file, unique_name):  # type: ignore[no-untyped-def]
     jobs_file(bins=16)
     seed_job(db_url, unique_name, bins=16)
     return get_job(unique_name)
+
+
+@pytest.fixture
+def console_client(db_url, monkeypatch):  # type: ignore[no-untyped-def]
+    """The console's app in process on the test's metrics DB, its auth dependency answered (anyone
+    may read; the real api-server's auth: tests/system/test_console_auth.py)."""
+    from fastapi.testclient import TestClient
+
+    from ballast import plugin
+
+    monkeypatch.setenv("BALLAST_DB_URL", db_url)  # no ballast_metrics_db connection: the hook's fallback
+    plugin._url_cache["url"] = None
+    plugin.app.dependency_overrides[plugin.authorized] = lambda: None
+    try:
+        yield TestClient(plugin.app)
+    finally:
+        plugin.app.dependency_overrides.clear()
+        plugin._url_cache["url"] = None

@@ -22,19 +22,8 @@ pytestmark = pytest.mark.controlplane
 
 
 @pytest.fixture
-def client(airflow_db, db_url, monkeypatch):  # type: ignore[no-untyped-def]
-    from fastapi.testclient import TestClient
-
-    from ballast import plugin
-
-    monkeypatch.setenv("BALLAST_DB_URL", db_url)  # no ballast_metrics_db connection: the hook's fallback
-    plugin._url_cache["url"] = None
-    plugin.app.dependency_overrides[plugin.authorized] = lambda: None
-    try:
-        yield TestClient(plugin.app)
-    finally:
-        plugin.app.dependency_overrides.clear()
-        plugin._url_cache["url"] = None
+def client(airflow_db, console_client):  # type: ignore[no-untyped-def]
+    return console_client
 
 
 def _running(url: str, job: str, workers: int = 2, epoch: int = 5) -> None:

@@ -1,11 +1,13 @@
 """ballast.control.manual: a person's request (a worker count, explicit moves or a split) is checked
 against the live map and the job's bounds before anything is planned, and refused with what is
-wrong; a dry run stores nothing; a takeover names only a plan of this job. On a real migrated
-SQLite metrics DB."""
+wrong; a dry run stores nothing and lists each bin's move mode and why; `move_mode` forces one (a
+forced handover without declared windows is refused); a takeover names only a plan of this job. On
+a real migrated SQLite metrics DB."""
 
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 
 import pytest
 
@@ -157,3 +159,49 @@ def test_a_takeover_names_only_an_open_plan_of_this_job(db_url, job):
     store.set_plan_status(db_url, theirs, "completed", finished=True)
     with pytest.raises(manual.InvalidRequest, match="already completed"):
         manual.take_over_manual(db_url, other, theirs, force=True)
+
+
+def test_a_manual_run_forces_a_move_mode_and_a_forced_handover_without_windows_is_refused(db_url, job):
+    for params, why in (({"target_workers": 2, "move_mode": "handover"},
+                         r"move_mode handover: bin \d+: a handover needs the operator's windows .* declares none"),
+                        ({"target_workers": 2, "move_mode": "teleport"}, "move_mode must be one of auto, transfer"),
+                        ({"split_to": 64, "move_mode": "precopy"}, "split_to moves none by choice"),
+                        ({"trigger_ms": 500, "move_mode": "transfer"}, "leave move_mode at auto")):
+        with pytest.raises(manual.InvalidRequest, match=why):
+            manual.plan_manual(db_url, job, {**params, "dry_run": False})
+    assert store.latest_plan(db_url, job.job, job.operator) is None, "a refused request stores nothing"
+    dry = manual.plan_manual(db_url, job, {"target_workers": 2, "move_mode": "precopy", "dry_run": True})
+    assert dry["modes"] and all(r["mode"] == "precopy" and r["reason"] == "precopy: forced by the run"
+                                for r in dry["modes"])
+    assert "move modes: " in dry["rendered"] and "precopy: forced by the run" in dry["rendered"]
+    out = manual.plan_manual(db_url, job, {"target_workers": 2, "move_mode": "precopy", "dry_run": False})
+    assert all(s.payload.get("precopy") is True for s in store.plan_steps(db_url, out["plan_id"]))
+    assert store.get_plan(db_url, out["plan_id"]).params["move_mode"] == "precopy"  # type: ignore[union-attr]
+
+
+def test_a_dry_run_lists_each_bins_mode_and_why_and_a_handover_keeps_the_worker_count(db_url, jobs_file,
+                                                                                     unique_name):
+    from ballast.config import get_job
+    from ballast.store import writer
+
+    jobs_file(bins=16)
+    seed_job(db_url, unique_name, bins=16, workers=2)  # bins 0-7 on worker 0, 8-15 on worker 1
+    writer.ensure_job_row(db_url, unique_name, "keycount", 16,  # a windowed processor's job row
+                          {"window": {"length_ms": 10_000, "lateness_ms": 20_000}}, datetime.now(UTC))
+    cfg = get_job(unique_name)
+    tight = cfg.model_copy(update={"rebalance": cfg.rebalance.model_copy(update={"pause_budget_ms": 50.0})})
+    swap = {"moves": [{"bin": 0, "to": 1}, {"bin": 15, "to": 0}], "strategy": "all-at-once", "dry_run": True}
+    dry = manual.plan_manual(db_url, tight, swap)  # ~50.1 ms a bin by transfer: over the budget
+    assert dry["steps"] == 1 and [r["mode"] for r in dry["modes"]] == ["handover", "handover"]
+    assert "estimated" in dry["modes"][0]["reason"] and "tumbling 10000 ms, lateness 20000 ms" in dry["rendered"]
+    assert "bin 0 0->1: handover: a transfer would pause ~50 ms (budget 50)" in dry["rendered"]
+    assert [r["mode"] for r in manual.plan_manual(db_url, cfg, swap)["modes"]] == ["transfer", "transfer"]
+    slow = tight.model_copy(update={"rebalance": tight.rebalance.model_copy(update={"step_budget_s": 10.0})})
+    assert all("past the 10 s step budget" in r["reason"] for r in manual.plan_manual(db_url, slow, swap)["modes"])
+    grow = manual.plan_manual(db_url, tight, {"target_workers": 3, "strategy": "all-at-once", "move_mode": "handover",
+                                              "dry_run": False})  # into the new worker: that step grows W
+    steps = [s.payload for s in store.plan_steps(db_url, grow["plan_id"])]
+    assert steps[0].get("precopy") is True and steps[0]["workers"] == 3
+    assert all(m["to"] == 2 for m in steps[0]["moves"]) and all(s.get("handover") for s in steps[1:])
+    modes = store.get_plan(db_url, grow["plan_id"]).params["move_modes"]  # type: ignore[union-attr]
+    assert {r["mode"] for r in modes if "grows the worker count 2 -> 3" in r["reason"]} == {"precopy"}

@@ -1,11 +1,13 @@
 """ballast.control.plan: a plan is built from the planner's steps only if they compose to the target
 map, and stored with every step's control message in one transaction, owned by this run; the
-operator is then held (a second plan is a PlanConflict naming the first). On a real migrated
-SQLite metrics DB."""
+operator is then held (a second plan is a PlanConflict naming the first); each bin moves by the
+mode the cost model and the job row's declared window choose, and each stored step carries its
+flag. On a real migrated SQLite metrics DB."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -102,3 +104,40 @@ def test_plan_ids_are_unique_bounded_and_name_the_job() -> None:
     assert a != b and a.startswith("clicks-20260304T050607-")
     long = plan.new_plan_id("j" * 200, at)
     assert len(long) <= MAX_PLAN_ID_CHARS and long.startswith("j" * 60 + "-")
+
+
+def test_each_bin_moves_by_its_mode_and_every_stored_step_carries_its_flag(db_url, jobs_file, unique_name):
+    from ballast.config import get_job
+    from ballast.policy.handover import WindowSpec
+    from ballast.protocol import parse_control
+    from ballast.store import writer
+    from tests.helpers.stepapplier import seed_job
+
+    jobs_file(bins=16)
+    seed_job(db_url, unique_name, bins=16, workers=2)
+    cfg = get_job(unique_name)
+    snap = _snap(db_url, cfg)
+    assert plan.declared_window(db_url, cfg) is None, "the seeded job row declares no window"
+    big = dataclasses.replace(snap.bins, bytes=tuple([1_000] * 8 + [600_000_000] * 8))  # 50 ms vs 6 s by transfer
+    swap = [1 - w for w in snap.map.assignment]  # every bin to the other worker: W stays 2
+    req = plan.PlanRequest(strategy="all-at-once", source="manual")
+    model = plan.cost_model(db_url, cfg)
+    plain = plan.build_plan(snap.map, big, swap, 2, req, model, plan.declared_window(db_url, cfg))
+    assert [(s.mode, sorted(m.bin for m in s.moves)) for s in plain.steps] == [
+        ("transfer", list(range(8))), ("precopy", list(range(8, 16)))]
+    writer.ensure_job_row(db_url, unique_name, "keycount", 16, {"window": {"length_ms": 10_000, "slide_ms": None,
+                                                                           "lateness_ms": 20_000}},
+                          datetime.now(UTC))  # what a windowed processor's start writes (spark_jobs.binding)
+    window = plan.declared_window(db_url, cfg)
+    assert window == policy.DeclaredWindow(WindowSpec(10_000), 20_000)
+    built = plan.build_plan(snap.map, big, swap, 2, req, model, window)
+    assert [s.mode for s in built.steps] == ["transfer", "handover"] and built.steps[1].bytes == 0
+    stored = plan.store_plan(db_url, cfg, snap.map, swap, built, req, model)
+    sent = [parse_control(json.dumps(s.payload)) for s in store.plan_steps(db_url, stored.plan_id)]
+    assert [(s.precopy, s.handover) for s in sent] == [(False, False), (False, True)]
+    assert "handover" not in store.plan_steps(db_url, stored.plan_id)[0].payload, "a transfer sends no flag"
+    params = store.get_plan(db_url, stored.plan_id).params  # type: ignore[union-attr]
+    assert params["move_mode"] == "auto" and params["step_budget_s"] == 60.0
+    rows = {r["bin"]: r for r in params["move_modes"]}
+    assert sorted(rows) == list(range(16)) and rows[9]["mode"] == "handover" and rows[0]["mode"] == "transfer"
+    assert "estimated" in rows[9]["reason"] and "within the 200 ms pause budget" in rows[0]["reason"]

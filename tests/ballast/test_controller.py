@@ -1,5 +1,6 @@
 """ballast.controller: the stages chain through XCom dicts (collect → evaluate → plan_rebalance), and
-controller.evaluate on real DB rows: decisions stay valid JSON when DS2 has no finite answer."""
+controller.evaluate on real DB rows: decisions stay valid JSON when DS2 has no finite answer; a
+scheduled plan moves each bin by the mode the cost model chooses."""
 
 from __future__ import annotations
 
@@ -101,3 +102,25 @@ def test_a_hot_bin_gets_a_split_plan_and_the_next_window_counts_only_the_new_bin
                       "records": 100, "state_keys": 10, "state_bytes": 1000} for b in range(64)]
             writer.replace_epoch_metrics(s, unique_name, "keycount", e, erow, [], brows)
     assert store.JobStore(db_url, unique_name, "keycount").bin_stats(64, 10).load == tuple([300.0] * 64)
+
+
+def test_a_scheduled_rebalance_moves_each_bin_by_its_mode(db_url, job):
+    from ballast.store import writer
+
+    writer.ensure_job_row(db_url, job.job, job.operator, 16, {"window": {"length_ms": 10_000, "lateness_ms": 5_000}},
+                          datetime.now(UTC))  # a windowed processor's job row
+    tight = job.model_copy(update={"rebalance": job.rebalance.model_copy(update={"pause_budget_ms": 50.0})})
+    snap = controller.collect(db_url, tight)
+    decision = controller.evaluate(db_url, tight, snap)
+    w = decision["target_workers"]
+    assert decision["action"] == "scale_up" and w >= 2
+    out = controller.plan_rebalance(db_url, tight, snap, decision)  # batched: one bin a step, off worker 0
+    assert out is not None
+    steps = [s.payload for s in store.plan_steps(db_url, out["plan_id"])]
+    # no bin fits 50 ms by transfer; the first step grows W, which a handover cannot: pre-copy
+    assert steps[0].get("precopy") is True and steps[0]["workers"] == w and len(steps) > 1
+    assert all(s.get("handover") is True and s["workers"] == w for s in steps[1:])
+    rec = store.get_plan(db_url, out["plan_id"])
+    assert rec is not None and rec.params["move_mode"] == "auto"
+    [first] = [r for r in rec.params["move_modes"] if r["bin"] == steps[0]["moves"][0]["bin"]]
+    assert first["mode"] == "precopy" and f"grows the worker count 1 -> {w}" in first["reason"]

@@ -19,21 +19,11 @@ pytestmark = pytest.mark.controlplane
 
 
 @pytest.fixture
-def client(db_url, tmp_path, monkeypatch):  # type: ignore[no-untyped-def]
-    """The app with the auth dependency answered (anyone may read), on the test's metrics DB and an
-    empty jobs file."""
-    from fastapi.testclient import TestClient
-
-    monkeypatch.setenv("BALLAST_DB_URL", db_url)  # no ballast_metrics_db connection: the hook's fallback
+def client(console_client, tmp_path, monkeypatch):  # type: ignore[no-untyped-def]
+    """The console's app (tests/ballast/conftest.py) on an empty jobs file."""
     (tmp_path / "jobs.yaml").write_text("jobs: []\n")
     monkeypatch.setenv("BALLAST_JOBS_FILE", str(tmp_path / "jobs.yaml"))
-    plugin._url_cache["url"] = None
-    plugin.app.dependency_overrides[plugin.authorized] = lambda: None
-    try:
-        yield TestClient(plugin.app)
-    finally:
-        plugin.app.dependency_overrides.clear()
-        plugin._url_cache["url"] = None
+    return console_client
 
 
 def test_every_console_route_refuses_anonymous_callers(airflow_db):

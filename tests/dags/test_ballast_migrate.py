@@ -72,12 +72,14 @@ def test_the_approvals_wait_leaves_the_migration_the_rest_of_the_run():
 def test_the_form_defaults_to_a_dry_run_of_the_first_job(dag):
     got = run_params(dag, {})
     assert got["job"] == "clicks" and got["dry_run"] is True and got["strategy"] == "auto"
+    assert got["move_mode"] == "auto", "each bin's mode by the cost model unless a person forces one"
     assert got["moves"] == [] and got["target_workers"] is None and got["force"] is False
     assert got["trigger_ms"] is None and got["max_records_per_epoch"] is None, "settings change only when asked"
     assert dag.params.get_param("job").schema["enum"] == ["clicks", "orders"]
     ok = run_params(dag, {"job": "orders", "operator": "counts", "moves": [{"bin": 3, "to": 1}], "gap_seconds": 2,
-                          "order": "hot-first", "split_to": 512, "dry_run": False})
-    assert ok["moves"] == [{"bin": 3, "to": 1}] and ok["operator"] == "counts"
+                          "order": "hot-first", "split_to": 512, "dry_run": False, "move_mode": "handover"})
+    assert ok["moves"] == [{"bin": 3, "to": 1}] and ok["operator"] == "counts" and ok["move_mode"] == "handover"
+    assert dag.params.get_param("move_mode").schema["enum"] == ["auto", "transfer", "precopy", "handover"]
 
 
 @pytest.mark.parametrize("conf, why", [
@@ -98,6 +100,8 @@ def test_the_form_defaults_to_a_dry_run_of_the_first_job(dag):
     ({"max_records_per_epoch": "1k"}, "not of type"),
     ({"order": "random"}, "not one of"),
     ({"emit_mode": "all"}, "not one of"),
+    ({"move_mode": "teleport"}, "not one of"),
+    ({"move_mode": None}, "not one of"),
     ({"reason": "x" * 501}, "is too long"),
     ({"dry_run": "no"}, "not of type 'boolean'"),
 ])

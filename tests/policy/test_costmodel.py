@@ -1,10 +1,12 @@
-"""Cost model fit, plan predictions, the `auto` choice and the dry-run rendering."""
+"""Cost model fit, plan predictions (by move mode too), the `auto` choice and the dry-run rendering."""
 
 from __future__ import annotations
 
 import pytest
 
 from ballast.policy.costmodel import CheckpointSample, CostModel, fit_cost_model, render_plan
+from ballast.policy.handover import WindowSpec
+from ballast.policy.movemodes import DeclaredWindow, ModeBudgets, choose_bin_modes
 from ballast.policy.placement import uniform_map
 from ballast.policy.planner import choose_plan, plan_migration
 
@@ -92,3 +94,30 @@ def test_render_plan_is_a_readable_table_with_totals() -> None:
     worst, total = m.predict_plan(plan)
     assert lines[-1] == (f"total: {len(plan.steps)} steps, {plan.bins} bins, {plan.bytes:,} bytes, "
                          f"max pause {worst:.0f} ms, predicted duration {total / 1000:.1f} s")
+
+
+def test_a_handover_pauses_nothing_a_precopy_replays_its_changes_and_the_dry_run_says_why() -> None:
+    cur = uniform_map(64, 4)
+    tgt = [(w + 1) % 4 for w in cur]  # every bin moves, W stays
+    size, load, keys = [2_000_000] * 64, [10.0] * 64, [1_000] * 64  # 70 ms a bin by transfer
+    m = CostModel(a_ms=50, b_ms_per_byte=1e-5, epoch_ms=500)
+    budgets = ModeBudgets(m.a_ms, m.b_ms_per_byte, pause_budget_ms=60, step_budget_s=60, epoch_s=0.5)
+    window = DeclaredWindow(WindowSpec(10_000), lateness_ms=20_000)
+    handed = choose_bin_modes(range(64), size, keys, load, window, budgets)
+    assert {c.mode for c in handed.ordered()} == {"handover"}
+    # no bin fits 60 ms by transfer (fluid, without modes); handed over, all at once pauses nothing
+    assert choose_plan(cur, 0, tgt, 4, 4, size, load, model=m, pause_budget_ms=60).strategy == "fluid"
+    p = choose_plan(cur, 0, tgt, 4, 4, size, load, model=m, pause_budget_ms=60, bin_keys=keys, modes=handed)
+    [step] = p.steps
+    assert p.strategy == "all-at-once" and (step.mode, step.bytes, step.wait_s) == ("handover", 0, 30.5)
+    assert m.predict_plan(p) == (0.0, pytest.approx(500 + 30_500)), "an epoch + the wait for the windows"
+    # without windows: pre-copy, whose cut-over replays one epoch's changes (10 keys of 2 kB a bin)
+    pre = choose_bin_modes(range(64), size, keys, load, None, budgets)
+    q = plan_migration(cur, 0, tgt, 4, 4, size, load, strategy="fluid", bin_keys=keys, modes=pre)
+    assert all(s.mode == "precopy" and s.cutover_bytes == 20_000 and s.bytes == 2_000_000 for s in q.steps)
+    worst, total = m.predict_plan(q)
+    assert worst == pytest.approx(50.2) and total == pytest.approx(64 * (50.2 + 500 + 500)), "+ an epoch warming"
+    text = render_plan(p, m).splitlines()
+    assert text[1].split()[-1] == "mode" and text[2].split()[-4:] == ["0.0", "handover", "~30.5", "s"]
+    assert text[4] == "move modes: 64 handover; per bin:" and len(text) == 5 + 64
+    assert text[5].startswith("  bin 0 0->1: handover: a transfer would pause ~70 ms (budget 60)")

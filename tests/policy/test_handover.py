@@ -22,6 +22,7 @@ from ballast.policy.handover import (
     WindowSpec,
     choose_mode,
     choose_modes,
+    estimated_wait_s,
     handover_wait_s,
     migration_timestamp,
     pair_windows,
@@ -251,6 +252,18 @@ def test_the_wait_for_a_handover_follows_the_watermark() -> None:
     assert handover_wait_s(h, watermark_ms=120_000, epoch_s=0.5) == 0.5
     with pytest.raises(ValueError, match="event_time_rate"):
         handover_wait_s(h, 0, event_time_rate=0)
+
+
+def test_without_a_watermark_the_wait_is_the_window_and_the_lateness_of_event_time() -> None:
+    # the boundary is at most a window past the largest event read; the watermark trails that by the lateness
+    assert estimated_wait_s(WindowSpec(10_000), lateness_ms=20_000, epoch_s=0.5) == pytest.approx(30.5)
+    assert estimated_wait_s(WindowSpec(10_000, 5_000), 5_000, epoch_s=0.0, event_time_rate=3.0) == pytest.approx(5.0)
+    assert estimated_wait_s(WindowSpec(0, gap_ms=4_000), 1_000, epoch_s=0.0) == pytest.approx(5.0)
+    for first in range(100_000, 130_000, 700):  # never shorter than the wait from the real watermark
+        h = Handover.at(WindowSpec(10_000, 5_000), first)
+        assert handover_wait_s(h, first - 1 - 5_000, epoch_s=0.0) <= estimated_wait_s(h.spec, 5_000, epoch_s=0.0)
+    with pytest.raises(ValueError, match="lateness_ms"):
+        estimated_wait_s(WindowSpec(10_000), -1)
 
 
 def test_the_planner_chooses_transfer_handover_or_precopy_per_bin() -> None:

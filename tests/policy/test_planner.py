@@ -1,4 +1,5 @@
-"""Planner strategies against the data-plane contract: composition, worker counts, map versions."""
+"""Planner strategies against the data-plane contract: composition, worker counts, map versions;
+with move modes, one mode per step and no handover step that changes the worker count."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ from collections import Counter
 
 import pytest
 
+from ballast.policy.handover import MODES, BinCosts, WindowSpec, choose_mode
+from ballast.policy.movemodes import DeclaredWindow, ModeBudgets, MoveModes, choose_bin_modes
 from ballast.policy.placement import place, uniform_map
 from ballast.policy.planner import MigrationPlan, apply_moves, plan_migration
 from ballast.protocol import Move
@@ -146,3 +149,84 @@ def test_invalid_maps_are_refused() -> None:
         plan_migration([0, 0, 1, 1], 0, [0, 0, 1, 2], 2, 2)  # target names worker 2 of 2
     with pytest.raises(ValueError):
         apply_moves([0, 1], [Move(0, 1, 0)])  # wrong source
+
+
+BUDGETS = ModeBudgets(a_ms=50.0, b_ms_per_byte=1e-5, pause_budget_ms=200.0, step_budget_s=60.0, epoch_s=0.5)
+
+
+def mixed_modes(cur: list[int], tgt: list[int], seed: int) -> MoveModes:
+    """Every moving bin by a random mode (as the cost model could choose them), for the contract checks."""
+    rng = random.Random(seed)
+    moving = [b for b in range(len(cur)) if cur[b] != tgt[b]]
+    costs = {b: BinCosts(b, rng.randint(1_000, 10**8), 5_000.0, windowed=True, handover_wait_s=7.0) for b in moving}
+    choices = {b: choose_mode(costs[b], 1e-5, 50.0, 200.0, 60.0, forced=rng.choice(MODES)) for b in moving}
+    return MoveModes("auto", costs, choices, BUDGETS)
+
+
+def documented_workers(plan: MigrationPlan, w_old: int, w_new: int) -> list[int]:
+    """W after each step by the rule of docs/policy.md (grow at the first move into a new worker,
+    shrink at the step draining the last bin off the retired ones), over the plan's own steps."""
+    n = len(plan.steps)
+    if w_new > w_old:
+        at = next((i for i, s in enumerate(plan.steps) if any(m.dst >= w_old for m in s.moves)), n - 1)
+    elif w_new < w_old:
+        at = max((i for i, s in enumerate(plan.steps) if any(m.src >= w_new for m in s.moves)), default=0)
+    else:
+        return [w_old] * n
+    return [w_old] * at + [w_new] * (n - at)
+
+
+@pytest.mark.parametrize("strategy", ["all-at-once", "fluid", "batched"])
+@pytest.mark.parametrize("w_old,w_new", [(2, 3), (4, 5), (3, 2), (4, 4), (5, 2)])
+def test_bins_of_different_modes_go_into_separate_steps_that_keep_the_contract(strategy: str, w_old: int,
+                                                                              w_new: int) -> None:
+    cur, tgt, size, load = scenario(w_old, w_new)
+    for seed in range(3):
+        modes = mixed_modes(cur, tgt, seed)
+        plan = plan_migration(cur, 7, tgt, w_old, w_new, size, load, strategy=strategy,  # type: ignore[arg-type]
+                              modes=modes)
+        assert compose(cur, plan) == tgt and plan.bins == len(modes.choices)
+        check_contract(cur, tgt, plan, 7, w_old, w_new)
+        assert [s.workers for s in plan.steps] == documented_workers(plan, w_old, w_new)
+        final = {c.bin: c for c in plan.modes}
+        assert set(final) == set(modes.choices)
+        before = w_old
+        for s in plan.steps:
+            assert {final[m.bin].mode for m in s.moves} == {s.mode}, "one mode, one flag per step"
+            if s.mode == "handover":  # the data plane refuses a handover that changes W
+                assert s.workers == before and s.bytes == 0 and s.wait_s == 7.0
+            before = s.workers
+            if strategy == "batched":
+                assert max(Counter(m.src for m in s.moves).values()) <= 1
+                assert max(Counter(m.dst for m in s.moves).values()) <= 1
+        for b, c in final.items():  # a bin moves as chosen unless a handover would have changed W
+            assert c == modes.choices[b] or (modes.mode(b) == "handover" and c.mode == "precopy"
+                                             and "worker count" in c.reason)
+        if strategy == "all-at-once":
+            assert len(plan.steps) <= 3
+        if w_old == w_new:
+            assert plan.modes == modes.ordered(), "nothing to demote when W stays"
+
+
+def test_a_handover_keeps_the_worker_count_so_the_bins_that_change_it_move_by_precopy() -> None:
+    window = DeclaredWindow(WindowSpec(10_000), lateness_ms=20_000)
+
+    def forced(cur: list[int], tgt: list[int]) -> MoveModes:
+        moving = [b for b in range(len(cur)) if cur[b] != tgt[b]]
+        return choose_bin_modes(moving, [10**6] * len(cur), [10] * len(cur), [1.0] * len(cur), window, BUDGETS,
+                                requested="handover")
+
+    cur, grow = [0, 0, 1, 1], [2, 0, 1, 2]  # 2 -> 3: bins 0 and 3 into the new worker
+    fluid = plan_migration(cur, 0, grow, 2, 3, strategy="fluid", order="by-id", modes=forced(cur, grow))
+    assert [(s.moves[0].bin, s.mode, s.workers) for s in fluid.steps] == [(0, "precopy", 3), (3, "handover", 3)]
+    [why] = [c.reason for c in fluid.modes if c.bin == 0]
+    assert why.startswith("pre-copy: its step grows the worker count 2 -> 3, which a handover cannot")
+    mixed = [1, 0, 1, 2]  # bin 0 among the old workers, bin 3 into the new one, in one step
+    one = plan_migration(cur, 0, mixed, 2, 3, strategy="all-at-once", modes=forced(cur, mixed))
+    assert [([m.bin for m in s.moves], s.mode, s.workers) for s in one.steps] == [([3], "precopy", 3),
+                                                                                  ([0], "handover", 3)]
+    cur3, shrink = [0, 1, 2, 2], [1, 0, 0, 1]  # 3 -> 2: the step draining worker 2 shrinks W
+    down = plan_migration(cur3, 0, shrink, 3, 2, strategy="fluid", order="by-id", modes=forced(cur3, shrink))
+    assert [(s.mode, s.workers) for s in down.steps] == [("handover", 3), ("handover", 3), ("handover", 3),
+                                                         ("precopy", 2)]
+    assert "shrinks the worker count 3 -> 2" in [c.reason for c in down.modes if c.bin == 3][0]

@@ -1,4 +1,5 @@
-"""The identity comparison of spark_jobs.binding: checkpoint <-> store <-> metrics DB job row.
+"""The identity comparison of spark_jobs.binding: checkpoint <-> store <-> metrics DB job row, and the
+job row's declared window (what the control plane chooses a handover by).
 
 Pure rules, one case each; the same refusals on a real job are in tests/system/test_state_binding.py."""
 
@@ -118,3 +119,22 @@ def test_key_schema_of_operators_and_processors() -> None:
         key_schema = "v2"
 
     assert key_schema(Declared()) == "v2"
+
+
+def test_the_job_row_carries_the_operators_declared_window() -> None:
+    from ballast.policy.handover import WindowSpec
+    from ballast.policy.movemodes import DeclaredWindow
+    from spark_jobs.binding import window_config
+
+    class Sliding:
+        ballast_query = QuerySpec(grouping_keys=("user",), time_mode="EventTime", event_time_column="ts",
+                                  lateness_ms=5_000, window=WindowSpec(10_000, 5_000))
+
+    class Unwindowed:
+        ballast_query = QuerySpec(grouping_keys=("user",), time_mode="EventTime", event_time_column="ts")
+
+    doc = window_config(ProcessorOperator(Sliding))
+    assert doc == {"length_ms": 10_000, "slide_ms": 5_000, "offset_ms": 0, "gap_ms": None, "lateness_ms": 5_000}
+    assert DeclaredWindow.from_config(doc) == DeclaredWindow(WindowSpec(10_000, 5_000), 5_000), "the control plane's"
+    assert window_config(ProcessorOperator(Unwindowed)) is None and window_config(KeyCount()) is None
+    assert window_config(None) is None

@@ -5,6 +5,8 @@ DB the stack's Airflow reads through its connection; a person logs in to Airflow
 console from the nav, and watches a 1 -> 2 worker migration: the job row, the bin map heat map
 (B cells), the plan timeline whose steps turn applied, the trigger form prefilled for a dry run.
 Screenshots land in the test's tmp dir (and in $BALLAST_UI_SHOTS when set, e.g. docs/img).
+A handover is shown from a seeded decision log (no job runs for it: the data plane's side of a
+handover is tests/system/test_handover_job.py).
 """
 
 from __future__ import annotations
@@ -251,3 +253,63 @@ def test_console_shows_a_live_migration(console_stack, live_job, browser, tmp_pa
         for name in ("console-in-airflow.png", "console-migration.png", "console-after.png",
                      "console-trigger-form.png", "console-critical-path.png"):
             shutil.copy(shots / name, Path(out) / name)
+
+
+def test_console_shows_a_waiting_handover_then_its_0_bytes(console_stack, browser, tmp_path):
+    """A handover sent by hand to a job (its decision log and heartbeat seeded in the metrics DB the
+    stack's Airflow reads): the console says it in one sentence with UTC event times, lists both
+    owners of the bins and charts the watermark against the boundary, follows the watermark epoch by
+    epoch, and once applied says that it moved 0 bytes."""
+    from datetime import UTC, datetime
+
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from ballast.store import writer
+    from tests.helpers.jobs import seed_job
+    from tests.helpers.store_seed import NOON_MS, handover_applied, log_waiting_handover
+
+    st, drv = console_stack, browser
+    job, op, shots = f"{st.job}-ho", "keycount", tmp_path / "screenshots"
+    seed_job(st.db_url, job, bins=16, workers=2, epochs=6)
+    with writer.epoch_transaction(st.db_url) as s:
+        writer.heartbeat(s, job, op, epoch=8, map_version=0, workers=2, now=datetime.now(UTC),
+                         started_at=datetime.now(UTC), status="running")
+    log_waiting_handover(st.db_url, "by-hand", 1, [7, 8], [None, NOON_MS + 8_000], job=job, operator=op)
+    wait = WebDriverWait(drv, 60, poll_frequency=0.5)
+    _login(drv, st)
+    drv.get_log("browser")  # what Airflow's own pages logged is not the console's business
+    drv.get(f"{st.root}/ballast/?job={job}")
+
+    def said(d, what: str = "[data-field=handover]") -> str:  # type: ignore[no-untyped-def]
+        """A part of the handover panel's text, read in one go (each refresh redraws the panel)."""
+        return str(_js(d, "const box = document.getElementById('handover'), e = box && box.querySelector("
+                          f"'{what}'); return e && !box.hidden ? e.innerText : ''"))
+
+    wait.until(lambda d: "2 windows left" in said(d))
+    assert said(drv) == ("handover of 4 bins 0→1: the old owner finishes the windows up to 12:00:15.000; "
+                         "2 windows left; watermark 12:00:08.000 (event time, UTC)")
+    bins = said(drv, "#handover-bins")
+    assert "3, 5, 9, 12\tw0\tw1" in bins, bins
+    times = said(drv, "#handover-times")
+    assert "boundary\t12:00:15.000" in times and "activation\t12:00:10.000" in times, times
+    # the next epoch's watermark reaches the page at its next refresh (every 3 s)
+    log_waiting_handover(st.db_url, "by-hand", 1, [7, 8, 9], [None, NOON_MS + 8_000, NOON_MS + 13_200], job=job,
+                         operator=op)
+    wait.until(lambda d: "1 window left; watermark 12:00:13.200" in said(d))
+    assert _js(drv, "return document.getElementById('handover-chart').data[3].x.length") == 3
+    drv.execute_script("document.getElementById('plan-section').scrollIntoView(); window.scrollBy(0, -70)")
+    time.sleep(1.0)
+    cs.screenshot(drv, shots / "console-handover.png", full_page=False)
+
+    handover_applied(st.db_url, "by-hand", 1, 10, job=job, operator=op)
+    wait.until(lambda d: "0 bytes of state moved by handover" in said(d))
+    assert _js(drv, "return document.getElementById('handover').dataset.status") == "applied"
+    assert "state moved\t0 B (by handover)" in said(drv, "#handover-times")
+    time.sleep(1.0)
+    cs.screenshot(drv, shots / "console-handover-applied.png", full_page=False)
+    errors = [e for e in drv.get_log("browser") if e["level"] == "SEVERE" and "favicon" not in e["message"]]
+    assert not errors, errors
+    out = os.environ.get("BALLAST_UI_SHOTS")
+    if out:
+        Path(out).mkdir(parents=True, exist_ok=True)
+        shutil.copy(shots / "console-handover.png", Path(out) / "console-handover.png")

@@ -1,5 +1,7 @@
 """A migration a person asked for (ballast_migrate): validate the request against the live map,
-then plan it like a scheduled one, or take over a plan whose run is gone."""
+then plan it like a scheduled one, or take over a plan whose run is gone. `move_mode` (auto,
+transfer, precopy, handover) forces every bin's move mode; a forced handover of an operator that
+declares no windows is refused with the core's reason before anything is stored."""
 
 from __future__ import annotations
 
@@ -13,9 +15,12 @@ from ballast.control.collect import NotReady, current_state
 from ballast.control.handoffs import BinLoad, MapState
 from ballast.control.place import place
 from ballast.control.plan import (
+    MoveModeRefused,
     PlanRequest,
     build_plan,
     cost_model,
+    declared_window,
+    mode_rows,
     store_merge,
     store_plan,
     store_settings,
@@ -23,6 +28,7 @@ from ballast.control.plan import (
 )
 from ballast.control.render import summary_table
 from ballast.errors import BallastError
+from ballast.options import MOVE_MODES
 from ballast.protocol import MAX_TRIGGER_MS, Settings
 
 log = logging.getLogger(__name__)
@@ -86,6 +92,14 @@ def plan_manual(url: str, cfg: JobConfig, params: dict[str, Any]) -> dict[str, A
     if params.get("take_over"):
         return take_over_manual(url, cfg, str(params["take_over"]), bool(params.get("force")))
     current, bins = live_map(url, cfg, "this manual migration")
+    move_mode = params.get("move_mode") or "auto"
+    if move_mode not in MOVE_MODES:
+        raise InvalidRequest(f"move_mode must be one of {', '.join(MOVE_MODES)}, got {move_mode!r}")
+    one_step_kind = ([k for k in ("split_to", "merge_to") if params.get(k)]
+                     + [k for k in Settings.NAMES if params.get(k) is not None])
+    if move_mode != "auto" and one_step_kind:
+        raise InvalidRequest(f"move_mode {move_mode} forces how bins move; {one_step_kind[0]} moves none by "
+                             "choice: leave move_mode at auto (a merge brings its parts together by transfer)")
     if any(params.get(k) is not None for k in Settings.NAMES):
         return _plan_settings(url, cfg, current, params)
     if params.get("split_to"):
@@ -103,17 +117,21 @@ def plan_manual(url: str, cfg: JobConfig, params: dict[str, Any]) -> dict[str, A
         strategy=params.get("strategy") or "auto", order=params.get("order") or rb.order,
         step_size=params.get("step_size"), byte_budget=params.get("byte_budget"),
         gap_seconds=float(params.get("gap_seconds") or 0.0), pause_budget_ms=rb.pause_budget_ms,
-        emit_mode=params.get("emit_mode") or rb.emit_mode, source="manual",
-        reason=params.get("reason") or "manual migration",
+        emit_mode=params.get("emit_mode") or rb.emit_mode, move_mode=move_mode, step_budget_s=rb.step_budget_s,
+        source="manual", reason=params.get("reason") or "manual migration",
     )
     model = cost_model(url, cfg)
-    plan = build_plan(current, bins, target, target_workers, req, model)
+    try:
+        plan = build_plan(current, bins, target, target_workers, req, model, declared_window(url, cfg))
+    except MoveModeRefused as exc:  # a forced handover the operator's windows do not allow: the core's reason
+        raise InvalidRequest(f"move_mode {move_mode}: {exc}") from exc
     rendered = policy.render_plan(plan, model)
     worst, total = model.predict_plan(plan)
     if params.get("dry_run"):
         log.info("DRY RUN — nothing stored, nothing emitted:\n%s", rendered)
         return {"dry_run": True, "plan_id": None, "steps": len(plan.steps), "bins": plan.bins,
-                "predicted_ms": total, "predicted_max_pause_ms": worst, "rendered": rendered}
+                "predicted_ms": total, "predicted_max_pause_ms": worst, "rendered": rendered,
+                "modes": mode_rows(plan)}
     try:
         out = store_plan(url, cfg, current, target, plan, req, model).to_dict()
     except store.PlanConflict as exc:  # another run stored one between the check above and now

@@ -3,6 +3,11 @@ it, then stored with every step's control message in one transaction before anyt
 
 Storing is where the one-open-plan-per-operator rule bites (ballast.store.plans): a run that
 loses gets PlanConflict naming the plan in the way.
+
+Each moving bin moves by transfer, pre-copy or handover (docs/handover.md, "Choosing a move mode per
+bin"): the cost model's a and b, the job's pause and step budgets, and the windows its operator
+declares (the job row's config, `declared_window`) decide, unless a manual run forces a mode; every
+stored step carries its mode's flag, and the plan's params each bin's mode and why.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from ballast.code_version import CodeVersion
 from ballast.config import JobConfig
 from ballast.control.handoffs import BinLoad, MapState, StoredPlan
 from ballast.errors import BallastError
-from ballast.options import EmitMode, Order, Strategy
+from ballast.options import EmitMode, MoveMode, Order, Strategy
 from ballast.protocol import ControlStep, Move, Settings
 
 log = logging.getLogger(__name__)
@@ -27,6 +32,10 @@ log = logging.getLogger(__name__)
 
 class PlanFailed(BallastError, RuntimeError):
     """A plan cannot complete; the message says why and what the operator should do."""
+
+
+class MoveModeRefused(BallastError, ValueError):
+    """A forced move mode the job cannot take (a handover of an operator without windows): the core's reason."""
 
 
 @dataclass(frozen=True)
@@ -40,6 +49,8 @@ class PlanRequest:
     gap_seconds: float = 0.0
     pause_budget_ms: float = 200.0
     emit_mode: EmitMode = "flow-control"
+    move_mode: MoveMode = "auto"  # auto: per bin by the cost model; else forced for every bin (a manual run)
+    step_budget_s: float = 60.0  # longest wait of a handover step (rebalance.step_budget_s)
     source: str = "rebalance"  # rebalance | manual
     reason: str = ""
     decision_id: int | None = None
@@ -57,14 +68,39 @@ def cost_model(url: str, cfg: JobConfig) -> policy.CostModel:
     return policy.fit_cost_model(samples, epoch_ms=1000.0 * cfg.rebalance.batch_budget_s)
 
 
+def declared_window(url: str, cfg: JobConfig) -> policy.DeclaredWindow | None:
+    """The windows the job's operator declares, from its job row (None: none declared, or a job row
+    written before it carried them: its bins move by transfer or pre-copy)."""
+    config = store.JobStore(url, cfg.job, cfg.operator).job_config() or {}
+    return policy.DeclaredWindow.from_config(config.get("window"))
+
+
+def move_modes(current: MapState, bins: BinLoad, target: Sequence[int], req: PlanRequest, model: policy.CostModel,
+               window: policy.DeclaredWindow | None) -> policy.MoveModes:
+    """Each moving bin's mode and why; MoveModeRefused for a forced mode the operator cannot take."""
+    moving = [b for b, (c, t) in enumerate(zip(current.assignment, target)) if c != t]
+    n = len(current.assignment)
+    size = list(bins.bytes) if len(bins.bytes) == n else [0] * n
+    keys = list(bins.keys) if len(bins.keys) == n else [0] * n
+    per_epoch = [x / max(1, bins.epochs) for x in bins.load] if len(bins.load) == n else [0.0] * n
+    budgets = policy.ModeBudgets(model.a_ms, model.b_ms_per_byte, req.pause_budget_ms, req.step_budget_s,
+                                 model.epoch_ms / 1000.0)
+    try:
+        return policy.choose_bin_modes(moving, size, keys, per_epoch, window, budgets, req.move_mode)
+    except ValueError as exc:
+        raise MoveModeRefused(str(exc)) from exc
+
+
 def build_plan(current: MapState, bins: BinLoad, target: Sequence[int], target_workers: int,
-               req: PlanRequest, model: policy.CostModel) -> policy.MigrationPlan:
-    """The planner's steps from the current map to `target` (no DB write)."""
+               req: PlanRequest, model: policy.CostModel, window: policy.DeclaredWindow | None = None,
+               ) -> policy.MigrationPlan:
+    """The planner's steps from the current map to `target`, each bin by its move mode (no DB write)."""
     plan = policy.plan_migration(
         list(current.assignment), current.version, list(target), current.workers, target_workers,
         list(bins.bytes), list(bins.load), strategy=req.strategy, order=req.order,
         step_size=req.step_size, byte_budget=req.byte_budget, gap_s=req.gap_seconds, bin_keys=list(bins.keys),
         cost_model=model, pause_budget_ms=req.pause_budget_ms,
+        modes=move_modes(current, bins, target, req, model, window),
     )
     # the steps must compose to the target: never store a plan that would not
     state = list(current.assignment)
@@ -114,7 +150,8 @@ def store_plan(url: str, cfg: JobConfig, current: MapState, target: Sequence[int
     params = {"strategy": plan.strategy, "requested_strategy": req.strategy, "order": plan.order,
               "step_size": req.step_size, "byte_budget": req.byte_budget, "gap_seconds": req.gap_seconds,
               "emit_mode": req.emit_mode, "source": req.source, "decision_id": req.decision_id,
-              "knobs": plan.knobs, "predicted_max_pause_ms": worst, "cost_model_samples": model.samples}
+              "knobs": plan.knobs, "predicted_max_pause_ms": worst, "cost_model_samples": model.samples,
+              "move_mode": req.move_mode, "step_budget_s": req.step_budget_s, "move_modes": mode_rows(plan)}
     steps = []
     for s in plan.steps:
         msg = ControlStep(
@@ -122,7 +159,7 @@ def store_plan(url: str, cfg: JobConfig, current: MapState, target: Sequence[int
             kind=s.kind, moves=tuple(Move(mv.bin, mv.src, mv.dst) for mv in s.moves),  # type: ignore[arg-type]
             workers=s.workers, map_version=s.map_version, issued_at=now,
             effective_at=now + timedelta(seconds=s.effective_offset_s), reason=req.reason[:500], bins=s.bins_after,
-            settings=s.settings, code=s.code,
+            settings=s.settings, code=s.code, precopy=s.mode == "precopy", handover=s.mode == "handover",
         )
         steps.append(store.StepRecord(plan_id, s.step, msg.to_dict(), msg.effective_at, None, None, None,
                                      model.predict_step(s)))
@@ -141,3 +178,8 @@ def store_plan(url: str, cfg: JobConfig, current: MapState, target: Sequence[int
                    details={"plan_id": plan_id})
     log.info("stored plan %s (owner %s)\n%s", plan_id, rec.owner, policy.render_plan(plan, model))
     return StoredPlan(plan_id, n, plan.bins, plan.bytes, plan.strategy, total, worst, req.emit_mode)
+
+
+def mode_rows(plan: policy.MigrationPlan) -> list[dict[str, object]]:
+    """Each moving bin's mode and why, as the plan's params and a dry run's output carry them."""
+    return [{"bin": c.bin, "mode": c.mode, "reason": c.reason} for c in plan.modes]

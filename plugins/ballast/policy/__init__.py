@@ -1,7 +1,7 @@
 """Ballast policy: the pure-Python brain of the control plane.
 
 collect (DAG) -> `evaluate` (DS2) -> `evaluate_guards` -> `critical_path_check` -> `place` ->
-`plan_migration` -> emit (DAG).
+`choose_bin_modes` (transfer, pre-copy or handover per bin) -> `plan_migration` -> emit (DAG).
 Module imports run one way: plan (the shapes) <- costmodel <- planner; dataflow (DS2's inputs)
 <- rates (its measurement) <- ds2; guards, placement, split, critical stand alone
 (tests/policy/test_imports.py imports each one alone).
@@ -55,6 +55,14 @@ from ballast.policy.guards import (
     evaluate_guards,
     record_change,
 )
+from ballast.policy.movemodes import (
+    MOVE_MODES,
+    DeclaredWindow,
+    ModeBudgets,
+    MoveMode,
+    MoveModes,
+    choose_bin_modes,
+)
 from ballast.policy.placement import (
     PlacementStats,
     moved_bins,
@@ -89,4 +97,5 @@ __all__ = [
     "GuardVerdict", "GuardConfig", "GuardState", "Observation", "evaluate_guards", "record_change",
     "PlacementStats", "moved_bins", "place", "placement_stats", "uniform_map", "worker_loads",
     "ORDERS", "STRATEGIES", "MigrationPlan", "MigrationStep", "apply_moves", "plan_migration",
+    "MOVE_MODES", "DeclaredWindow", "ModeBudgets", "MoveMode", "MoveModes", "choose_bin_modes",
 ]

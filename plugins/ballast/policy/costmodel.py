@@ -46,13 +46,20 @@ class CostModel:
         return self.a_ms + self.b_ms_per_byte * bytes_ + self.c_ms_per_key * keys
 
     def predict_step(self, step: MigrationStep) -> float:
+        """The step's pause: a handover pauses nothing, a pre-copy's cut-over loads one epoch's changes."""
+        if step.mode == "handover":
+            return 0.0
+        if step.mode == "precopy":
+            return self.step_ms(step.bytes if step.cutover_bytes is None else step.cutover_bytes, 0, step.bins)
         return self.step_ms(step.bytes, step.keys, step.bins)
 
     def predict_plan(self, plan: MigrationPlan) -> tuple[float, float]:
-        """(max step pause ms, total duration ms) = Σ pauses + (n−1)·gap + n·epoch."""
+        """(max step pause ms, total duration ms) = Σ pauses + (n−1)·gap + n·epoch, + an epoch per
+        pre-copy (it warms first) and each handover's wait for the old owners' windows."""
         pauses = [self.predict_step(s) for s in plan.steps]
         n = len(pauses)
         total = sum(pauses) + max(0, n - 1) * plan.gap_s * 1000.0 + n * self.epoch_ms
+        total += sum(self.epoch_ms if s.mode == "precopy" else 1000.0 * s.wait_s for s in plan.steps)
         return (max(pauses, default=0.0), total)
 
 
@@ -109,26 +116,35 @@ def fit_cost_model(
 
 
 def render_plan(plan: MigrationPlan, model: CostModel) -> str:
-    """Dry-run table a person reads before approving: one row per step, then totals."""
+    """Dry-run table a person reads before approving: one row per step, then totals; with move modes
+    (`plan.modes`) a mode column, and after the totals each bin's mode and why."""
     head = (
         f"plan: {plan.strategy} ({plan.order}), workers {plan.from_workers}->{plan.to_workers}, "
         f"map version {plan.base_version}->{plan.base_version + len(plan.steps)}, "
         f"cost model {'fitted on ' + str(model.samples) + ' checkpoints' if model.samples else 'defaults'}"
     )
-    rows = [("step", "moves", "bins", "bytes", "workers", "pause_ms", "at_s")]
+    rows = [("step", "moves", "bins", "bytes", "workers", "pause_ms", "at_s") + (("mode",) if plan.modes else ())]
     for s in plan.steps:
         mv = ", ".join(f"{m.bin}:{m.src}->{m.dst}" for m in s.moves[:4]) + (" …" if len(s.moves) > 4 else "")
+        mode = (s.mode + (f" ~{s.wait_s:.1f} s" if s.mode == "handover" else ""),) if plan.modes else ()
         rows.append((
             str(s.step), mv or "-", str(s.bins), f"{s.bytes:,}", str(s.workers),
-            f"{model.predict_step(s):.0f}", f"{s.effective_offset_s:.1f}",
+            f"{model.predict_step(s):.0f}", f"{s.effective_offset_s:.1f}", *mode,
         ))
     worst, total = model.predict_plan(plan)
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = [head] + [
-        "  ".join(c.ljust(w) if i == 1 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in rows
+        "  ".join(c.ljust(w) if i in (1, 7) else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
+        for r in rows
     ]
     lines.append(
         f"total: {len(plan.steps)} steps, {plan.bins} bins, {plan.bytes:,} bytes, "
         f"max pause {worst:.0f} ms, predicted duration {total / 1000:.1f} s"
     )
+    if plan.modes:
+        counts = {m: sum(c.mode == m for c in plan.modes) for m in ("transfer", "precopy", "handover")}
+        lines.append("move modes: " + ", ".join(f"{n} {m}" for m, n in counts.items() if n) + "; per bin:")
+        src = {m.bin: (m.src, m.dst) for s in plan.steps for m in s.moves}
+        lines += [f"  bin {c.bin} {src[c.bin][0]}->{src[c.bin][1]}: {c.reason}" if c.bin in src else
+                  f"  bin {c.bin}: {c.reason}" for c in plan.modes]
     return "\n".join(lines)

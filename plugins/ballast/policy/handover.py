@@ -176,6 +176,7 @@ class BinCosts:
     changed_bytes_per_epoch: float = 0.0  # what a pre-copy replays at its cut-over, per epoch it waits
     windowed: bool = False  # the operator declares its controlling windows (a handover is possible)
     handover_wait_s: float = 0.0  # until the old owner's last window closes (see handover_wait_s)
+    no_handover: str = ""  # why a windowed operator's bin still cannot be handed over (e.g. session windows)
 
 
 @dataclass(frozen=True)
@@ -196,6 +197,16 @@ def handover_wait_s(h: Handover, watermark_ms: int, event_time_rate: float = 1.0
     return max(0.0, (h.boundary_ms - watermark_ms) / 1000.0) / event_time_rate + epoch_s
 
 
+def estimated_wait_s(spec: WindowSpec, lateness_ms: int, epoch_s: float = 0.5, event_time_rate: float = 1.0) -> float:
+    """`handover_wait_s` without a watermark: the boundary lies at most one window length (a gap, for
+    sessions) past the largest event time the job read, and the watermark trails that by the lateness,
+    so the watermark has at most length + lateness of event time to cover."""
+    if lateness_ms < 0:
+        raise ValueError(f"lateness_ms must be >= 0, got {lateness_ms}")
+    span = spec.gap_ms if spec.gap_ms is not None else spec.length_ms
+    return handover_wait_s(Handover(spec, 0, 0, span), -lateness_ms, event_time_rate, epoch_s)
+
+
 def choose_mode(c: BinCosts, pause_ms_per_byte: float, fixed_ms: float, pause_budget_ms: float,
                 step_budget_s: float, forced: Mode | None = None) -> ModeChoice:
     """Transfer, pre-copy or handover for one bin, by the cost model.
@@ -206,7 +217,8 @@ def choose_mode(c: BinCosts, pause_ms_per_byte: float, fixed_ms: float, pause_bu
       windows close, and both owners process the overlap: chosen when the bin's operator is windowed
       and that wait fits the step budget.
     - A pre-copy warms the bin first and replays one epoch's changes at the cut-over: the fallback.
-    `forced` (a manual run) wins, except a handover of an operator without declared windows."""
+    `forced` (a manual run) wins, except a handover of an operator without declared windows (or one
+    that `no_handover` rules out)."""
     transfer_ms = fixed_ms + pause_ms_per_byte * c.state_bytes
     precopy_ms = fixed_ms + pause_ms_per_byte * c.changed_bytes_per_epoch
     if forced is not None:
@@ -215,17 +227,19 @@ def choose_mode(c: BinCosts, pause_ms_per_byte: float, fixed_ms: float, pause_bu
         if forced == "handover" and not c.windowed:
             raise ValueError(f"bin {c.bin}: a handover needs the operator's windows (QuerySpec.window); this "
                              "operator declares none: move it by transfer or pre-copy")
+        if forced == "handover" and c.no_handover:
+            raise ValueError(f"bin {c.bin}: {c.no_handover}: move it by transfer or pre-copy")
         pause = {"transfer": transfer_ms, "precopy": precopy_ms, "handover": 0.0}[forced]
         return ModeChoice(c.bin, forced, f"{forced}: forced by the run", pause,
                           0 if forced == "handover" else c.state_bytes)
     if transfer_ms <= pause_budget_ms:
         return ModeChoice(c.bin, "transfer", f"transfer: {c.state_bytes} bytes pause ~{transfer_ms:.0f} ms, within "
                           f"the {pause_budget_ms:.0f} ms pause budget", transfer_ms, c.state_bytes)
-    if c.windowed and c.handover_wait_s <= step_budget_s:
+    if c.windowed and not c.no_handover and c.handover_wait_s <= step_budget_s:
         return ModeChoice(c.bin, "handover", f"handover: a transfer would pause ~{transfer_ms:.0f} ms (budget "
                           f"{pause_budget_ms:.0f}); the open windows close in ~{c.handover_wait_s:.1f} s, within "
                           f"the {step_budget_s:.0f} s step budget, and nothing is copied", 0.0, 0)
-    why = ("the operator declares no windows" if not c.windowed else
+    why = ("the operator declares no windows" if not c.windowed else c.no_handover if c.no_handover else
            f"its windows close in ~{c.handover_wait_s:.1f} s, past the {step_budget_s:.0f} s step budget")
     return ModeChoice(c.bin, "precopy", f"pre-copy: a transfer would pause ~{transfer_ms:.0f} ms (budget "
                       f"{pause_budget_ms:.0f}) and no handover ({why}); the cut-over replays ~"

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from ballast.code_version import CodeVersion
+from ballast.policy.handover import Mode, ModeChoice
 from ballast.protocol import Move, Settings
 
 __all__ = ["ORDERS", "STRATEGIES", "Order", "MigrationPlan", "MigrationStep", "Strategy", "apply_moves",
@@ -38,6 +39,10 @@ class MigrationStep:
     settings: Settings | None = None  # a settings step: what it changes (no moves, same workers)
     merge_to: int | None = None  # a merge step: the bin count after it (no moves, same workers)
     code: CodeVersion | None = None  # an upgrade step: the processor version it deploys (no moves, same workers)
+    # how its bins move (docs/handover.md): one mode per step, the control step's precopy/handover flag
+    mode: Mode = "transfer"
+    cutover_bytes: int | None = None  # what the cut-over loads (pre-copy: the changes; handover: 0); None: `bytes`
+    wait_s: float = 0.0  # a handover's wait until the old owners' last windows close
 
     @property
     def bins(self) -> int:
@@ -68,6 +73,7 @@ class MigrationPlan:
     steps: tuple[MigrationStep, ...]
     gap_s: float = 0.0
     knobs: dict[str, float] = field(default_factory=dict)
+    modes: tuple[ModeChoice, ...] = ()  # each moving bin's mode and why (empty: every bin by transfer)
 
     @property
     def bins(self) -> int:

@@ -9,6 +9,11 @@ and step size) and `auto` (cheapest predicted plan within a pause budget, see co
 The data-plane contract (docs/protocol.md) fixes three things encoded here: `workers` is the count
 *after* a step — it grows at the first step that moves a bin into a new worker and shrinks at the
 step that drains the last bin off the retired workers; and step i expects map version base + i − 1.
+
+With move modes (`ballast.policy.movemodes`: transfer, pre-copy or handover per bin, by the cost
+model), each strategy's step is split into one step per mode (a control step carries one flag);
+the worker count follows the same rule over those steps, and since a handover keeps it, the
+handover bins that would change it move by pre-copy (`_by_mode`).
 """
 
 from __future__ import annotations
@@ -17,6 +22,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from ballast.policy.costmodel import CostModel
+from ballast.policy.handover import MODES, Mode
+from ballast.policy.movemodes import MoveModes
 from ballast.policy.plan import ORDERS, STRATEGIES, MigrationPlan, MigrationStep, Order, Strategy, apply_moves
 from ballast.protocol import Move
 
@@ -126,13 +133,14 @@ def plan_migration(
     bin_keys: Sequence[int] | None = None,
     cost_model: CostModel | None = None,
     pause_budget_ms: float = 200.0,
+    modes: MoveModes | None = None,
 ) -> MigrationPlan:
     """Ordered steps from `current` (at `map_version`) to `target`.
 
     Worker-count rule: growing, workers = target_workers from the first step with a move into a
     new worker (new workers start empty); shrinking, from the step draining the last bin of the
     retired workers. A change of W with no bin to move is one move-less step. `auto` delegates to
-    `choose_plan`.
+    `choose_plan`. `modes`: each moving bin's move mode (None: every bin by transfer).
     """
     B = len(current)
     if len(target) != B or B == 0 or B & (B - 1):
@@ -150,42 +158,73 @@ def plan_migration(
         return choose_plan(
             current, map_version, target, current_workers, target_workers, size, load,
             model=cost_model or CostModel(), pause_budget_ms=pause_budget_ms, order=order,
-            gap_s=gap_s, bin_keys=keys,
+            gap_s=gap_s, bin_keys=keys, modes=modes,
         )
     key = _priority(order, load, size)
     moves = sorted((Move(b, c, t) for b, (c, t) in enumerate(zip(current, target)) if c != t), key=key)
     groups = _group(moves, strategy, step_size, byte_budget, size, key)
     if not groups and current_workers != target_workers:
         groups = [[]]
+    by_mode, workers, modes = _by_mode(groups, current_workers, target_workers, modes)
 
-    n = len(groups)
-    if target_workers > current_workers:
-        grow_at = next((i for i, g in enumerate(groups) if any(m.dst >= current_workers for m in g)), n - 1)
-        workers = [current_workers if i < grow_at else target_workers for i in range(n)]
-    elif target_workers < current_workers:
-        drain_at = max((i for i, g in enumerate(groups) if any(m.src >= target_workers for m in g)), default=0)
-        workers = [current_workers if i < drain_at else target_workers for i in range(n)]
-    else:
-        workers = [current_workers] * n
+    def step_of(i: int, mode: Mode, g: list[Move]) -> MigrationStep:
+        if modes is None:  # every bin by transfer
+            return MigrationStep(step=i + 1, moves=tuple(g), workers=workers[i], map_version=map_version + i,
+                                 bytes=sum(size[m.bin] for m in g), keys=sum(keys[m.bin] for m in g),
+                                 effective_offset_s=i * gap_s)
+        return MigrationStep(
+            step=i + 1, moves=tuple(g), workers=workers[i], map_version=map_version + i,
+            bytes=sum(modes.bytes_moved(m.bin) for m in g),
+            keys=0 if mode == "handover" else sum(keys[m.bin] for m in g), effective_offset_s=i * gap_s,
+            mode=mode, cutover_bytes=None if mode == "transfer" else sum(modes.cutover_bytes(m.bin) for m in g),
+            wait_s=max((modes.wait_s(m.bin) for m in g), default=0.0))
 
-    steps = tuple(
-        MigrationStep(
-            step=i + 1,
-            moves=tuple(g),
-            workers=workers[i],
-            map_version=map_version + i,
-            bytes=sum(size[m.bin] for m in g),
-            keys=sum(keys[m.bin] for m in g),
-            effective_offset_s=i * gap_s,
-        )
-        for i, g in enumerate(groups)
-    )
+    steps = tuple(step_of(i, mode, g) for i, (mode, g) in enumerate(by_mode))
     knobs: dict[str, float] = {"gap_s": gap_s}
     if step_size is not None:
         knobs["step_size"] = step_size
     if byte_budget is not None:
         knobs["byte_budget"] = byte_budget
-    return MigrationPlan(strategy, order, map_version, current_workers, target_workers, steps, gap_s, knobs)
+    return MigrationPlan(strategy, order, map_version, current_workers, target_workers, steps, gap_s, knobs,
+                         modes.ordered() if modes is not None else ())
+
+
+def _workers(groups: Sequence[Sequence[Move]], current_workers: int, target_workers: int) -> list[int]:
+    """W after each step: the rule of the module docstring."""
+    n = len(groups)
+    if target_workers > current_workers:
+        grow_at = next((i for i, g in enumerate(groups) if any(m.dst >= current_workers for m in g)), n - 1)
+        return [current_workers if i < grow_at else target_workers for i in range(n)]
+    if target_workers < current_workers:
+        drain_at = max((i for i, g in enumerate(groups) if any(m.src >= target_workers for m in g)), default=0)
+        return [current_workers if i < drain_at else target_workers for i in range(n)]
+    return [current_workers] * n
+
+
+def _by_mode(groups: list[list[Move]], current_workers: int, target_workers: int, modes: MoveModes | None,
+             ) -> tuple[list[tuple[Mode, list[Move]]], list[int], MoveModes | None]:
+    """Each group split into one step per mode, W after each, and the modes after moving the bins that
+    would change W in a handover step to pre-copy. A group's handover step comes last when W grows
+    (after the step that grows it) and first when it shrinks (before the step that drains the retired
+    workers), so a handover changes W only when its group has no other step that could; then its bins
+    that change W join the group's pre-copy step, which takes the change over."""
+    order: tuple[Mode, ...] = MODES if target_workers >= current_workers else ("handover", "transfer", "precopy")
+    while True:
+        steps: list[tuple[Mode, list[Move]]] = []
+        for g in groups:
+            if not g:  # a move-less change of W
+                steps.append(("transfer", g))
+            for mode in order:
+                if sub := [m for m in g if (modes.mode(m.bin) if modes is not None else "transfer") == mode]:
+                    steps.append((mode, sub))
+        workers = _workers([g for _, g in steps], current_workers, target_workers)
+        at = next((i for i, w in enumerate(workers) if w != (workers[i - 1] if i else current_workers)), None)
+        if modes is None or at is None or steps[at][0] != "handover":
+            return steps, workers, modes
+        g, grow = steps[at][1], target_workers > current_workers
+        changing = [m.bin for m in g if (m.dst >= current_workers if grow else m.src >= target_workers)]
+        why = f"its step {'grows' if grow else 'shrinks'} the worker count {current_workers} -> {target_workers}"
+        modes = modes.demote(changing or [m.bin for m in g], why)
 
 
 def choose_plan(
@@ -202,6 +241,7 @@ def choose_plan(
     order: Order = "hot-first",
     gap_s: float = 0.0,
     bin_keys: Sequence[int] | None = None,
+    modes: MoveModes | None = None,
 ) -> MigrationPlan:
     """`auto`: the fastest predicted plan whose worst step pause fits the budget; else fluid.
 
@@ -212,7 +252,7 @@ def choose_plan(
     def mk(strategy: Strategy, byte_budget: int | None = None) -> MigrationPlan:
         return plan_migration(
             current, map_version, target, current_workers, target_workers, bin_bytes, bin_load,
-            strategy=strategy, order=order, gap_s=gap_s, bin_keys=bin_keys, byte_budget=byte_budget,
+            strategy=strategy, order=order, gap_s=gap_s, bin_keys=bin_keys, byte_budget=byte_budget, modes=modes,
         )
 
     candidates = [mk("all-at-once"), mk("batched")]

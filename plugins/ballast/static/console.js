@@ -12,7 +12,7 @@
   const C = { ok: "#15803d", warn: "#d97706", bad: "#b91c1c", info: "#1d4ed8", muted: "#9ca3af",
     accent: "#0f766e", input: "#2563eb", processed: "#0f766e", bytes: "#7c3aed" };
   const STATUS_BADGE = { running: "ok", stale: "warn", stopped: "bad", "not started": "muted",
-    applied: "ok", completed: "ok", "in flight": "warn", emitting: "warn", planned: "info", pending: "muted",
+    applied: "ok", completed: "ok", "in flight": "warn", waiting: "warn", emitting: "warn", planned: "info", pending: "muted",
     rejected: "bad", superseded: "bad", failed: "bad", info: "info", warning: "warn", error: "bad",
     scale_up: "info", scale_down: "info", rebalance: "info", split: "info", tune: "info", no_change: "muted" };
   const STEP_COLOR = { applied: C.ok, "in flight": C.warn, rejected: C.bad, superseded: C.bad, pending: C.muted };
@@ -93,6 +93,7 @@
     $("jobs").tBodies[0].innerHTML = rows.join("") || `<tr><td colspan="11" class="muted">No job has started yet.</td></tr>`;
     const j = jobs.find((x) => x.job === S.job && x.operator === S.operator);
     if (j) renderFacts(j);
+    renderHandover(j ? j.handover : null);
   }
   function renderFacts(j) {
     const fact = (label, value) => `<div class="fact"><b>${value}</b><span>${label}</span></div>`;
@@ -323,8 +324,8 @@
     $("plan-steps").innerHTML = `<tr><th>step</th><th>moves</th><th>status</th><th>emitted</th><th>applied (epoch)</th><th>checkpoint</th>
       <th class="num">latency</th><th class="num">pause pred. / meas.</th><th class="num">bytes</th><th class="num">keys</th><th>map after</th></tr>` +
       rows.map((s) => `<tr data-step="${s.step}" data-status="${esc(s.status)}"><td>${s.step}</td>
-        <td>${s.code ? stepCode(s.code) : s.moves.slice(0, 6).map((mv) => `<code>${mv.bin}:${mv.from}→${mv.to}</code>`).join(" ")}${s.moves.length > 6 ? ` +${s.moves.length - 6}` : ""}</td>
-        <td>${badge(s.status)}${s.reason && (s.status !== "applied" || s.code) ? `<div class="sub" data-field="step-reason">${esc(s.reason)}</div>` : ""}</td>
+        <td>${s.handover ? `<span class="badge info" title="no state moves: the bins change owner at a window boundary">handover</span> ` : ""}${s.code ? stepCode(s.code) : s.moves.slice(0, 6).map((mv) => `<code>${mv.bin}:${mv.from}→${mv.to}</code>`).join(" ")}${s.moves.length > 6 ? ` +${s.moves.length - 6}` : ""}</td>
+        <td>${badge(s.status)}${s.reason && (s.status !== "applied" || s.code || s.handover) ? `<div class="sub" data-field="step-reason">${esc(s.reason)}</div>` : ""}</td>
         <td>${hms(s.emitted_at)}${s.offset !== null ? `<div class="sub">offset ${s.offset}</div>` : ""}</td>
         <td>${hms(s.applied_at)}${s.applied_epoch !== null ? ` <span class="sub">(${s.applied_epoch})</span>` : ""}</td>
         <td>${hms(s.checkpoint_at)}</td><td class="num">${secs(s.latency_s)}</td>
@@ -336,6 +337,67 @@
   function stepCode(c) {
     const how = c.shadow ? ` · shadow ${c.shadow.epochs} epochs${c.shadow.fields ? " on " + c.shadow.fields.join(", ") : ""}` : "";
     return `<code>upgrade → v${esc(c.version)}</code><div class="sub">${esc(c.ref)}${esc(how)}</div>`;
+  }
+
+  // -------------------------------------------------------------------- handover
+  // the job's newest handover (docs/handover.md), from its decision log: both owners of each bin, the
+  // event-time timestamps in UTC, the watermark per epoch against the old owner's boundary; once
+  // applied, the 0 bytes its checkpoint moved
+  const utc = (iso) => (iso ? `<span title="${esc(iso)}">${esc(iso.slice(11, 23))}</span>` : "–");
+  const utcAxis = (iso) => (iso ? iso.slice(0, 23).replace("T", " ") : null);  // Plotly shows it as written: UTC
+  function renderHandover(h) {
+    let box = $("handover");
+    if (!box) {
+      box = document.createElement("div");
+      box.id = "handover"; box.className = "handover";
+      $("plan-section").insertBefore(box, $("plan-detail"));
+    }
+    const sig = JSON.stringify(h || null);
+    if (box.dataset.sig === sig) return;
+    box.dataset.sig = sig;
+    box.hidden = !h;
+    if (!h) { box.innerHTML = ""; return; }
+    box.dataset.status = h.status;
+    const cp = h.checkpoint;
+    const row = (label, value, title) => `<tr title="${esc(title)}"><th>${label}</th><td class="num">${value}</td></tr>`;
+    const pairs = [];  // one row per (old owner, new owner): the bins it hands over
+    for (const mv of h.moves) {
+      const p = pairs.find(([a, z]) => a === mv.from && z === mv.to);
+      if (p) p[2].push(mv.bin); else pairs.push([mv.from, mv.to, [mv.bin]]);
+    }
+    const moved = cp ? `${bytes(cp.bytes_moved)}${cp.status === "applied" ? " (by handover)" : ""}` : "none: nothing is copied";
+    box.innerHTML = `<h3>Handover ${badge(h.status)} <span class="sub">plan <code>${esc(h.plan_id)}</code> step ${h.step} · ${cp ? `both owners got the bins' rows from epoch ${num(h.since_epoch)} to ${num(cp.applied_epoch ?? h.epoch)}`
+      : `both owners get the bins' rows since epoch ${num(h.since_epoch)}`}</span></h3>
+      <p class="sentence" data-field="handover">${esc(h.sentence)}</p>
+      <div class="two"><div class="handover-tables">
+        <table class="grid" id="handover-times"><tr><th>event time (UTC)</th><th class="num"></th></tr>
+          ${row("migration", utc(h.migration_at), "the start of the last window the old owner finishes")}
+          ${row("activation", utc(h.activation_at), "the new owner's first window starts here")}
+          ${row("boundary", utc(h.boundary_at), "the end of the old owner's last window: the handover completes when the watermark reaches it")}
+          ${row(`watermark <span class="sub">(epoch ${num(h.epoch)}${cp ? ", the last it waited" : ""})</span>`, h.watermark_at ? utc(h.watermark_at) : "not known yet", "the watermark the job's last waiting epoch ran its timers at")}
+          ${row("windows left on the old owner", num(h.windows_left), "the old owner's windows still open: their ends lie between the watermark and the boundary")}
+          ${row("state moved", moved, "a handover moves no state: the new owner builds its windows from the input")}</table>
+        <table class="grid" id="handover-bins"><tr><th>bins</th><th>old owner</th><th>new owner</th></tr>${pairs.map(([a, z, bins]) =>
+          `<tr data-from="${a}" data-to="${z}"><td>${bins.join(", ")}</td><td>${wLabel(a)}</td><td>${wLabel(z)}</td></tr>`).join("")}</table>
+      </div><div id="handover-chart" class="chart short"></div></div>`;
+    const ep = h.history.epoch, x0 = ep[0] - 0.5, x1 = (cp && cp.applied_epoch !== null ? cp.applied_epoch : ep[ep.length - 1]) + 0.5;
+    const level = (at, name, color, dash) => ({ x: [x0, x1], y: [utcAxis(at), utcAxis(at)], name, type: "scatter", mode: "lines",
+      line: { color, dash, width: 1.5 }, hovertemplate: `${name} %{y|%H:%M:%S.%L}<extra></extra>` });
+    const traces = [
+      level(h.boundary_at, "boundary (old owner's last window ends)", C.bad, "solid"),
+      level(h.activation_at, "activation (new owner's first window)", C.info, "dash"),
+      level(h.migration_at, "migration", C.muted, "dot"),
+      { x: ep, y: h.history.watermark_at.map(utcAxis), name: "watermark", type: "scatter", mode: "lines+markers",
+        line: { color: C.accent, width: 2, shape: "hv" }, marker: { size: 5 }, hovertemplate: "epoch %{x}: watermark %{y|%H:%M:%S.%L}<extra></extra>" },
+    ];
+    const all = [h.migration_at, h.boundary_at, ...h.history.watermark_at].filter((v) => v).map((v) => Date.parse(v));
+    const lo = Math.min(...all), hi = Math.max(...all), pad = Math.max(200, 0.1 * (hi - lo));
+    if (cp && cp.status === "applied") traces.push({ x: [cp.applied_epoch], y: [utcAxis(h.boundary_at)], name: `applied (epoch ${cp.applied_epoch})`,
+      type: "scatter", mode: "markers", marker: { symbol: "diamond", size: 10, color: "#111827" }, hovertemplate: "applied in epoch %{x}<extra></extra>" });
+    draw("handover-chart", traces, { title: { text: "Watermark against the boundary (event time, UTC)", font: { size: 13 }, x: 0 },
+      hovermode: "closest", xaxis: { title: "epoch", range: [x0, x1], ...(x1 - x0 > 20 ? {} : { dtick: 1 }) },
+      yaxis: { type: "date", tickformat: "%H:%M:%S.%L", range: [utcAxis(new Date(lo - pad).toISOString()), utcAxis(new Date(hi + pad).toISOString())] }, margin: { l: 90, r: 20, t: 30, b: 40 },
+      legend: { orientation: "h", x: 0, y: -0.3 } });
   }
 
   // ------------------------------------------------------------------- decisions
@@ -530,5 +592,6 @@
   if (S.job) {
     const j = S.jobs.find((x) => x.job === S.job && x.operator === S.operator);
     if (j) renderFacts(j);
+    renderHandover(j ? j.handover : null);
   }
 })();

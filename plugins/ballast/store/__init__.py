@@ -246,7 +246,16 @@ from ballast.store.step_checkpoints import (
     recent_checkpoints as recent_checkpoints,
 )
 from ballast.store.step_log import (
+    HandoverRecord as HandoverRecord,
+)
+from ballast.store.step_log import (
     first_decision_epoch as first_decision_epoch,
+)
+from ballast.store.step_log import (
+    handover_record as handover_record,
+)
+from ballast.store.step_log import (
+    latest_handover as latest_handover,
 )
 from ballast.store.step_log import (
     latest_step_note as latest_step_note,

@@ -15,7 +15,18 @@ from typing import Any
 
 from sqlalchemy.engine import Engine
 
-from ballast.store import console, decisions, event_log, maps, metrics, plans, retention, step_checkpoints, step_log
+from ballast.store import (
+    console,
+    decisions,
+    event_log,
+    maps,
+    metrics,
+    plans,
+    retention,
+    step_checkpoints,
+    step_log,
+    writer,
+)
 
 
 @dataclass(frozen=True)
@@ -41,6 +52,11 @@ class JobStore:
 
     def heartbeat(self) -> maps.HeartbeatRow | None:
         return maps.heartbeat(self.url, self.job, self.operator)
+
+    def job_config(self) -> dict[str, Any] | None:
+        """The job row's config, written by the job at its start (its run configuration, its operator's
+        declared `window`); None before the job's first start."""
+        return writer.job_row_config(self.url, self.job, self.operator)
 
     def executors(self) -> int | None:
         """Executors the job holds now, as its last heartbeat says (None: no heartbeat or not a cluster)."""

@@ -1,0 +1,55 @@
+"""The handover experiment's operator: a count per key and tumbling event-time window whose state
+per (key, window) is `BALLAST_BENCH_VALUE_BYTES` long, so open windows reach hundreds of MB.
+
+Input: the load generator's records (Kafka key `k%09d`, value = the record's scheduled time in µs,
+which is its event time). Each window's count is emitted by its event-time timer at the window's
+end, so the operator's bins can move by handover (docs/handover.md); the window length comes from
+`BALLAST_BENCH_WINDOW_MS` (its Spark Python workers inherit the job's environment in local mode).
+The padding is the key's (bench.padded.padding), so a replayed fold writes the same bytes. Run it as
+`--operator windows=bench.padded_windows:PaddedWindows`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from ballast.options import env_var, settings
+from ballast.policy.handover import WindowSpec
+from bench.padded import padding, value_bytes
+from spark_jobs.processor import StatefulProcessor, StatefulProcessorHandle, query
+
+WINDOW_ENV = env_var("bench_window_ms")
+LATENESS_MS = 2_000
+
+
+class PaddedWindowsProcessor(StatefulProcessor):
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.handle = handle
+        self.window_ms = settings().bench_window_ms
+        self.pad = max(0, value_bytes() - 8)
+        self.windows = handle.getMapState("windows", "start long", "count long, pad binary")
+
+    def handleInputRows(self, key: Any, rows: Iterator[Any], timerValues: Any) -> Iterator[Any]:
+        for row in rows:
+            ms = int(row.ts.timestamp() * 1000)
+            start = ms - ms % self.window_ms
+            got = self.windows.getValue((start,))
+            if got is None:
+                self.handle.registerTimer(start + self.window_ms)
+                got = (0, padding(key[0].encode(), self.pad))
+            self.windows.updateValue((start,), (got[0] + 1, got[1]))
+        return iter([])
+
+    def handleExpiredTimer(self, key: Any, timerValues: Any, expiredTimerInfo: Any) -> Iterator[Any]:
+        start = expiredTimerInfo.getExpiryTimeInMs() - self.window_ms
+        got = self.windows.getValue((start,))
+        if got is not None:
+            self.windows.removeKey((start,))
+            yield {"key": key[0], "window_start": start, "count": got[0]}
+
+
+PaddedWindows = query(PaddedWindowsProcessor, grouping_keys=("key",), time_mode="EventTime",
+                      event_time_column="ts", lateness_ms=LATENESS_MS,
+                      columns=(("ts", "timestamp_micros(try_cast(value AS BIGINT))"),),
+                      window=WindowSpec(settings().bench_window_ms))

@@ -1,0 +1,51 @@
+"""The handover experiment's pure parts (bench.experiments.handover, bench.padded_windows): the
+summary's goal ratios and README from recorded session rows, and the operator's declared windows
+(no Spark)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from bench.experiments.handover import HANDOVER_FULL, HANDOVER_SMOKE, readme, summarize
+
+pytestmark = pytest.mark.bench
+
+
+def _row(strategy: str, max_ms: float, moved: int) -> dict[str, object]:
+    return {"role": "measured", "strategy": strategy, "max_latency_ms": max_ms, "p99_latency_ms": max_ms * 0.9,
+            "duration_s": 3.0, "bytes_moved": moved, "keys_moved": moved // 3000, "bins_moved": 32,
+            "max_epoch_batch_ms": max_ms / 2}
+
+
+def test_the_summary_holds_the_issues_keys_and_goals() -> None:
+    r = {"migrations": [_row("all-at-once", 9000.0, 300_000_000), _row("handover", 1050.0, 0),
+                        _row("batched-precopy", 2500.0, 310_000_000)],
+         "steady": {"p99_ms": 1000.0}, "state": {"keys": 200_000, "bytes": 650_000_000}}
+    s = summarize(HANDOVER_FULL, r)
+    assert s["max_over_steady_p99"] == pytest.approx(1.05) and s["bytes_moved"] == 0
+    assert s["transfer_max_over_steady_p99"] == pytest.approx(9.0)
+    assert s["precopy_max_over_steady_p99"] == pytest.approx(2.5)
+    assert s["goals"] == {"max_over_steady_p99_le_1_1": True, "bytes_moved_0": True, "state_ge_500mb": True}
+    text = readme(s)
+    assert "Handover max ÷ steady p99: **1.05**" in text and "650 MB" in text
+
+
+def test_a_run_without_a_handover_says_so_rather_than_passing() -> None:
+    r = {"migrations": [_row("all-at-once", 9000.0, 1)], "steady": {"p99_ms": 1000.0}, "state": {}}
+    s = summarize(HANDOVER_SMOKE, r)
+    assert math.isnan(s["max_over_steady_p99"]) and s["bytes_moved"] is None
+    assert s["goals"] == {"max_over_steady_p99_le_1_1": None, "bytes_moved_0": None, "state_ge_500mb": False}
+
+
+def test_the_operator_declares_its_windows_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib
+
+    import bench.padded_windows as pw
+    monkeypatch.setenv(pw.WINDOW_ENV, "30000")
+    spec = importlib.reload(pw).PaddedWindows.ballast_query
+    monkeypatch.undo()
+    importlib.reload(pw)  # the default again for later tests in this process
+    assert spec.window is not None and spec.window.length_ms == 30_000 and spec.window.kind == "tumbling"
+    assert spec.time_mode == "EventTime" and spec.event_time_column == "ts"
