@@ -161,11 +161,16 @@ def tick_message(job: str, operator: str, at: datetime) -> bytes:
     return json.dumps({"schema": TICK_SCHEMA, "job": job, "operator": operator, "at": at.isoformat()}).encode()
 
 
-def has_due_step(st: ControlState, now: datetime) -> bool:
-    """A queued step could apply at an epoch starting now (the runner ticks when no data comes)."""
+def has_due_step(st: ControlState, now: datetime, clock: HandoverClock | None = None) -> bool:
+    """A queued step could apply at an epoch starting now (the runner ticks when no data comes).
+    A handover is due once the last epoch ran its timers past its boundary (`clock`: the next
+    epoch's HandoverClock); before that only input moves the watermark, and a tick cannot help."""
     for q in st.queue:
         s = q.step
-        if q.key in st.handover:  # waits for the watermark, which only input moves: a tick cannot help
+        if q.key in st.handover:
+            fired = clock.fired_upto_ms if clock is not None else None
+            if fired is not None and fired >= st.handover[q.key]["boundary"]:
+                return True
             continue
         if s.effective_at <= now and (s.step == 1 or step_key(s.plan_id, s.step - 1) in st.final):
             return True  # a pre-copy step received in an earlier epoch has been warmed: due as well

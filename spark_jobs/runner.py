@@ -7,9 +7,8 @@ Per epoch (foreachBatch), in this order — each step is safe to redo when Spark
     already through the operator's epoch-free expressions, spark_jobs.stream_plan);
  2. decide (spark_jobs.control) — or reuse the decision logged for this epoch — and log it
     durably (journal file + StepDecision rows) before touching any state;
- 3. move the bins of the applied step between worker stores (spark_jobs.migrate);
- 4. route the input rows to workers (`repartitionById(W, assignment[bin])`) and apply them
-    (spark_jobs.worker); outputs go to `<job>.output` with ids (epoch, worker, seq);
+ 3–4. route the input rows to workers (`repartitionById(W, assignment[bin])`) and apply them, the applied
+    step's bins moving inside their new owners' tasks (spark_jobs.worker); outputs carry ids (epoch, worker, seq);
  5. commit metrics, routing map, checkpoints, events and the heartbeat in one DB transaction,
     then echo the checkpoints on `<job>.control.acks`.
 
@@ -292,7 +291,9 @@ class JobRunner:
                 continue
             if now - self._last_batch_end < period or self._last_tick > self._last_batch_end:
                 continue
-            if timers_due or has_due_step(st, utcnow()):
+            ho = self.decider.handover_clock  # a handover whose last epoch ran past its boundary is due
+            clock = ho(self.last_epoch + 1) if ho is not None and self.last_epoch is not None else None
+            if timers_due or has_due_step(st, utcnow(), clock):
                 try:
                     job, op = self.cfg.job, self.cfg.operator
                     self.clients.producer.send(tick_topic(job), key=message_key(job, op),

@@ -4,6 +4,12 @@ Keyed by person id (a person's `id`, an auction's `seller`), so a person and the
 in one key whatever order the topics deliver them in. The person's window and the auctions per
 window are kept until the window's event-time timer: then the window's pairs are emitted once and
 its state dropped, so a key holds nothing after its last window closed.
+
+The windows are declared (`QuerySpec.window`, tumbling 10 s), so its bins can move by handover
+(docs/handover.md): a pair is emitted only by the timer at the end of the window that holds both
+rows, and the new owner's windows (start >= activation) hold rows from activation on only, which it
+folds; the person registered in an earlier window is the old owner's, whose timer emits its pairs.
+tests/system/test_nexmark_handover.py checks it against the reference with a handover mid-stream.
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from ballast.policy.handover import WindowSpec
 from spark_jobs.nexmark import AUCTION, KIND, LATENESS_MS, PERSON, WINDOW_MS, fields
 from spark_jobs.processor import StatefulProcessor, StatefulProcessorHandle, query
 
@@ -47,4 +54,5 @@ Q8 = query(NewUsers, input_schema=fields("id", "name", "date_time", "reserve", "
            grouping_keys=("person_id",), time_mode="EventTime",
            event_time_column="date_time", lateness_ms=LATENESS_MS, where=f"{KIND} IN ({PERSON}, {AUCTION})",
            columns=(("person_id", f"CASE WHEN {KIND} = {PERSON} THEN id ELSE seller END"),
-                    ("window_start", f"date_time - date_time % {WINDOW_MS}")), sources=(PERSON, AUCTION))
+                    ("window_start", f"date_time - date_time % {WINDOW_MS}")), sources=(PERSON, AUCTION),
+           window=WindowSpec(WINDOW_MS))

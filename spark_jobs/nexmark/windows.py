@@ -10,6 +10,15 @@ windows that contain it, and its bids are counted per (window, auction) in Spark
 epoch (`QuerySpec.pre_aggregate`): the routing shuffle and the processor see one row per auction
 and window per epoch, not one per bid. Q7 likewise keeps, per window and epoch, only the bids at
 the epoch's highest price (in the JVM) for the processor to merge.
+
+Both declare their windows (`QuerySpec.window`: Q5 sliding 10 s every 5 s, Q7 tumbling 10 s), so
+their bins can move by handover (docs/handover.md): a window's answer comes only from its timer at
+the window's end, and each pre-aggregated group lies in one window (the window start is in
+`group_by`), so the groups of every window the new owner keeps (start >= activation) hold rows from
+activation on only. A group of an earlier window may straddle the activation timestamp (rows on
+both sides; the new owner folds it when its `max(date_time)` is past activation), but that window
+ends by the boundary: its output is the old owner's, and the new owner's timer only clears it.
+tests/system/test_nexmark_handover.py checks both against the reference with a handover mid-stream.
 """
 
 from __future__ import annotations
@@ -17,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from ballast.policy.handover import WindowSpec
 from spark_jobs.nexmark import BID, KIND, LATENESS_MS, PERIOD_MS, WINDOW_MS, fields
 from spark_jobs.processor import PreAggregate, StatefulProcessor, StatefulProcessorHandle, query
 
@@ -84,8 +94,9 @@ _LAST = f"date_time - date_time % {PERIOD_MS}"
 Q5 = query(HotItems, **_EVENT_TIME, columns=(
     ("window_start", f"explode(sequence({_LAST} - {WINDOW_MS - PERIOD_MS}, {_LAST}, {PERIOD_MS}))"),),
     pre_aggregate=PreAggregate(group_by=("window_start", "auction"),
-                               aggregates=(("bids", "count(*)"), ("date_time", "max(date_time)"))))
+                               aggregates=(("bids", "count(*)"), ("date_time", "max(date_time)"))),
+    window=WindowSpec(WINDOW_MS, PERIOD_MS))
 Q7 = query(HighestBid, **_EVENT_TIME, columns=(("window_start", f"date_time - date_time % {WINDOW_MS}"),),
            pre_aggregate=PreAggregate(group_by=("window_start",), aggregates=(
                ("top", "filter(collect_list(struct(price, auction, bidder, date_time)), b -> b.price = max(price))"),
-               ("date_time", "max(date_time)"))))
+               ("date_time", "max(date_time)"))), window=WindowSpec(WINDOW_MS))

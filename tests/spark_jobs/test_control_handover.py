@@ -45,6 +45,9 @@ def test_a_handover_waits_with_its_timestamps_then_applies_past_the_boundary():
     assert from_decision(d1.handover) == (BinHandover(0, 0, 1, 5, h.activation_ms, h.boundary_ms),
                                           BinHandover(1, 0, 1, 5, h.activation_ms, h.boundary_ms))
     assert not has_due_step(d1.state_after, NOW), "a waiting handover needs input, not ticks"
+    assert not has_due_step(d1.state_after, NOW, HandoverClock(SLIDING, EVENT_MAX, h.boundary_ms - 1))
+    assert has_due_step(d1.state_after, NOW, HandoverClock(SLIDING, EVENT_MAX, h.boundary_ms)), (
+        "once the last epoch's timers ran past the boundary, a tick applies it (the input may have stopped)")
 
     # the epoch before ran its timers short of the boundary: still waiting, one progress entry that
     # carries the handover to the console (both owners, the timestamps, the old owner's open windows)

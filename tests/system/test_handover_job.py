@@ -19,10 +19,9 @@ from ballast.protocol import Move
 from migrations_db import models as m
 from migrations_db.db import session_scope
 from spark_jobs.bins import uniform_assignment
-from spark_jobs.durable import find_object
-from spark_jobs.objects import read_meta
 from tests.helpers.control import live_step, send_control
 from tests.helpers.dp_helpers import check_migration_property, checkpoints, consumed_rows
+from tests.helpers.handover import decisions, latest_map, moved_in
 from tests.helpers.wait import wait_until
 from tests.helpers.window_helpers import WindowJob
 
@@ -59,30 +58,6 @@ def _bins_to_move(db_url: str, job: str) -> list[int]:
     return sorted(sorted(on0, key=lambda b: (-records[b], b))[:MOVED])
 
 
-def _decisions(db_url: str, job: str) -> list[m.StepDecision]:
-    with session_scope(db_url) as s:
-        return sorted(s.scalars(select(m.StepDecision).where(m.StepDecision.job == job,
-                                                             m.StepDecision.plan_id == PLAN)),
-                      key=lambda d: (d.epoch, d.seq))
-
-
-def _moved_in(state_uri: str, epoch: int, worker: int) -> dict[int, dict[str, Any]]:
-    """The `moved_in` of `worker`'s task metrics at `epoch` (its changelog object's metadata)."""
-    loc = find_object(state_uri, "changelog", epoch, worker)
-    assert loc is not None, f"no changelog object of worker {worker} at epoch {epoch}"
-    metrics = read_meta(loc).get("metrics", {})
-    return {int(b): info for b, info in (metrics.get("moved_in") or {}).items()}
-
-
-def _latest_map(db_url: str, job: str) -> m.RoutingMap:
-    with session_scope(db_url) as s:
-        row = s.scalars(select(m.RoutingMap).where(m.RoutingMap.job == job)
-                        .order_by(m.RoutingMap.map_version.desc())).first()
-        assert row is not None
-        s.expunge(row)
-        return row
-
-
 def _run_handover(w: WindowJob, kafka_bootstrap: str, db_url: str) -> None:
     """After a few epochs, hand MOVED of worker 0's bins over to worker 1; wait for the step to
     apply, finish the input; check the step's figures, the final map and every window."""
@@ -103,16 +78,16 @@ def _run_handover(w: WindowJob, kafka_bootstrap: str, db_url: str) -> None:
         # nearly all of it; then the flush record (finish) carries the watermark past it
         wait_until(lambda: done() is not None or consumed_rows(ckpt, w.topic) == len(w.evs), 300,
                    "the handover's checkpoint, or every event consumed", check=w.alive)
-        moved_in = None
+        reported = None
         cp = done()
         if cp is not None and cp.status == "applied":  # read now: retention may drop the epoch later
-            moved_in = _moved_in(w.cfg.state_location, cp.applied_epoch, 1)
+            reported = moved_in(w.cfg.state_location, cp.applied_epoch, 1)
         during_input = cp is not None
         w.finish()
         cp = wait_until(done, 120, "the handover's checkpoint after the flush", check=w.alive)
         assert cp.status == "applied", f"handover {cp.status}: {cp.reason}"
-        if moved_in is None:
-            moved_in = _moved_in(w.cfg.state_location, cp.applied_epoch, 1)
+        if reported is None:
+            reported = moved_in(w.cfg.state_location, cp.applied_epoch, 1)
         st = w.runner._state
         assert st is not None
         final_assignment = list(st.assignment)
@@ -120,7 +95,7 @@ def _run_handover(w: WindowJob, kafka_bootstrap: str, db_url: str) -> None:
         w.runner.stop()
 
     # the decision log: queued ("handover: ...") at the epochs before the one that applied it
-    ds = _decisions(db_url, job)
+    ds = decisions(db_url, job, PLAN)
     queued = [d for d in ds if d.action == "queue"]
     applies = [d for d in ds if d.action == "apply"]
     assert any(d.reason.startswith("handover:") for d in queued), [(d.epoch, d.action, d.reason) for d in ds]
@@ -130,14 +105,14 @@ def _run_handover(w: WindowJob, kafka_bootstrap: str, db_url: str) -> None:
     assert (cp.bins_moved, cp.keys_moved, cp.bytes_moved) == (MOVED, 0, 0), \
         (cp.bins_moved, cp.keys_moved, cp.bytes_moved)
     assert cp.map_version_after == 1
-    assert set(moved_in) == set(bins), f"worker 1 reported moved_in {moved_in} at epoch {cp.applied_epoch}"
-    for b, info in moved_in.items():
+    assert set(reported) == set(bins), f"worker 1 reported moved_in {reported} at epoch {cp.applied_epoch}"
+    for b, info in reported.items():
         assert (info.get("mode"), int(info["keys"]), int(info["bytes"])) == ("handover", 0, 0), (b, info)
     # the final map: the moved bins on worker 1, every other bin where it was
     expected_map = list(uniform_assignment(BINS, 2))
     for b in bins:
         expected_map[b] = 1
-    latest = _latest_map(db_url, job)
+    latest = latest_map(db_url, job)
     assert (latest.map_version, latest.epoch) == (1, cp.applied_epoch)
     assert list(latest.assignment) == expected_map == final_assignment
     w.check()
@@ -180,5 +155,5 @@ def test_a_handover_of_a_processor_without_windows_is_refused_and_the_job_runs_o
         w.runner.stop()
     assert cp.status == "rejected" and "window" in cp.reason, (cp.status, cp.reason)
     assert (cp.bins_moved, cp.keys_moved, cp.bytes_moved) == (0, 0, 0)
-    assert _latest_map(db_url, job).map_version == 0
+    assert latest_map(db_url, job).map_version == 0
     w.check()
