@@ -26,7 +26,8 @@ def prepare_bins(cache: Any, txn: Any, src: Any, owned: set[int], warm: set[int]
                  ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Bring owned and warm bins to the state after `target`; drop the rest. Returns stats of the
     bins that moved in (cut-over) and of the bins warmed for a pre-copy step. `handed`: bins whose
-    handover completes now (spark_jobs.handover): their fresh bin is current, nothing moves."""
+    handover completes now (spark_jobs.handover): nothing of theirs moves; a fresh bin that is not
+    current here (its last epoch ran on another executor) is rebuilt from the new owner's own objects."""
     cached = cache.cached_bins(txn)
     for b in sorted(cached.keys() - owned - warm):
         cache.drop_bin(txn, b, k)
@@ -57,7 +58,10 @@ def prepare_bins(cache: Any, txn: Any, src: Any, owned: set[int], warm: set[int]
             nbytes += db
         cache.set_bin_at(txn, b, target)
         info = {"keys": nkeys, "bytes": nbytes, "ms": (time.perf_counter() - t0) * 1000, "mode": mode}
-        if b in incoming:
+        if b in handed:  # a fresh bin rebuilt from its new owner's own objects (another executor ran it
+            # last): nothing of the old owner's state moves, the rebuild is reported beside
+            moved[str(b)] = {"keys": 0, "bytes": 0, "ms": info["ms"], "mode": "handover", "rebuilt": info}
+        elif b in incoming:
             moved[str(b)] = info
         elif b in warm:
             warmed[str(b)] = info

@@ -115,5 +115,7 @@ def test_the_fresh_bin_lives_in_the_new_owners_objects_and_becomes_the_bin(tmp_p
     for w in range(2):
         hz.task(cfg, w, [], hz.executor_of[w])
     docs = hz.ds.commit_epoch(hz.epoch, hz.version, 2, True)
-    assert docs[1]["moved_in"][str(b)]["mode"] == "load", "a lost cache rebuilds the fresh bin from its own objects"
+    got = docs[1]["moved_in"][str(b)]
+    assert (got["mode"], got["keys"], got["bytes"]) == ("handover", 0, 0), "nothing of the old owner's state moved"
+    assert got["rebuilt"]["mode"] == "load" and got["rebuilt"]["keys"] > 0, "a lost cache: rebuilt from its own objects"
     assert _bin_counts(hz.uri, b) == Counter({k: fresh[k] for k in fresh}), "the bin is what the new owner built"
