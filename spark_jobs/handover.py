@@ -86,12 +86,9 @@ def without_fresh_rejects(table: Any, fresh: set[int]) -> Any:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from spark_jobs.records import REJECT_COLUMN
+    from spark_jobs.records import rejected_mask
 
     if not fresh or table is None or not table.num_rows:
         return table
-    bad = pc.is_null(table.column("key"))
-    if REJECT_COLUMN in table.column_names:
-        bad = pc.or_(bad, pc.is_valid(table.column(REJECT_COLUMN)))
-    drop = pc.and_(bad, pc.is_in(table.column("bin"), value_set=pa.array(sorted(fresh), pa.int32())))
+    drop = pc.and_(rejected_mask(table), pc.is_in(table.column("bin"), value_set=pa.array(sorted(fresh), pa.int32())))
     return table.filter(pc.invert(drop)) if pc.any(drop).as_py() else table

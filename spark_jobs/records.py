@@ -101,6 +101,16 @@ def source_of(topics: list[str], partition: int, offset: int) -> tuple[str, int,
     return topics[partition % n], partition // n, offset
 
 
+def rejected_mask(table: Any) -> Any:
+    """Per row: `keyed` rejected it (REJECT_COLUMN) or its key is null (no store key, bin or fold)."""
+    import pyarrow.compute as pc
+
+    bad = pc.is_null(table.column("key"))
+    if REJECT_COLUMN in table.column_names:
+        bad = pc.or_(bad, pc.is_valid(table.column(REJECT_COLUMN)))
+    return bad
+
+
 def split_rejected(table: Any, topics: list[str]) -> tuple[Any, list[tuple[bytes | None, bytes | None, str]]]:
     """(rows for the operator, dead letters as (key, value, note)) of one worker's epoch.
 
@@ -109,10 +119,8 @@ def split_rejected(table: Any, topics: list[str]) -> tuple[Any, list[tuple[bytes
     attempt of the epoch writes them in the same order (their ids are epoch:worker:seq)."""
     import pyarrow.compute as pc
 
-    bad = pc.is_null(table.column("key"))
+    bad = rejected_mask(table)
     has_reject = REJECT_COLUMN in table.column_names
-    if has_reject:
-        bad = pc.or_(bad, pc.is_valid(table.column(REJECT_COLUMN)))
     if not pc.any(bad).as_py():
         return (table.drop_columns([REJECT_COLUMN]) if has_reject else table), []
     rejected = table.filter(bad).sort_by([("partition", "ascending"), ("offset", "ascending")])

@@ -292,7 +292,7 @@ class JobRunner:
             if now - self._last_batch_end < period or self._last_tick > self._last_batch_end:
                 continue
             ho = self.decider.handover_clock  # a handover whose last epoch ran past its boundary is due
-            clock = ho(self.last_epoch + 1) if ho is not None and self.last_epoch is not None else None
+            clock = ho(self.last_epoch + 1) if ho and st.handover and self.last_epoch is not None else None
             if timers_due or has_due_step(st, utcnow(), clock):
                 try:
                     job, op = self.cfg.job, self.cfg.operator

@@ -237,3 +237,15 @@ def _prog_end(p: dict[str, Any]) -> float:
 
     t = datetime.fromisoformat(p["timestamp"].replace("Z", "+00:00")).timestamp()
     return t + p.get("durationMs", {}).get("triggerExecution", 0) / 1000.0
+
+
+def session_result(ctx: Ctx, name: str, r: dict[str, Any], summary: dict[str, Any], readme: str) -> dict[str, Any]:
+    """An experiment's files (`<name>/README.md`, `<name>/result.json`) and its result for summary.json."""
+    from bench import report as rp
+
+    out = ctx.run_dir / name
+    (out / "README.md").write_text(readme)
+    (out / "result.json").write_text(json.dumps(rp.clean(r), indent=1))
+    res = {"summary": summary}
+    ctx.shared[name] = res
+    return res

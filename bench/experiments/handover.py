@@ -26,13 +26,12 @@ run `make test` starts). Sizes: HANDOVER_SMOKE / HANDOVER_FULL, or
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from bench import report as rp
-from bench.experiments.common import Ctx, own_profile
+from bench.experiments.common import Ctx, own_profile, session_result
 from bench.experiments.migration import migration_session
 from bench.experiments.spike import fmt, ratio, state_size, swap_half
 from bench.padded import ENV as VALUE_BYTES_ENV
@@ -87,12 +86,7 @@ def exp_handover(ctx: Ctx) -> dict[str, Any]:
     r["state"] = state_size(ctx, r, OPERATOR)
     r["loadavg_start"], r["loadavg_end"] = list(load_start), list(os.getloadavg())
     summary = summarize(S, r)
-    out = ctx.run_dir / "handover"
-    (out / "README.md").write_text(readme(summary))
-    (out / "result.json").write_text(json.dumps(rp.clean(r), indent=1))
-    res = {"summary": summary}
-    ctx.shared["handover"] = res
-    return res
+    return session_result(ctx, "handover", r, summary, readme(summary))
 
 
 def summarize(S: HandoverProfile, r: dict[str, Any]) -> dict[str, Any]:

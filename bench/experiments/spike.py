@@ -21,7 +21,6 @@ that `make test` runs). Sizes: SPIKE_SMOKE / SPIKE_FULL, overridable with
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 import shutil
@@ -30,7 +29,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from bench import report as rp
-from bench.experiments.common import Ctx, own_profile
+from bench.experiments.common import Ctx, own_profile, session_result
 from bench.experiments.migration import migration_session
 from bench.padded import ENV as VALUE_BYTES_ENV
 
@@ -92,7 +91,6 @@ def exp_spike(ctx: Ctx) -> dict[str, Any]:
     r = migration_session(sub, "spike", S.bins, S.keys, S.strategies, max_steps=S.fluid_max_steps,
                           spec_extra=spec_extra, target_of=swap_half, setup=False, clean_steady=True)
     load_end = os.getloadavg()
-    out = ctx.run_dir / "spike"
     r["state"] = state_size(ctx, r)
     r["phases"] = cutover_phases(ctx, r)
     try:
@@ -103,11 +101,7 @@ def exp_spike(ctx: Ctx) -> dict[str, Any]:
     free = shutil.disk_usage(ctx.run_dir)
     r["disk_free_gb_end"] = free.free / 1e9
     summary = summarize(S, r)
-    (out / "README.md").write_text(readme(summary))
-    (out / "result.json").write_text(json.dumps(rp.clean(r), indent=1))
-    res = {"summary": summary}
-    ctx.shared["spike"] = res
-    return res
+    return session_result(ctx, "spike", r, summary, readme(summary))
 
 
 def state_size(ctx: Ctx, r: dict[str, Any], operator: str = "padded") -> dict[str, Any]:

@@ -29,7 +29,7 @@ from typing import Any
 
 from bench import report as rp
 from bench.ballast_job import BallastJob
-from bench.experiments.common import Ctx, own_profile
+from bench.experiments.common import Ctx, own_profile, session_result
 from bench.experiments.migration import migration_session
 from bench.experiments.spike import fmt, ratio, state_size
 from bench.padded import ENV as VALUE_BYTES_ENV
@@ -85,12 +85,7 @@ def exp_upgrade(ctx: Ctx) -> dict[str, Any]:
     r["counts"] = exactness(ctx, r)
     r["loadavg_start"], r["loadavg_end"] = list(load_start), list(os.getloadavg())
     summary = summarize(S, r)
-    out = ctx.run_dir / "upgrade"
-    (out / "README.md").write_text(readme(summary))
-    (out / "result.json").write_text(json.dumps(rp.clean(r), indent=1))
-    res = {"summary": summary}
-    ctx.shared["upgrade"] = res
-    return res
+    return session_result(ctx, "upgrade", r, summary, readme(summary))
 
 
 def exactness(ctx: Ctx, r: dict[str, Any]) -> dict[str, Any]:

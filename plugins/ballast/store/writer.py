@@ -78,8 +78,7 @@ def write_step_decisions(url: str, job: str, operator: str, epoch: int, entries:
                 job=job, operator=operator, epoch=epoch, seq=e.seq, plan_id=e.plan_id, step=e.step,
                 action=e.action, reason=e.reason, payload={"offset": e.offset, "job": e.job, "operator": e.operator,
                                                            "map_version_after": e.map_version_after,
-                                                           **({"handover": h} if (h := getattr(e, "handover", None))
-                                                              else {})},
+                                                           **({"handover": e.handover} if e.handover else {})},
             ))
 
 
