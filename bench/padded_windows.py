@@ -7,10 +7,17 @@ end, so the operator's bins can move by handover (docs/handover.md); the window 
 `BALLAST_BENCH_WINDOW_MS` (its Spark Python workers inherit the job's environment in local mode).
 The padding is the key's (bench.padded.padding), so a replayed fold writes the same bytes. Run it as
 `--operator windows=bench.padded_windows:PaddedWindows`.
+
+`StaggeredWindows` is the same count with each key's windows shifted by a phase of its own (a
+CRC-32 of the key, modulo the window: Flink's `WindowStagger`), so windows close spread over the
+window's length instead of every key's at one instant — the shape a large windowed state takes
+when its owner does not want one epoch to pay every key's close (docs/handover.md, "Staggered
+windows").
 """
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -23,6 +30,16 @@ WINDOW_ENV = env_var("bench_window_ms")
 LATENESS_MS = 2_000
 
 
+def window_start(ms: int, phase: int, window_ms: int) -> int:
+    """The start of the window holding event time `ms` on a grid shifted by `phase`."""
+    return ms - (ms - phase) % window_ms
+
+
+def stagger_phase(key: str, window_ms: int) -> int:
+    """A key's phase in [0, window): the same in every process (a CRC, not Python's salted hash)."""
+    return zlib.crc32(key.encode()) % window_ms
+
+
 class PaddedWindowsProcessor(StatefulProcessor):
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.handle = handle
@@ -30,10 +47,15 @@ class PaddedWindowsProcessor(StatefulProcessor):
         self.pad = max(0, value_bytes() - 8)
         self.windows = handle.getMapState("windows", "start long", "count long, pad binary")
 
+    def phase(self, key: str) -> int:
+        """The key's grid offset (0: every key's windows on one grid)."""
+        return 0
+
     def handleInputRows(self, key: Any, rows: Iterator[Any], timerValues: Any) -> Iterator[Any]:
+        phase = self.phase(key[0])
         for row in rows:
             ms = int(row.ts.timestamp() * 1000)
-            start = ms - ms % self.window_ms
+            start = window_start(ms, phase, self.window_ms)
             got = self.windows.getValue((start,))
             if got is None:
                 self.handle.registerTimer(start + self.window_ms)
@@ -53,3 +75,14 @@ PaddedWindows = query(PaddedWindowsProcessor, grouping_keys=("key",), time_mode=
                       event_time_column="ts", lateness_ms=LATENESS_MS,
                       columns=(("ts", "timestamp_micros(try_cast(value AS BIGINT))"),),
                       window=WindowSpec(settings().bench_window_ms))
+
+
+class StaggeredWindowsProcessor(PaddedWindowsProcessor):
+    def phase(self, key: str) -> int:
+        return stagger_phase(key, self.window_ms)
+
+
+StaggeredWindows = query(StaggeredWindowsProcessor, grouping_keys=("key",), time_mode="EventTime",
+                         event_time_column="ts", lateness_ms=LATENESS_MS,
+                         columns=(("ts", "timestamp_micros(try_cast(value AS BIGINT))"),),
+                         window=WindowSpec(settings().bench_window_ms, staggered=True))

@@ -18,7 +18,8 @@ its local cache; after Spark's job for e succeeded, the driver picks one object 
 first by name: attempts of one epoch are identical, see docs/dataplane.md), writes the manifest,
 and only then returns from foreachBatch so Spark commits the epoch. A bin's state after epoch e is
 therefore: the newest snapshot of its owner at S <= e, then the changelog batches of the bin from
-the owners at each manifest epoch in (S, e].
+the owners at each manifest epoch in (S, e] — or, for a bin a handover restarted after S, from its
+new owner since the step (spark_jobs.history).
 """
 
 from __future__ import annotations
@@ -27,10 +28,10 @@ import logging
 import re
 import uuid
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 from ballast.errors import BallastError
+from spark_jobs.history import FreshSince, History, ManifestEntry
 from spark_jobs.objects import (
     FORMAT,
     ObjectReader,
@@ -50,59 +51,6 @@ class StoreMismatch(BallastError, RuntimeError):
 
 class StateGap(BallastError, RuntimeError):
     """The durable state cannot serve the epoch asked for (retention or a rolled-back checkpoint)."""
-
-
-# ----------------------------------------------------------------------------- history ---------
-@dataclass(frozen=True)
-class ManifestEntry:
-    """One committed epoch, as tasks need it: who owned what, and which objects hold the changes."""
-
-    epoch: int
-    map_version: int
-    changelog: dict[int, str]  # worker -> object name
-    snapshot: dict[int, str]  # worker -> object name (empty unless the epoch took a snapshot)
-    event_max_ms: int | None = None  # processors: largest event time of this and every earlier epoch
-
-    def to_dict(self) -> dict[str, Any]:
-        d = {"epoch": self.epoch, "map_version": self.map_version,
-             "changelog": {str(w): n for w, n in self.changelog.items()},
-             "snapshot": {str(w): n for w, n in self.snapshot.items()}}
-        return d if self.event_max_ms is None else {**d, "event_max_ms": self.event_max_ms}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> ManifestEntry:
-        return cls(int(d["epoch"]), int(d["map_version"]), {int(w): n for w, n in d["changelog"].items()},
-                   {int(w): n for w, n in d.get("snapshot", {}).items()}, d.get("event_max_ms"))
-
-
-@dataclass(frozen=True)
-class History:
-    """The manifests a task may need (retained ones before its epoch) and the maps they name."""
-
-    root: str  # state URI
-    entries: tuple[ManifestEntry, ...]
-    maps: dict[int, tuple[int, ...]]
-    complete_after: int = -1  # every manifest of an epoch after this one is retained
-
-    def bits(self, entry: ManifestEntry) -> int:
-        """k of the epoch's map: its objects index bins at that k (a split step raises it)."""
-        return len(self.maps[entry.map_version]).bit_length() - 1
-
-    def owner(self, entry: ManifestEntry, b: int, k: int | None = None) -> int:
-        """Worker that owned bin `b` (a bin at `k` bits; None: the entry's own k) at that epoch."""
-        m = self.maps[entry.map_version]
-        return m[b if k is None else b >> (k - self.bits(entry))]
-
-    def snapshot_base(self, upto: int) -> ManifestEntry | None:
-        """The newest manifest <= upto that took a snapshot."""
-        for e in reversed(self.entries):
-            if e.epoch <= upto and e.snapshot:
-                return e
-        return None
-
-    def object(self, kind: str, entry: ManifestEntry, worker: int) -> Location:
-        names = entry.changelog if kind == "changelog" else entry.snapshot
-        return Location.of(self.root) / kind / epoch_name(entry.epoch) / names[worker]
 
 
 class BinSource:
@@ -133,20 +81,27 @@ class BinSource:
             r.close()
         self._open.clear()
 
-    def _bin_changes(self, kind: str, e: ManifestEntry, b: int) -> tuple[list[bytes], list[bytes | None]] | None:
-        names = e.changelog if kind == "changelog" else e.snapshot
+    def lineage(self, b: int, upto: int) -> FreshSince | None:
+        """Where bin b's history restarts, if a handover restarted it (the task's open one first)."""
         if b in self.fresh:
-            since, fw = self.fresh[b]
-            return self._reader(self.h.object(kind, e, fw)).bin_changes(b) if e.epoch >= since and fw in names else None
+            since, w = self.fresh[b]
+            return FreshSince(since, w)
+        return self.h.fresh_since(b, self.k, upto)
+
+    def _bin_changes(self, kind: str, e: ManifestEntry, b: int, fs: FreshSince | None, upto: int
+                     ) -> tuple[list[bytes], list[bytes | None]] | None:
+        names = e.changelog if kind == "changelog" else e.snapshot
+        if fs is not None and e.epoch < fs.since:
+            return None  # the bin restarted empty at its handover's first epoch
         k_e = self.h.bits(e)
         d = 0 if self.k is None else self.k - k_e
         if d < 0:  # an epoch before a merge: bin b was parts b·2^-d .. , each in its owner's object then
             parts = [ch for c in range(b << -d, (b + 1) << -d)
-                     if (ch := self._part_changes(kind, e, names, c)) is not None]
+                     if (ch := self._part_changes(kind, e, names, c, upto)) is not None]
             if not parts:
                 return None
             return [x for ks, _ in parts for x in ks], [x for _, vs in parts for x in vs]
-        w = self.h.owner(e, b, self.k)
+        w = fs.worker if fs is not None and fs.reads(e.epoch) else self.h.owner(e, b, self.k)
         if w not in names:
             return None
         keys, values = self._reader(self.h.object(kind, e, w)).bin_changes(b >> d)
@@ -158,31 +113,36 @@ class BinSource:
         pick = [i for i, sk in enumerate(keys) if sk >= lo and (hi is None or sk < hi)]
         return [keys[i] for i in pick], [values[i] for i in pick]
 
-    def _part_changes(self, kind: str, e: ManifestEntry, names: dict[int, str], c: int
+    def _part_changes(self, kind: str, e: ManifestEntry, names: dict[int, str], c: int, upto: int
                       ) -> tuple[list[bytes], list[bytes | None]] | None:
         """Bin c at the epoch's own k, from its owner's object (parts in ascending order keep a
-        merged bin's keys sorted: a bin is a key range)."""
-        w = self.h.owner(e, c)
+        merged bin's keys sorted: a bin is a key range), or from its handover's new owner's."""
+        fs = self.h.fresh_since(c, self.h.bits(e), upto)
+        if fs is not None and e.epoch < fs.since:
+            return None
+        w = fs.worker if fs is not None and fs.reads(e.epoch) else self.h.owner(e, c)
         return self._reader(self.h.object(kind, e, w)).bin_changes(c) if w in names else None
 
     def changes_since(self, b: int, after: int, upto: int) -> Iterator[tuple[list[bytes], list[bytes | None]]]:
         """Bin b's changelog batches of the manifests in (after, upto], oldest first."""
+        fs = self.lineage(b, upto)
         for e in self.h.entries:
             if after < e.epoch <= upto:
-                ch = self._bin_changes("changelog", e, b)
+                ch = self._bin_changes("changelog", e, b, fs, upto)
                 if ch is not None:
                     yield ch
 
     def full(self, b: int, upto: int) -> tuple[int, Iterator[tuple[list[bytes], list[bytes | None]]]]:
         """(base epoch, batches) that rebuild bin b as of `upto`: snapshot, then changelogs."""
         base = self.h.snapshot_base(upto)
-        if b in self.fresh and base is not None and base.epoch < self.fresh[b][0]:
-            base = None  # a fresh bin starts empty at its handover's first epoch
+        fs = self.lineage(b, upto)
+        if fs is not None and base is not None and base.epoch < fs.since:
+            base = None  # a handed-over bin starts empty at its handover's first epoch
 
         def gen() -> Iterator[tuple[list[bytes], list[bytes | None]]]:
             after = -1
             if base is not None:
-                ch = self._bin_changes("snapshot", base, b)
+                ch = self._bin_changes("snapshot", base, b, fs, upto)
                 if ch is not None:
                     yield ch
                 after = base.epoch
@@ -290,8 +250,10 @@ class DurableState:
         since = [e for e in self.entries if e.epoch < epoch and (base is None or e.epoch > base.epoch)]
         return len(since) >= self.snapshot_every
 
-    def commit_epoch(self, epoch: int, map_version: int, workers: int, snapshot: bool) -> list[dict[str, Any]]:
-        """Pick one object per worker, write the manifest; returns each worker's task metrics."""
+    def commit_epoch(self, epoch: int, map_version: int, workers: int, snapshot: bool,
+                     handed_over: dict[int, tuple[int, int]] | None = None) -> list[dict[str, Any]]:
+        """Pick one object per worker, write the manifest; returns each worker's task metrics.
+        `handed_over`: the bins whose handover completes in this epoch -> (since, the new owner)."""
         names: dict[int, str] = {}
         snaps: dict[int, str] = {}
         docs: list[dict[str, Any]] = []
@@ -317,7 +279,7 @@ class DurableState:
         seen = [int(d["max_event_ms"]) for d in docs if d.get("max_event_ms") is not None]
         before = self.event_max_before(epoch)
         ev = max(seen + ([before] if before is not None else []), default=None)
-        entry = ManifestEntry(epoch, map_version, names, snaps, ev)
+        entry = ManifestEntry(epoch, map_version, names, snaps, ev, dict(handed_over or {}))
         (self.loc / "manifest" / f"{epoch_name(epoch)}.json").write_json(entry.to_dict())
         self.entries = [e for e in self.entries if e.epoch != epoch] + [entry]
         self.entries.sort(key=lambda e: e.epoch)

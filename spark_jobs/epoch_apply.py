@@ -90,8 +90,10 @@ class EpochApply:
             self.scaler.scale_to(tasks)
         if isinstance(self.op, StatelessOperator):
             return self._stateless(df, epoch, st.workers, work.input_rows, times)
-        # a completing handover's epoch takes a snapshot: no later reader needs the shadow's history
-        snapshot = durable.snapshot_due(epoch) or any(h.completes for h in work.handover)
+        snapshot = durable.snapshot_due(epoch)
+        # a completing handover's bins restart in the new owner's objects: the manifest says so
+        # (spark_jobs.history), so no later reader needs the old owner's state and no snapshot is taken
+        handed_over = {h.bin: (h.since, h.dst) for h in work.handover if h.completes}
         times.lap("decide")
         keyed = self.stream_plan.epoch(df, epoch, work.clock)
         k = bits_for(len(st.assignment))
@@ -118,7 +120,7 @@ class EpochApply:
         self.stream_plan.inputs.after_job(epoch)  # a hand-off's mark observed in the job, before the manifest
         times.lap("spark")
         faults.hit("before_manifest")
-        docs = self._fencing.commit_manifest(durable, epoch, st.map_version, tasks, snapshot)
+        docs = self._fencing.commit_manifest(durable, epoch, st.map_version, tasks, snapshot, handed_over)
         if self.live_code is not None:
             self.live_code.observe(work.shadow, docs, epoch)
         if self.timers is not None:

@@ -51,12 +51,12 @@ class DriverFence:
             self._clients.db(what, fencing.guard, self.cfg.db_url, self.fence, utcnow(), what)
 
     def commit_manifest(self, durable: DurableState, epoch: int, map_version: int, workers: int,
-                         snapshot: bool) -> list[dict[str, Any]]:
+                         snapshot: bool, handed_over: dict[int, tuple[int, int]] | None = None) -> list[dict[str, Any]]:
         """`DurableState.commit_epoch` behind a token check; a missing object after it (a newer
         driver's retention removed this epoch's objects) is the fencing when the token is gone."""
         self.guard(f"the manifest of epoch {epoch}")
         try:
-            return durable.commit_epoch(epoch, map_version, workers, snapshot)
+            return durable.commit_epoch(epoch, map_version, workers, snapshot, handed_over)
         except StateGap as gap:
             fenced = self.lost(f"the manifest of epoch {epoch}")
             if fenced is None:

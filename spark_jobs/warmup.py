@@ -142,7 +142,7 @@ def _warm_task(operator: str, job: str, index: int) -> None:
 
     from spark_jobs import faults
     from spark_jobs.cache import WorkerCache
-    from spark_jobs.durable import History
+    from spark_jobs.history import History
     from spark_jobs.worker import ApplyConfig, _run
 
     scratch = tempfile.mkdtemp(prefix="ballast-warm-up-")

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from spark_jobs import handover
-from spark_jobs.durable import History
+from spark_jobs.history import History
 from spark_jobs.objects import DEAD_LETTER, OUTPUT
 from spark_jobs.output import kafka_rows, output_records, output_type
 from spark_jobs.records import (

@@ -2,8 +2,10 @@
 transfer and a pre-copy of the same bins, at a windowed state large enough for a transfer's pause
 to show.
 
-One job (`bench.padded_windows:PaddedWindows`: a count per key and tumbling event-time window whose
-state per (key, window) is `value_bytes` long) under open-loop load; no prefill: its state is the
+One job (`bench.padded_windows:StaggeredWindows`: a count per key and tumbling event-time window whose
+state per (key, window) is `value_bytes` long, each key's windows shifted by a phase of its own so
+that windows close spread over the window's length; `staggered=False`: `PaddedWindows`, every key's
+window closing at one instant, as run handover-full-1 measured) under open-loop load; no prefill: its state is the
 open windows the load builds, so the first measured migration waits `window_ms` plus the lateness
 of load first. The migrations go from the uniform map to `swap_half` (every other bin changes
 worker) and back, alternating, one per strategy: all-at-once (a transfer: the new owners load the
@@ -55,6 +57,7 @@ class HandoverProfile:
     batch_steps: int = 8
     strategies: tuple[str, ...] = STRATEGIES
     snapshot_every: int = 1_000_000  # a snapshot writes each worker's whole state: none in the run
+    staggered: bool = True  # each key's windows on a grid of its own (closes spread over the window)
     timeout_s: float = 900.0
 
 
@@ -77,7 +80,8 @@ def exp_handover(ctx: Ctx) -> dict[str, Any]:
     sub = dataclasses.replace(ctx, profile=P)
     ctx.log(f"[handover] {S.keys} keys, {S.window_ms / 1000:.0f} s windows x {S.value_bytes} B, B={S.bins}, "
             f"{S.rate:.0f} rows/s; load {load_start}")
-    spec_extra = {"operator": OPERATOR, "operator_path": "bench.padded_windows:PaddedWindows",
+    op = "StaggeredWindows" if S.staggered else "PaddedWindows"
+    spec_extra = {"operator": OPERATOR, "operator_path": f"bench.padded_windows:{op}",
                   "env": {VALUE_BYTES_ENV: str(S.value_bytes), WINDOW_ENV: str(S.window_ms)},
                   "extra_args": ("--snapshot-every", str(S.snapshot_every))}
     r = migration_session(sub, "handover", S.bins, S.keys, S.strategies, spec_extra=spec_extra, target_of=swap_half,
@@ -126,7 +130,8 @@ def readme(s: dict[str, Any]) -> str:
              "longest epoch ms": fmt(s["max_epoch_batch_ms"].get(k))} for k, v in s["max_latency_ms"].items()]
     g = s["goals"]
     return "\n".join([
-        f"# Handover against transfer and pre-copy: {p['window_ms'] / 1000:.0f} s windows, {p['keys']:,} keys, "
+        f"# Handover against transfer and pre-copy: {p['window_ms'] / 1000:.0f} s "
+        f"{'staggered ' if p.get('staggered') else ''}windows, {p['keys']:,} keys, "
         f"B={p['bins']}, W=2", "",
         f"Open windows at their largest: {fmt((s['state_bytes'] or 0) / 1e6)} MB in {fmt(s['state_keys'])} keys "
         f"({p['value_bytes']} B per key and window). Open-loop {p['rate']:.0f} rows/s, trigger {p['trigger_ms']} ms; "

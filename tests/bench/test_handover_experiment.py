@@ -49,3 +49,16 @@ def test_the_operator_declares_its_windows_from_the_environment(monkeypatch: pyt
     importlib.reload(pw)  # the default again for later tests in this process
     assert spec.window is not None and spec.window.length_ms == 30_000 and spec.window.kind == "tumbling"
     assert spec.time_mode == "EventTime" and spec.event_time_column == "ts"
+
+
+def test_the_staggered_operator_shifts_each_keys_windows_by_its_own_phase() -> None:
+    from bench.padded_windows import StaggeredWindows, stagger_phase, window_start
+
+    spec = StaggeredWindows.ballast_query.window
+    assert spec is not None and spec.staggered and spec.kind == "tumbling"
+    phases = {stagger_phase(f"k{i:09d}", 120_000) for i in range(1000)}
+    assert all(0 <= p < 120_000 for p in phases) and len(phases) > 990, "closes spread over the window"
+    assert stagger_phase("k000000007", 120_000) == stagger_phase("k000000007", 120_000)
+    for ms, phase in ((0, 0), (119_999, 0), (5_000, 7_000), (127_000, 7_000), (1_000_000, 119_999)):
+        start = window_start(ms, phase, 120_000)
+        assert start <= ms < start + 120_000 and (start - phase) % 120_000 == 0

@@ -134,7 +134,8 @@ def test_the_job_row_carries_the_operators_declared_window() -> None:
         ballast_query = QuerySpec(grouping_keys=("user",), time_mode="EventTime", event_time_column="ts")
 
     doc = window_config(ProcessorOperator(Sliding))
-    assert doc == {"length_ms": 10_000, "slide_ms": 5_000, "offset_ms": 0, "gap_ms": None, "lateness_ms": 5_000}
+    assert doc == {"length_ms": 10_000, "slide_ms": 5_000, "offset_ms": 0, "gap_ms": None, "staggered": False,
+                   "lateness_ms": 5_000}
     assert DeclaredWindow.from_config(doc) == DeclaredWindow(WindowSpec(10_000, 5_000), 5_000), "the control plane's"
     assert window_config(ProcessorOperator(Unwindowed)) is None and window_config(KeyCount()) is None
     assert window_config(None) is None

@@ -78,7 +78,10 @@ def _bin_counts(uri: str, b: int) -> Counter[bytes]:
     return out
 
 
-def test_the_fresh_bin_lives_in_the_new_owners_objects_and_becomes_the_bin(tmp_path):
+@pytest.mark.parametrize("snapshot", [False, True], ids=["no-snapshot", "snapshot-due-then"])
+def test_the_fresh_bin_lives_in_the_new_owners_objects_and_becomes_the_bin(tmp_path, snapshot):
+    """The completion takes no snapshot (its manifest's `handed_over` says where the bin restarts,
+    spark_jobs.history); a snapshot that happens to be due then changes nothing."""
     hz = _Fanned(tmp_path, workers=2, snapshot_every=100)
     for e in range(3):
         hz.run_epoch(keys_of(300, e))
@@ -111,11 +114,20 @@ def test_the_fresh_bin_lives_in_the_new_owners_objects_and_becomes_the_bin(tmp_p
     hz.ds.record_map(hz.version, hz.assignment)
     hz.fan = {}
     done = (BinHandover(b, 0, 1, since, 0, 1 << 62, completes=True),)
-    cfg = dataclasses.replace(hz.cfg(moving_in={1: (b,)}, snapshot=True), handover=done)
+    cfg = dataclasses.replace(hz.cfg(moving_in={1: (b,)}, snapshot=snapshot), handover=done)
     for w in range(2):
         hz.task(cfg, w, [], hz.executor_of[w])
-    docs = hz.ds.commit_epoch(hz.epoch, hz.version, 2, True)
+    docs = hz.ds.commit_epoch(hz.epoch, hz.version, 2, snapshot, {b: (since, 1)})
     got = docs[1]["moved_in"][str(b)]
     assert (got["mode"], got["keys"], got["bytes"]) == ("handover", 0, 0), "nothing of the old owner's state moved"
     assert got["rebuilt"]["mode"] == "load" and got["rebuilt"]["keys"] > 0, "a lost cache: rebuilt from its own objects"
     assert _bin_counts(hz.uri, b) == Counter({k: fresh[k] for k in fresh}), "the bin is what the new owner built"
+    # after it: the new owner loses its cache again and rebuilds the bin from the durable state, which
+    # (no snapshot since) must skip the old owner's objects before the step and during the overlap
+    hz.epoch += 1
+    hz.executor_of[1] = "exec-newest"
+    keys = keys_of(300, 6)
+    hz.run_epoch(keys)
+    fresh.update(k for k in keys if B.bin_of_hash(hz.h(k), hz.k) == b)
+    assert _bin_counts(hz.uri, b) == Counter({k: fresh[k] for k in fresh}), "rebuilt after the completion"
+    assert hz.ds.entries[-2].handed_over == {b: (since, 1)} and bool(hz.ds.entries[-2].snapshot) == snapshot

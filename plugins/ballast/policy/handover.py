@@ -40,17 +40,24 @@ MODES: tuple[Mode, ...] = ("transfer", "precopy", "handover")
 @dataclass(frozen=True)
 class WindowSpec:
     """The controlling window operator's windows: tumbling (`slide_ms` None or = `length_ms`),
-    sliding (`slide_ms` < `length_ms`), or session (`gap_ms` set; length and slide unused: 0)."""
+    sliding (`slide_ms` < `length_ms`), or session (`gap_ms` set; length and slide unused: 0).
+
+    `staggered`: each key's grid is shifted by a phase of its own in [0, slide) (Flink's
+    `WindowStagger`), so windows close spread over the slide instead of all keys at one instant.
+    A bin then has no common grid: its handover takes the grid-free timestamps (`Handover.at`)."""
 
     length_ms: int
     slide_ms: int | None = None
     offset_ms: int = 0  # window starts are offset + k·slide (Spark's window startTime)
     gap_ms: int | None = None
+    staggered: bool = False
 
     def __post_init__(self) -> None:
         if self.gap_ms is not None:
             if self.gap_ms <= 0:
                 raise ValueError(f"a session window's gap must be > 0 ms, got {self.gap_ms}")
+            if self.staggered:
+                raise ValueError("session windows have no grid to stagger")
             return
         if self.length_ms <= 0:
             raise ValueError(f"a window's length must be > 0 ms, got {self.length_ms}")
@@ -68,13 +75,14 @@ class WindowSpec:
             return "session"
         return "tumbling" if self.slide == self.length_ms else "sliding"
 
-    def starts_containing(self, t: int) -> list[int]:
-        """The starts of the windows that contain event time `t` (one for tumbling windows)."""
+    def starts_containing(self, t: int, phase_ms: int = 0) -> list[int]:
+        """The starts of the windows that contain event time `t` (one for tumbling windows); a
+        staggered key's grid is shifted by its `phase_ms`."""
         if self.gap_ms is not None:
             raise ValueError("session windows have no fixed starts: see session_owner")
-        s, first = self.slide, t - self.length_ms + 1
-        k = -((self.offset_ms - first) // s)  # ceil((first - offset) / s)
-        start = self.offset_ms + k * s
+        s, first, offset = self.slide, t - self.length_ms + 1, self.offset_ms + phase_ms
+        k = -((offset - first) // s)  # ceil((first - offset) / s)
+        start = offset + k * s
         return list(range(start, t + 1, s))
 
 
@@ -109,9 +117,17 @@ class Handover:
     def at(cls, spec: WindowSpec, first_event_ms: int, last_window_start_ms: int | None = None) -> Handover:
         """The handover of a step whose new owner sees every row from `first_event_ms` on. In a Ballast
         job that is one past the largest event time the job read before the step's epoch: every later
-        row arrives in the step's epoch or after, when the new owner already receives the bin."""
+        row arrives in the step's epoch or after, when the new owner already receives the bin.
+
+        Staggered windows have no grid common to the bin's keys, so the timestamps are grid-free:
+        migration = first − 1, activation = first, boundary = first − 1 + length. A window that ends
+        by the boundary started before `first_event_ms` (the old owner folded all its rows); a later
+        one starts at `first_event_ms` or after (the new owner folds every row from there). The
+        price: the overlap is a whole window length, whatever each key's phase."""
         if spec.gap_ms is not None:
             return cls(spec, first_event_ms, first_event_ms + spec.gap_ms, first_event_ms + spec.gap_ms)
+        if spec.staggered:  # no common grid: the latest any key's last old window may start
+            return cls(spec, first_event_ms - 1, first_event_ms, first_event_ms - 1 + spec.length_ms)
         mi = migration_timestamp(spec, first_event_ms, last_window_start_ms)
         return cls(spec, mi, mi + spec.slide, mi + spec.length_ms)
 

@@ -41,7 +41,7 @@ class DeclaredWindow:
             return None
         try:
             spec = WindowSpec(int(doc["length_ms"]), _opt_int(doc.get("slide_ms")), int(doc.get("offset_ms") or 0),
-                              _opt_int(doc.get("gap_ms")))
+                              _opt_int(doc.get("gap_ms")), bool(doc.get("staggered", False)))
             return cls(spec, int(doc.get("lateness_ms") or 0))
         except (TypeError, ValueError):
             return None
@@ -49,7 +49,7 @@ class DeclaredWindow:
     def to_config(self) -> dict[str, Any]:
         s = self.spec
         return {"length_ms": s.length_ms, "slide_ms": s.slide_ms, "offset_ms": s.offset_ms, "gap_ms": s.gap_ms,
-                "lateness_ms": self.lateness_ms}
+                "staggered": s.staggered, "lateness_ms": self.lateness_ms}
 
     @property
     def refusal(self) -> str:
