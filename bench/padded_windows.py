@@ -8,16 +8,15 @@ end, so the operator's bins can move by handover (docs/handover.md); the window 
 The padding is the key's (bench.padded.padding), so a replayed fold writes the same bytes. Run it as
 `--operator windows=bench.padded_windows:PaddedWindows`.
 
-`StaggeredWindows` is the same count with each key's windows shifted by a phase of its own (a
-CRC-32 of the key, modulo the window: Flink's `WindowStagger`), so windows close spread over the
-window's length instead of every key's at one instant — the shape a large windowed state takes
-when its owner does not want one epoch to pay every key's close (docs/handover.md, "Staggered
-windows").
+`StaggeredWindows` is the same count with each key's windows shifted by a phase of its own (the
+framework's `WindowSpec.phase_of`, as Flink's `WindowStagger` is its window assigner's), so
+windows close spread over the window's length instead of every key's at one instant — the shape
+a large windowed state takes when its owner does not want one epoch to pay every key's close
+(docs/handover.md, "Staggered windows").
 """
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -36,8 +35,9 @@ def window_start(ms: int, phase: int, window_ms: int) -> int:
 
 
 def stagger_phase(key: str, window_ms: int) -> int:
-    """A key's phase in [0, window): the same in every process (a CRC, not Python's salted hash)."""
-    return zlib.crc32(key.encode()) % window_ms
+    """A key's phase in [0, window): the framework's (`WindowSpec.phase_of`), which the handover
+    computes too, so that each key hands over on its own grid."""
+    return WindowSpec(window_ms, staggered=True).phase_of((key,))
 
 
 class PaddedWindowsProcessor(StatefulProcessor):

@@ -49,7 +49,7 @@ from ballast.protocol import (
     step_from_document,
 )
 from ballast.signing import Keyring, SignatureError
-from spark_jobs.control_handover import HandoverClock, epoch_handovers, gate, progress
+from spark_jobs.control_handover import HandoverClock, complete, epoch_handovers, gate, progress
 from spark_jobs.control_state import AppliedStep, ControlState, Entry, EpochControl, QueuedStep, step_key
 
 TICK_SCHEMA = "ballast.tick/v1"
@@ -168,8 +168,7 @@ def has_due_step(st: ControlState, now: datetime, clock: HandoverClock | None = 
     for q in st.queue:
         s = q.step
         if q.key in st.handover:
-            fired = clock.fired_upto_ms if clock is not None else None
-            if fired is not None and fired >= st.handover[q.key]["boundary"]:
+            if complete(s, st.handover[q.key], clock):  # sessions: and no key open (control_handover)
                 return True
             continue
         if s.effective_at <= now and (s.step == 1 or step_key(s.plan_id, s.step - 1) in st.final):

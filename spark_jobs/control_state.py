@@ -104,7 +104,7 @@ class ControlState:
     code: list[CodeVersion] = field(default_factory=list)
     # step_key -> a shadow upgrade's comparison so far: epochs (with input), calls, differ, errors, example
     shadow: dict[str, dict[str, Any]] = field(default_factory=dict)
-    # step_key -> an open handover (spark_jobs.control_handover): since, migration, activation, boundary
+    # step_key -> an open handover (spark_jobs.control_handover): since, migration, activation, boundary (+ gap)
     handover: dict[str, dict[str, int]] = field(default_factory=dict)
 
     @property

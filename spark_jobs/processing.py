@@ -21,7 +21,8 @@ every attempt of the epoch computes the same changes and outputs:
 A handler that raises dead-letters the key's rows (or the timer) and leaves the key's state as it
 was before the call: a poisoned record cannot wedge the job. After a live upgrade, a key's state
 written by another version is carried over before its handler runs (spark_jobs.state_upgrade); a
-key whose carry-over fails is dead-lettered the same way, with reason `upgrade-error`.
+key whose carry-over fails is dead-lettered the same way, with reason `upgrade-error`. In a handover
+the bin's rows and timer outputs are split between its owners (spark_jobs.handover, _sessions).
 """
 
 from __future__ import annotations
@@ -34,17 +35,12 @@ from typing import Any
 from spark_jobs import timers
 from spark_jobs.bins import decode_value, encode_value, store_key
 from spark_jobs.handover import without_fresh_rejects
+from spark_jobs.handover_sessions import TaskHandovers
 from spark_jobs.inputs import NO_EMPTY_PROPAGATION
 from spark_jobs.key_state import KeyState
 from spark_jobs.objects import DEAD_LETTER, OUTPUT
 from spark_jobs.operators import Operator
-from spark_jobs.processor import (
-    ExpiredTimerInfo,
-    QuerySpec,
-    StatefulProcessorHandle,
-    TimerValues,
-    bound_methods,
-)
+from spark_jobs.processor import ExpiredTimerInfo, QuerySpec, StatefulProcessorHandle, TimerValues, bound_methods
 from spark_jobs.query_input import INTERNAL, parsed_rows, timestamp_columns
 from spark_jobs.records import (
     AHEAD,
@@ -305,10 +301,11 @@ def run_processor(cfg: Any, cache: Any, txn: Any, table: Any, n: int, owned: set
     max_et: int | None = None
     bin_records: dict[int, int] = {}
     bin_ns: dict[int, int] = {}  # per bin, the wall time of its keys' handling (placement's weight)
-    clock = time.perf_counter_ns
-    topics = input_topics(cfg.input_topic)
+    clock, topics = time.perf_counter_ns, input_topics(cfg.input_topic)
     roles = roles or {}
     fresh = {b for b, (r, _) in roles.items() if r == "new"}  # the old owner writes their dead letters
+    hos = TaskHandovers(roles, txn, cache.data, k, cfg.clock.epoch, rt.tv.getCurrentWatermarkInMs(), changes.set,
+                        owned, spec.window)
     if n:  # rows `keyed` rejected, or without a key: dead letters before any handler runs
         table, rejected = split_rejected(without_fresh_rejects(table, fresh), topics)
         for rk, rv, why in rejected:
@@ -330,12 +327,13 @@ def run_processor(cfg: Any, cache: Any, txn: Any, table: Any, n: int, owned: set
             key, b = cols["key"][i], cols["bin"][i]
             bin_records[b] = bin_records.get(b, 0) + (j - i)
             ho = roles[b][1] if b in fresh else None  # a fresh bin: rows from activation on, no dead letters
-            rows, dl = [], []  # the key's rows, and (value, source) of each for its dead letter
+            from_ms = hos.folds_from(b, key) if ho is not None else 0
+            rows, dl, ets = [], [], []  # the key's rows, (value, source) of each for its dead letter, event times
             for r in range(i, j):
                 value, where = cols["value"][r], source_of(topics, cols["partition"][r], cols["offset"][r])
                 try:
                     d, et = decode_row(value, ts_cols, et_col)
-                    if ho is not None and (et is None or et < ho.activation_ms or et < rt.tv.getCurrentWatermarkInMs()
+                    if ho is not None and (et is None or et < from_ms or et < rt.tv.getCurrentWatermarkInMs()
                                            or (spec.max_ahead_ms is not None and et > rt.now + spec.max_ahead_ms)):
                         continue
                 except RowRejected as exc:
@@ -361,10 +359,12 @@ def run_processor(cfg: Any, cache: Any, txn: Any, table: Any, n: int, owned: set
                         continue
                 rows.append(Row(**d))
                 dl.append((value, where))  # its dead letter's note only if the handler fails
+                ets += [] if et is None else [et]
             i = j
             if rows:
                 gk = tuple(json.loads(key).values())
                 sk = store_key(int(cols["h"][i - 1]), key)
+                hos.rows(b, sk, key, ets)  # a session handover's tracker (before the handler: failing or not)
                 dead += rt.call(b, sk, key, lambda h, gk=gk, rows=rows: h.on_rows(gk, iter(rows), h.tv),
                                 row_letters(dl if ho is None else []))
             bin_ns[b] = bin_ns.get(b, 0) + clock() - t0
@@ -380,7 +380,7 @@ def run_processor(cfg: Any, cache: Any, txn: Any, table: Any, n: int, owned: set
                 blob = ks.to_bytes()
                 changes.set(b, sk, encode_value(sk, key, blob) if blob is not None else None)
                 fired += 1
-                emit = b not in roles or roles[b][1].keeps_output(roles[b][0], ts)
+                emit = hos.keeps(b, sk, ts, key)  # in a handover: is this timer's output this owner's?
                 dead += rt.call(b, sk, key, lambda h, gk=gk, ts=ts: h.on_timer(gk, h.tv, ExpiredTimerInfo(ts)),
                                 timer_letter(ts, cfg.input_topic) if emit else lambda: [], emit)
         for ts, sk, key in list(timers.scan(txn, cache.data, b, k, timers.TTL, rt.now)):
@@ -388,12 +388,13 @@ def run_processor(cfg: Any, cache: Any, txn: Any, table: Any, n: int, owned: set
             rt.save(b, sk, key, KeyState(raw), ks_before)  # compact at `now`: expired values go
             if txn.get(timers.index_key(sk, k, timers.TTL, ts), db=cache.data) is not None:  # stale entry
                 changes.set(b, timers.index_key(sk, k, timers.TTL, ts), None)
-    close = getattr(rt.proc, "close", None)
-    if callable(close):
+    if callable(close := getattr(rt.proc, "close", None)):
         close()
+    ho_open = hos.finish()  # a session handover's keys still open, per bin the new owner holds
     counters = changes.finish(cache, writer)
     extra = {"max_event_ms": max_et, "late_rows": late, "timers_fired": fired,
-             "next_timer_ms": timers.first_due(txn, cache.data, sorted(owned), k, timers.USER),
+             "next_timer_ms": hos.next_due(timers.first_due(txn, cache.data, sorted(owned), k, timers.USER)),
+             **({"handover_open": ho_open} if ho_open else {}),
              "next_expiry_ms": timers.first_due(txn, cache.data, sorted(owned), k, timers.TTL),
              **({"shadow": rt.shadow.tally()} if rt.shadow is not None else {})}
     return dead, {b: (rec, counters.get(b), bin_ns.get(b, 0) // 1000) for b, rec in bin_records.items()}, extra

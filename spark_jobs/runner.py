@@ -105,7 +105,7 @@ class JobRunner:
         self.live_code = LiveCode(spark, self.op, cfg.path)  # upgrade steps (spark_jobs.live_code)
         self.decider = EpochDecide(cfg, self.clients, self.journal, self.fencing, self.ctl_topic, self.live_code)
         if spec is not None and spec.window is not None and self.clocks is not None:  # handover steps
-            self.decider.handover_clock = clock_for(spec.window, self._event_max_before, self.clocks.watermark_of)
+            self.decider.handover_clock = clock_for(spec.window, lambda: self.durable, self.clocks.watermark_of)
         self.applier = EpochApply(cfg, self.op, self.stream_plan, self.clients, self.fencing, self.timers)
         self.applier.live_code = self.live_code
         self.committer = EpochCommit(cfg, self.clients, self.fencing, self._stopping, self.started_at)
@@ -126,9 +126,6 @@ class JobRunner:
         self.tail = EpochTail()  # each epoch's work after its commit (spark_jobs.epoch_tail)
         self.after_commit = AfterCommit(cfg, self.journal, self.clocks, self.inputs, self.committer, self.signals,
                                         self.clients, lambda: self.query)
-
-    def _event_max_before(self, epoch: int) -> int | None:
-        return self.durable.event_max_before(epoch) if self.durable is not None else None
 
     @property
     def fence(self) -> Fence | None:

@@ -13,7 +13,8 @@ a bin's entries under its first part's start; the split's epoch files them under
 part's start; the merge's epoch files them under the merged bin's (`rehome_merged`). Tag 0x02 never collides
 with a key's store key (tags 0x00 / 0x01, spark_jobs.bins). Kinds: `t` user timers (processing or
 event time, by the query's time mode), `x` TTL expiries (processing time), so a key whose state
-expired is cleaned up without input.
+expired is cleaned up without input; `h` and `o`, a session handover's per-key tracker and open
+keys (spark_jobs.handover_sessions), live in the same index so they move with the bin.
 
 **Clock.** An epoch's processing time and watermark are fixed once, before its tasks run, in
 `<checkpoint>/ballast/clock/<epoch>.json`, and reused when the epoch is replayed: timers fire on
@@ -35,6 +36,8 @@ from spark_jobs.storage import Location
 
 INDEX_TAG = b"\x02"
 USER, TTL = b"t", b"x"
+TRACK, OPEN = b"h", b"o"  # a session handover's entries (spark_jobs.handover_sessions)
+KINDS = (USER, TTL, TRACK, OPEN)  # every kind a split or merge re-files
 _TS = struct.Struct(">Q")
 _OFF = 1 << 63
 
@@ -48,6 +51,11 @@ def bin_prefix(sk: bytes, k: int) -> bytes:
 
 def index_key(sk: bytes, k: int, kind: bytes, ts: int) -> bytes:
     return bin_prefix(sk, k) + INDEX_TAG + kind + _TS.pack(ts + _OFF) + sk
+
+
+def filed_key(b: int, k: int, kind: bytes, ts: int, sk: bytes) -> bytes:
+    """The index key of an entry as `scan` found it under bin b (its raw key, to delete it)."""
+    return struct.pack(">Q", (b << (64 - k)) if k else 0) + INDEX_TAG + kind + _TS.pack(ts + _OFF) + sk
 
 
 def is_index_key(sk: bytes) -> bool:
@@ -97,7 +105,7 @@ def rehome(txn: Any, db: Any, bins: Any, k: int, set_entry: Any) -> int:
     Run at the split's own epoch, when every part is still on its parent's worker."""
     moved = 0
     for b in sorted(bins):
-        for kind in (USER, TTL):
+        for kind in KINDS:
             prefix = struct.pack(">Q", (b << (64 - k)) if k else 0) + INDEX_TAG + kind
             stray = [(ik, key) for ik, key in _filed_under(txn, db, prefix) if bin_prefix(ik[18:], k) != ik[:8]]
             for ik, key in stray:
@@ -119,7 +127,7 @@ def rehome_merged(txn: Any, db: Any, bins: Any, k: int, from_k: int, set_entry: 
     moved, d = 0, from_k - k
     for b in sorted(bins):
         for part in range((b << d) + 1, (b + 1) << d):
-            for kind in (USER, TTL):
+            for kind in KINDS:
                 prefix = struct.pack(">Q", part << (64 - from_k)) + INDEX_TAG + kind
                 for ik, key in _filed_under(txn, db, prefix):
                     _, ts, sk = parse_index_key(ik)

@@ -376,6 +376,6 @@ def route(keyed: Any, k: int, assignment: Any, tasks: int, fn: Any, handover: tu
     rejects = [REJECT_COLUMN] if REJECT_COLUMN in keyed.columns else []  # spark_jobs.records
     cols = ["key", "value", "partition", "offset", *rejects, "h", "bin"]
     routed = keyed.selectExpr(*cols[:-2], f"{h} AS h", f"{b} AS bin", f"{w} AS worker")
-    if (fan := fan_out(handover)) is not None:
+    if (fan := fan_out(handover, len(assignment))) is not None:
         routed = routed.selectExpr(*cols, f"{fan} AS worker")
     return routed.repartitionById(tasks, "worker").mapInArrow(fn, output_type())

@@ -178,21 +178,31 @@ def _hms(ms: int | None) -> str:
 def handover(rec: store.HandoverRecord) -> dict[str, Any]:
     """A handover step (docs/handover.md) as the console shows it: both owners of each bin, its
     event-time timestamps as UTC times, and while it waits the watermark and the old owner's windows
-    still open (per epoch, for the chart); once ended, its checkpoint (an applied one moved 0 bytes).
+    still open (per epoch, for the chart) — for session windows the keys still holding it open
+    instead; once ended, its checkpoint (an applied one moved 0 bytes).
     `sentence` says it in one line."""
     ho, cp = rec.progress[-1], rec.checkpoint
     moves = [{"bin": int(b), "from": int(a), "to": int(z)} for b, a, z in ho.get("moves", [])]
     owners = ", ".join(f"{a}→{z}" for a, z in sorted({(mv["from"], mv["to"]) for mv in moves}))
     what = f"handover of {len(moves)} bin{'' if len(moves) == 1 else 's'} {owners}"
     # applied: the watermark passed the boundary, so the old owner's windows have all fired
-    left = 0 if cp is not None and cp.status == "applied" else ho.get("windows_left")
-    if cp is None:
+    applied = cp is not None and cp.status == "applied"
+    left = 0 if applied else ho.get("windows_left")
+    sessions = "gap" in ho  # session windows: the old owner's sessions, held open per key
+    keys_open = (0 if applied else ho.get("keys_open")) if sessions else None
+    if cp is None and sessions:
+        sentence = (f"{what}: the old owner finishes the sessions started before {_hms(ho['boundary'])}"
+                    + ("" if keys_open is None else f"; {keys_open} key{'' if keys_open == 1 else 's'} still open")
+                    + f"; watermark {_hms(ho.get('watermark'))} (event time, UTC)")
+    elif cp is None:
         sentence = (f"{what}: the old owner finishes the windows up to {_hms(ho['boundary'])}"
                     + ("" if left is None else f"; {left} window{'' if left == 1 else 's'} left")
                     + f"; watermark {_hms(ho.get('watermark'))} (event time, UTC)")
-    elif cp.status == "applied":
-        sentence = (f"{what} complete in epoch {cp.applied_epoch}: the old owner finished the windows up to "
-                    f"{_hms(ho['boundary'])} (event time, UTC); {cp.bytes_moved:,} bytes of state moved by handover")
+    elif applied:
+        done = f"the sessions started before {_hms(ho['boundary'])}" if sessions else \
+            f"the windows up to {_hms(ho['boundary'])}"
+        sentence = (f"{what} complete in epoch {cp.applied_epoch}: the old owner finished {done} (event time, "
+                    f"UTC); {cp.bytes_moved:,} bytes of state moved by handover")
     else:
         sentence = f"{what} {cp.status}: {cp.reason}; the old owner keeps the bins"
     return {
@@ -200,7 +210,8 @@ def handover(rec: store.HandoverRecord) -> dict[str, Any]:
         "since_epoch": ho.get("since"), "epoch": rec.epochs[-1], "moves": moves, "owners": owners,
         "migration_at": _event_iso(ho.get("migration")), "activation_at": _event_iso(ho.get("activation")),
         "boundary_at": _event_iso(ho.get("boundary")), "watermark_at": _event_iso(ho.get("watermark")),
-        "windows_left": left, "sentence": sentence, "checkpoint": cp.to_dict() if cp else None,
+        "windows_left": None if sessions else left, "sessions": sessions, "gap_ms": ho.get("gap"),
+        "keys_open": keys_open, "sentence": sentence, "checkpoint": cp.to_dict() if cp else None,
         "history": {"epoch": list(rec.epochs), "watermark_at": [_event_iso(p.get("watermark")) for p in rec.progress]},
     }
 

@@ -110,3 +110,27 @@ def test_a_stored_plans_handover_step_shows_in_its_row(client, db_url, unique_na
     first = detail["step_rows"][0]
     assert (first["status"], first["bytes"], first["keys"], first["reason"]) == ("applied", 0, 0, APPLIED)
     assert first["handover"]["checkpoint"]["bytes_moved"] == 0 and detail["bytes_moved"] == 0
+
+
+def test_a_session_handover_shows_the_keys_holding_it_open_not_windows(db_url, unique_name):
+    """Session windows have no grid: while the step waits the console counts the keys that still hold
+    it open (the new owners' report), and says sessions, not windows; applied, 0 keys open, 0 bytes."""
+    from ballast.store import writer
+    from tests.helpers.store_seed import Entry
+
+    job, first = unique_name, NOON_MS + 5_000
+    for e, wm, n in ((7, None, None), (8, NOON_MS + 9_000, 12), (9, NOON_MS + 16_000, 1)):
+        p = {"since": 7, "migration": first, "activation": first + 10_000, "boundary": first + 10_000,
+             "gap": 10_000, "moves": [[3, 0, 1], [5, 0, 1]], "watermark": wm, "windows_left": None, "keys_open": n}
+        writer.write_step_decisions(db_url, job, OP, e, [Entry(0, "s", 1, "queue", "handover: …", job=job,
+                                                               operator=OP, handover=p)])
+    h = console.job_handover(db_url, job, OP, datetime.now(UTC))
+    assert h is not None and h["sessions"] and h["gap_ms"] == 10_000 and h["windows_left"] is None
+    assert h["keys_open"] == 1 and h["watermark_at"] == "2026-01-01T12:00:16.000+00:00"
+    assert h["sentence"] == ("handover of 2 bins 0→1: the old owner finishes the sessions started before "
+                             "12:00:15.000; 1 key still open; watermark 12:00:16.000 (event time, UTC)")
+    handover_applied(db_url, "s", 1, 10, job=job, operator=OP, bins=2)
+    h = console.job_handover(db_url, job, OP, datetime.now(UTC))
+    assert h is not None and h["status"] == "applied" and h["keys_open"] == 0
+    assert h["sentence"] == ("handover of 2 bins 0→1 complete in epoch 10: the old owner finished the sessions "
+                             "started before 12:00:15.000 (event time, UTC); 0 bytes of state moved by handover")

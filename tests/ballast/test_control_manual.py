@@ -205,3 +205,26 @@ def test_a_dry_run_lists_each_bins_mode_and_why_and_a_handover_keeps_the_worker_
     assert all(m["to"] == 2 for m in steps[0]["moves"]) and all(s.get("handover") for s in steps[1:])
     modes = store.get_plan(db_url, grow["plan_id"]).params["move_modes"]  # type: ignore[union-attr]
     assert {r["mode"] for r in modes if "grows the worker count 2 -> 3" in r["reason"]} == {"precopy"}
+
+
+def test_a_session_window_job_is_handed_over_only_when_a_run_forces_it(db_url, jobs_file, unique_name):
+    """Session windows: the planner never chooses a handover on its own (a busy key holds it open with
+    no bound); move_mode=handover forces it, and the dry run says the wait is unbounded."""
+    from ballast.config import get_job
+    from ballast.store import writer
+
+    jobs_file(bins=16)
+    seed_job(db_url, unique_name, bins=16, workers=2)
+    writer.ensure_job_row(db_url, unique_name, "keycount", 16,  # a session-window processor's job row
+                          {"window": {"length_ms": 0, "gap_ms": 2_000, "lateness_ms": 5_000}}, datetime.now(UTC))
+    cfg = get_job(unique_name)
+    tight = cfg.model_copy(update={"rebalance": cfg.rebalance.model_copy(update={"pause_budget_ms": 50.0})})
+    swap = {"moves": [{"bin": 0, "to": 1}, {"bin": 15, "to": 0}], "strategy": "all-at-once", "dry_run": True}
+    auto = manual.plan_manual(db_url, tight, swap)
+    assert [r["mode"] for r in auto["modes"]] == ["precopy", "precopy"]
+    assert all("no bound on the wait" in r["reason"] for r in auto["modes"])
+    forced = manual.plan_manual(db_url, tight, {**swap, "move_mode": "handover"})
+    assert [r["mode"] for r in forced["modes"]] == ["handover", "handover"]
+    assert "the wait is unbounded" in forced["rendered"] and "stays busy" in forced["modes"][0]["reason"]
+    out = manual.plan_manual(db_url, tight, {**swap, "move_mode": "handover", "dry_run": False})
+    assert all(s.payload.get("handover") is True for s in store.plan_steps(db_url, out["plan_id"]))

@@ -91,7 +91,7 @@ class WindowOwner:
     outputs from the timer at the window's end, which fires once the watermark reaches it. With
     `phases` (staggered windows) a row's second field is its key, whose grid is shifted by its phase."""
 
-    def __init__(self, spec: WindowSpec, join: bool, emits: Callable[[int], bool],
+    def __init__(self, spec: WindowSpec, join: bool, emits: Callable[[int, int], bool],
                  phases: dict[int, int] | None = None) -> None:
         self.spec, self.join, self.emits, self.phases = spec, join, emits, phases
         self.windows: dict[tuple[int, int], list[Row]] = {}
@@ -107,29 +107,43 @@ class WindowOwner:
         for key, s in sorted(w for w in self.windows if w[1] + self.spec.length_ms <= watermark):
             rows = self.windows.pop((key, s))  # the handler runs (and clears the window) either way
             n = sum(1 for a in rows for b in rows if a[1] == 0 and b[1] == 1) if self.join else len(rows)
-            if self.emits(s + self.spec.length_ms):
+            if self.emits(s + self.spec.length_ms, key):
                 self.out.append((key, s, n))
 
 
 def _run_windows(spec: WindowSpec, epochs: list[list[Row]], lateness: int, join: bool, step: int | None,
                  phases: dict[int, int] | None = None, at: Callable[..., Handover] = Handover.at,
+                 per_key: bool = False, wasted: list[int] | None = None,
                  ) -> tuple[Counter[tuple[int, int, int]], Handover | None, int]:
-    old = WindowOwner(spec, join, lambda end: True, phases)
+    """A bin's windows over `epochs`, handed over at epoch `step` (None: no migration). `per_key`
+    (staggered windows): each key's own timestamps (`Handover.for_key`) decide its rows and outputs.
+    `wasted` counts the rows the new owner folds only into windows whose outputs it drops."""
+    wasted = wasted if wasted is not None else [0]
+    old = WindowOwner(spec, join, lambda end, key: True, phases)
     new: WindowOwner | None = None
     h: Handover | None = None
     event_max, done_at = -1, -1
+
+    def of(key: int) -> Handover:
+        assert h is not None
+        return h.for_key(phases[key]) if per_key and phases is not None else h
+
     for e, rows in enumerate(epochs):
         watermark = max(0, event_max - lateness)
         if step is not None and e == step:
             h = at(spec, event_max + 1)
-            old.emits, new = h.old_emits, WindowOwner(spec, join, h.new_emits, phases)
+            old.emits = lambda end, key: of(key).old_emits(end)
+            new = WindowOwner(spec, join, lambda end, key: of(key).new_emits(end), phases)
         for row in rows:
             if row[0] < watermark:
                 continue  # late: a dead letter on every run alike
             if h is None or (done_at < 0 and h.to_old(row[0])):
                 old.add(row)
-            if h is not None and new is not None and h.to_new(row[0]):
+            if h is not None and new is not None and of(row[1]).to_new(row[0]):
                 new.add(row)
+                grid = phases[row[1]] if phases is not None else 0
+                wasted[0] += all(not of(row[1]).new_emits(st + spec.length_ms)
+                                 for st in spec.starts_containing(row[0], grid))
         if done_at < 0:
             old.fire(watermark)
         if new is not None:
@@ -179,6 +193,28 @@ def test_a_handover_of_staggered_windows_gives_the_outputs_of_a_run_without_one(
         assert h is not None and h.activation_ms == h.migration_ms + 1 and h.overlap_ms == spec.length_ms - 1
         completed += done_at >= 0
     assert completed > 100
+
+
+@pytest.mark.parametrize("spec", [WindowSpec(10, staggered=True), WindowSpec(12, 4, staggered=True)],
+                         ids=["tumbling", "sliding"])
+def test_each_staggered_key_hands_over_on_its_own_grid_and_the_new_owner_folds_no_row_for_nothing(
+        spec: WindowSpec) -> None:
+    """With the framework's phase known per key, each key takes its own grid's timestamps: the same
+    outputs, and the new owner folds no row only into windows it then drops (the grid-free rule has
+    it fold up to a whole window of every moved key for nothing)."""
+    rng = random.Random(f"per-key-{spec}")
+    both_key, both_free = [0], [0]
+    for _ in range(150):
+        lateness, phases = rng.randint(0, 6), {0: rng.randrange(spec.slide), 1: rng.randrange(spec.slide)}
+        epochs, step = _stream(rng, 40, lateness), rng.randint(1, 30)
+        want, _, _ = _run_windows(spec, epochs, lateness, False, None, phases)
+        got, h, _ = _run_windows(spec, epochs, lateness, False, step, phases, per_key=True, wasted=both_key)
+        assert got == want, (spec, lateness, step, phases, h)
+        assert h is not None and all(h.for_key(p).boundary_ms <= h.boundary_ms for p in range(spec.slide))
+        _run_windows(spec, epochs, lateness, False, step, phases, wasted=both_free)
+    assert both_free[0] > 50 and both_key[0] == 0, (both_key, both_free)
+    assert WindowSpec(10).phase_of(("k",)) == 0 and 0 <= spec.phase_of(("k", 7)) < spec.slide
+    assert spec.phase_of(("k", 7)) == spec.phase_of(["k", 7]), "the grouping key's values, however passed"
 
 
 def test_staggered_windows_need_the_grid_free_timestamps() -> None:

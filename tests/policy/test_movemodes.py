@@ -1,7 +1,8 @@
 """ballast.policy.movemodes: each moving bin's move mode from what the control plane knows (sizes,
 loads, the job row's declared window, the cost model and the job's budgets), with a reason a dry run
 shows; a manual run forces one, and a forced handover the operator's windows do not allow is refused
-with the core's reason; a bin demoted for a worker-count change says why."""
+with the core's reason (a session handover is never chosen on its own, its wait has no bound, but a
+run may force it); a bin demoted for a worker-count change says why."""
 
 from __future__ import annotations
 
@@ -43,7 +44,8 @@ def test_each_bin_moves_by_transfer_handover_or_precopy_by_the_cost_model_and_th
                              ModeBudgets(50.0, 1e-5, 200.0, step_budget_s=10.0, epoch_s=0.5))
     assert tight.mode(1) == "precopy" and "past the 10 s step budget" in tight.choices[1].reason
     sessions = choose_bin_modes([1], SIZES, KEYS, PER_EPOCH, DeclaredWindow(WindowSpec(0, gap_ms=5_000)), BUDGETS)
-    assert sessions.mode(1) == "precopy" and "session windows is not built" in sessions.choices[1].reason
+    assert sessions.mode(1) == "precopy" and "no bound on the wait" in sessions.choices[1].reason, (
+        "the planner never chooses a session handover on its own")
 
 
 def test_a_manual_run_forces_a_mode_and_a_handover_the_windows_do_not_allow_is_refused() -> None:
@@ -54,9 +56,11 @@ def test_a_manual_run_forces_a_mode_and_a_handover_the_windows_do_not_allow_is_r
     assert pre.mode(0) == "precopy" and "estimated" not in pre.choices[0].reason
     with pytest.raises(ValueError, match="needs the operator's windows .* declares none"):
         choose_bin_modes([0], SIZES, KEYS, PER_EPOCH, None, BUDGETS, requested="handover")
-    with pytest.raises(ValueError, match="session windows is not built in the data plane yet"):
-        choose_bin_modes([0], SIZES, KEYS, PER_EPOCH, DeclaredWindow(WindowSpec(0, gap_ms=5)), BUDGETS,
-                         requested="handover")
+    sessions = choose_bin_modes([0], SIZES, KEYS, PER_EPOCH, DeclaredWindow(WindowSpec(0, gap_ms=5_000), 1_000),
+                                BUDGETS, requested="handover")
+    assert sessions.mode(0) == "handover" and sessions.bytes_moved(0) == 0, "a run may force a session handover"
+    why = sessions.choices[0].reason
+    assert "forced by the run" in why and "the wait is unbounded" in why and "~6.0 s" in why and "busy" in why
     with pytest.raises(ValueError, match="unknown move mode 'teleport'"):
         choose_bin_modes([0], SIZES, KEYS, PER_EPOCH, None, BUDGETS, requested="teleport")  # type: ignore[arg-type]
     assert MOVE_MODES == ("auto", "transfer", "precopy", "handover")

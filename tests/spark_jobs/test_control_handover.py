@@ -1,8 +1,9 @@
 """spark_jobs.control_handover through `decide`: a handover step fixes its timestamps at the first
 epoch it is due, waits while both owners get the bins' rows, and applies once the epoch before ran
-its timers at a watermark past the boundary; it is refused without declared windows, for session
-windows and with a worker change; superseded, it ends the overlap; the state round-trips the
-journal's JSON."""
+its timers at a watermark past the boundary; session windows also wait until the new owners report
+no key open (read back from the manifest's objects, as a restarted driver does); it is refused
+without declared windows and with a worker change; superseded, it ends the overlap; the state
+round-trips the journal's JSON."""
 
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ from ballast.policy.handover import Handover, WindowSpec
 from spark_jobs.control import ControlRecord, decide, has_due_step
 from spark_jobs.control_handover import HandoverClock, clock_for
 from spark_jobs.control_state import ControlState, EpochControl, initial_state
+from spark_jobs.durable import DurableState
 from spark_jobs.handover import BinHandover, from_decision
+from spark_jobs.objects import ObjectWriter, epoch_name, object_name
 from tests.helpers.control import control_step
 
 pytestmark = pytest.mark.dataplane
@@ -76,7 +79,6 @@ def test_a_handover_does_not_complete_in_its_first_epoch():
 @pytest.mark.parametrize("clock, step, why", [
     (HandoverClock(None, EVENT_MAX, None), _handover(), "declares its windows"),
     (None, _handover(), "declares its windows"),
-    (HandoverClock(WindowSpec(0, gap_ms=30_000), EVENT_MAX, None), _handover(), "session windows"),
     (HandoverClock(SLIDING, EVENT_MAX, None), _handover(workers=3), "keeps the worker count"),
 ])
 def test_a_handover_the_data_plane_cannot_do_is_refused_with_its_reason(clock, step, why):
@@ -111,12 +113,72 @@ def test_the_handover_state_round_trips_the_journal():
     assert ControlState.from_dict(old).handover == {}, "a journal from before handovers still loads"
 
 
-def test_the_runner_clock_reads_the_watermark_of_the_epoch_before():
+def _durable(tmp_path, reports: dict[int, dict[int, dict[str, int]]]) -> DurableState:
+    """A durable state whose committed epochs' tasks reported these open keys: epoch -> worker -> bin -> n."""
+    ds = DurableState(str(tmp_path / "state"), "j", 8)
+    ds.record_map(0, initial_state(8, 2).assignment)
+    for e, by_worker in sorted(reports.items()):
+        for w in range(2):
+            metrics: dict = {"worker": w, "max_event_ms": EVENT_MAX}
+            if w in by_worker:
+                metrics["handover_open"] = by_worker[w]
+            obj = ObjectWriter(meta={"epoch": e, "worker": w, "attempt": "a", "kind": "changelog", "metrics": metrics})
+            (ds.loc / "changelog" / epoch_name(e) / object_name(w, "a")).write_bytes(obj.to_bytes())
+        ds.commit_epoch(e, 0, 2, False)
+    return ds
+
+
+def test_the_runner_clock_reads_the_watermark_of_the_epoch_before(tmp_path):
     seen: list[int] = []
 
     def watermark_of(e: int) -> int:
         seen.append(e)
         return 7
 
-    c = clock_for(SLIDING, lambda e: e * 10, watermark_of)(12)
-    assert c == HandoverClock(SLIDING, 120, 7) and seen == [11]
+    ds = _durable(tmp_path, {10: {}})
+    c = clock_for(SLIDING, lambda: ds, watermark_of)(12)
+    assert c == HandoverClock(SLIDING, EVENT_MAX, 7) and seen == [11] and c.open_keys is None
+    assert clock_for(SLIDING, lambda: None, watermark_of)(12).event_max_ms is None, "before the state is bound"
+
+
+SESSIONS = WindowSpec(0, gap_ms=3_000)
+
+
+def test_a_session_handover_waits_for_the_keys_the_new_owner_reports_open(tmp_path):
+    """Apply needs the timers run past F + gap AND no key open in the step's bins, as the new owner's
+    task of the latest epoch that ran tasks reported it; a restarted driver reads the same reports
+    from the manifest's objects."""
+    h = Handover.at(SESSIONS, EVENT_MAX + 1)
+    wm = {e: h.boundary_ms + e for e in range(20)}  # every epoch ran its timers past the boundary
+    reports = {6: {1: {"0": 3, "1": 1, "5": 9}}, 7: {1: {"0": 0, "1": 1}}, 9: {1: {"0": 0, "1": 0}}}
+    ds = _durable(tmp_path, {4: {1: {"0": 7}}, **reports})  # epoch 4: before the step (another handover's)
+    clock = clock_for(SESSIONS, lambda: ds, wm.get)
+    d5 = _run(initial_state(8, 2), [_handover()], 5, clock(5))
+    ho = d5.state_after.handover["p#1"]
+    assert ho == {"since": 5, "migration": h.migration_ms, "activation": h.activation_ms, "boundary": h.boundary_ms,
+                  "gap": 3_000}
+    assert from_decision(d5.handover)[0] == BinHandover(0, 0, 1, 5, h.activation_ms, h.boundary_ms, False,
+                                                        EVENT_MAX + 1), "the tasks get F: the new owner folds from it"
+    assert from_decision(d5.handover)[0].folds_from_ms == EVENT_MAX + 1
+    assert "sessions that start before" in d5.entries[0].reason and "not known yet" in d5.entries[0].reason
+    d6 = _run(d5.state_after, [], 6, clock(6))  # the latest report (epoch 4) is from before the step: none open
+    assert d6.applied is not None, "no task ran since the step: no row reached the bins, nothing is open"
+    d6 = _run(d5.state_after, [], 7, clock(7))  # epoch 6: bins 0 and 1 have 4 keys open (bin 5 is not the step's)
+    assert d6.applied is None and "keys still holding it open: 4 keys" in d6.entries[0].reason
+    assert "never goes quiet keeps the handover open" in d6.entries[0].reason
+    assert d6.entries[0].handover is not None and d6.entries[0].handover["keys_open"] == 4
+    assert not has_due_step(d6.state_after, NOW, clock(7))
+    d8 = _run(d6.state_after, [], 8, clock(8))
+    assert d8.applied is None and "1 key (" in d8.entries[0].reason
+    # epoch 8 ran no task (no input, nothing due): epoch 7's report still holds at 9; epoch 9's says none
+    assert _run(d8.state_after, [], 9, clock(9)).applied is None
+    assert has_due_step(d8.state_after, NOW, clock(10)), "the job ticks for the epoch that applies it"
+    d10 = _run(d8.state_after, [], 10, clock(10))
+    assert d10.applied is not None and "every session the old owner started before" in d10.entries[0].reason
+    assert [b.completes for b in from_decision(d10.handover)] == [True, True]
+    # a restarted driver reads the same reports back (no memo): the same decisions
+    fresh = clock_for(SESSIONS, lambda: DurableState(str(tmp_path / "state"), "j", 8), wm.get)
+    assert _run(d8.state_after, [], 9, fresh(9)).applied is None and _run(d8.state_after, [], 10, fresh(10)).applied
+    # short of the boundary, no key open is not enough
+    short = clock_for(SESSIONS, lambda: ds, lambda e: h.boundary_ms - 1)
+    assert _run(d8.state_after, [], 10, short(10)).applied is None

@@ -35,14 +35,15 @@ def test_each_owner_keeps_its_windows_outputs_and_the_step_knows_its_roles():
 
 
 def test_the_routing_fans_an_open_handovers_bins_out_to_both_owners():
-    assert fan_out([]) is None and fan_out([BinHandover(3, 0, 1, 4, 0, 0, completes=True)]) is None
-    sql = fan_out([H, BinHandover(1, 1, 0, 4, 0, 0)])
-    assert sql == "explode(CASE bin WHEN 1 THEN array(worker, 0) WHEN 3 THEN array(worker, 1) ELSE array(worker) END)"
+    assert fan_out([], 8) is None and fan_out([BinHandover(3, 0, 1, 4, 0, 0, completes=True)], 8) is None
+    sql = fan_out([H, BinHandover(1, 1, 0, 4, 0, 0)], 8)
+    d = "element_at(CAST(split('-1,0,-1,1,-1,-1,-1,-1', ',') AS ARRAY<INT>), bin + 1)"
+    assert sql == f"explode(IF({d} < 0, array(worker), array(worker, {d})))"
 
 
 def test_the_fan_out_runs_in_spark_and_duplicates_only_the_handed_over_bins(spark):
     df = spark.createDataFrame([(b, b % 2) for b in range(6)], "bin int, worker int")
-    got = sorted(tuple(r) for r in df.selectExpr("bin", f"{fan_out([H])} AS worker").collect())
+    got = sorted(tuple(r) for r in df.selectExpr("bin", f"{fan_out([H], 8)} AS worker").collect())
     assert got == [(0, 0), (1, 1), (2, 0), (3, 1), (3, 1), (4, 0), (5, 1)]
 
 
@@ -131,3 +132,18 @@ def test_the_fresh_bin_lives_in_the_new_owners_objects_and_becomes_the_bin(tmp_p
     fresh.update(k for k in keys if B.bin_of_hash(hz.h(k), hz.k) == b)
     assert _bin_counts(hz.uri, b) == Counter({k: fresh[k] for k in fresh}), "rebuilt after the completion"
     assert hz.ds.entries[-2].handed_over == {b: (since, 1)} and bool(hz.ds.entries[-2].snapshot) == snapshot
+
+
+def test_every_handovers_routing_compiles_to_the_same_code(spark):
+    """The new owners are a literal Spark references, not inlines: a handover of other bins to other
+    workers runs the code generated for the first one, so no handover's first epoch compiles a stage."""
+    df = spark.range(0, 64).selectExpr("CAST(id AS INT) AS bin", "CAST(id % 2 AS INT) AS worker")
+    debug = spark._jvm.org.apache.spark.sql.execution.debug.package
+
+    def code(hs):  # type: ignore[no-untyped-def]
+        q = df.selectExpr("bin", f"{fan_out(hs, 64)} AS worker")
+        text = debug.codegenString(q._jdf.queryExecution().executedPlan())
+        return text[text.index("Generated code:"):]
+
+    one = code([BinHandover(3, 1, 0, 4, 0, 0)])
+    assert "split(" not in one and one == code([BinHandover(5, 1, 0, 4, 0, 0), BinHandover(40, 0, 1, 4, 0, 0)])

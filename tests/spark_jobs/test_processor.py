@@ -245,3 +245,65 @@ def test_in_a_handover_each_owner_emits_its_own_windows_and_only_the_old_one_dea
     assert emitted["new"] == [("a", 10_000, 2, 10)]
     assert [json.loads(n)["reason"] for kind, _, _, n in got["old"] if kind == DEAD_LETTER] == ["late", "late"]
     assert [kind for kind, *_ in got["new"] if kind == DEAD_LETTER] == []
+
+
+def test_a_staggered_key_hands_over_on_its_own_grid_and_the_new_owner_folds_none_of_the_old_windows(tmp_path):
+    """Tumbling 10 s windows staggered per key (the framework's phase, WindowSpec.phase_of), handed
+    over with the first event at 10 s (the bin's grid-free boundary 19.999 s). Each key hands over at
+    its own grid's boundary: the old owner keeps the key's windows that end by it, the new owner the
+    later ones, together a run without a migration — and the new owner opens no window it drops (no
+    timer of its fires without an output), where the bin's grid-free rule would fold a whole window
+    of every key for nothing."""
+    import window_counts as wc
+
+    from ballast.policy.handover import Handover, WindowSpec
+    from spark_jobs.handover import BinHandover
+    from spark_jobs.processor import query
+
+    spec = WindowSpec(10_000, staggered=True)
+
+    class Staggered(wc.WindowCountsProcessor):
+        def handleInputRows(self, key, rows, timerValues):  # type: ignore[no-untyped-def]
+            phase = spec.phase_of(key)
+            for row in rows:
+                ms = int(row.ts.timestamp() * 1000)
+                start = ms - (ms - phase) % 10_000
+                count, total = self.windows.getValue((start,)) or (0, 0)
+                if count == 0:
+                    self.handle.registerTimer(start + 10_000)
+                self.windows.updateValue((start,), (count + 1, total + row.amount))
+            return iter([])
+
+    Q = query(Staggered, input_schema=wc.INPUT_SCHEMA, grouping_keys=("user",), time_mode="EventTime",
+              event_time_column="ts", lateness_ms=5_000, window=spec)
+    bin_h = Handover.at(spec, 10_000)
+    assert (bin_h.activation_ms, bin_h.boundary_ms) == (10_000, 19_999)
+    users = [u for u in (f"u{i}" for i in range(40)) if 1_000 < spec.phase_of((u,)) < 9_000][:3]
+    assert len(users) == 3, "keys with a phase inside the window"
+    u = lambda name: json.dumps({"user": name}).encode()  # noqa: E731
+    ev = lambda name, ms, amt: (u(name), {"user": name, "ts": ms, "amount": amt})  # noqa: E731
+    epochs = [([ev(n, t, 1 + t // 1000) for n in users for t in (10_500, 12_000)], 0),
+              ([ev(n, t, 1 + t // 1000) for n in users for t in (14_000, 17_500, 21_000)], 5_000),
+              ([ev(n, t, 1 + t // 1000) for n in users for t in (24_000, 29_000)], 15_000),
+              ([], 60_000)]
+
+    def run(worker: int, role: str | None) -> tuple[list, int]:
+        roles = None if role is None else {b: (role, BinHandover(b, 0, 1, 0, 10_000, 19_999)) for b in range(1 << K)}
+        outs, fired = [], 0
+        with WorkerCache(tmp_path, "s", "job", worker) as cache:
+            for e, (rows, wm) in enumerate(epochs):
+                o, extra = _epoch(cache, e, rows, timers.EpochClock(e, 0, wm), Q, roles=roles)
+                outs += [tuple(json.loads(v).values()) for kind, _, v, _ in o if kind == OUTPUT]
+                fired += extra["timers_fired"]
+        return outs, fired
+
+    want, _ = run(2, None)
+    old, _ = run(0, "old")
+    new, new_fired = run(1, "new")
+    assert sorted(old + new) == sorted(want) and len(want) > 6
+    for n in users:
+        mine = bin_h.for_key(spec.phase_of((n,)))
+        assert mine.boundary_ms < bin_h.boundary_ms
+        assert all(w + 10_000 <= mine.boundary_ms for user, w, *_ in old if user == n)
+        assert all(w + 10_000 > mine.boundary_ms for user, w, *_ in new if user == n)
+    assert new_fired == len(new), "the new owner opened no window whose output it dropped"

@@ -20,8 +20,8 @@ from migrations_db import models as m
 from migrations_db.db import session_scope
 from spark_jobs.bins import uniform_assignment
 from tests.helpers.control import live_step, send_control
-from tests.helpers.dp_helpers import check_migration_property, checkpoints, consumed_rows
-from tests.helpers.handover import decisions, latest_map, moved_in
+from tests.helpers.dp_helpers import checkpoints
+from tests.helpers.handover import check_applied, latest_map, run_handover
 from tests.helpers.wait import wait_until
 from tests.helpers.window_helpers import WindowJob
 
@@ -60,66 +60,16 @@ def _bins_to_move(db_url: str, job: str) -> list[int]:
 
 def _run_handover(w: WindowJob, kafka_bootstrap: str, db_url: str) -> None:
     """After a few epochs, hand MOVED of worker 0's bins over to worker 1; wait for the step to
-    apply, finish the input; check the step's figures, the final map and every window."""
-    job, op = w.job, w.operator
-    ckpt = w.cfg.checkpoint_dir + "/spark"
-    try:
-        wait_until(lambda: (w.runner.last_epoch or 0) >= 2, 180, "a few epochs at 16 bins", check=w.alive)
-        bins = _bins_to_move(db_url, job)
-        step = live_step(job, PLAN, 0, operator=op, kind="moves", moves=tuple(Move(b, 0, 1) for b in bins),
-                         handover=True, reason="test handover")
-        send_control(kafka_bootstrap, job, [step.to_json()], operator=op)
-
-        def done() -> Any:
-            return checkpoints(db_url, job).get((PLAN, 1))
-
-        # the handover completes once the watermark passes its boundary: 15 s of event time after
-        # the step at most (a window and the lateness), i.e. within the input unless the job had read
-        # nearly all of it; then the flush record (finish) carries the watermark past it
-        wait_until(lambda: done() is not None or consumed_rows(ckpt, w.topic) == len(w.evs), 300,
-                   "the handover's checkpoint, or every event consumed", check=w.alive)
-        reported = None
-        cp = done()
-        if cp is not None and cp.status == "applied":  # read now: retention may drop the epoch later
-            reported = moved_in(w.cfg.state_location, cp.applied_epoch, 1)
-        during_input = cp is not None
-        w.finish()
-        cp = wait_until(done, 120, "the handover's checkpoint after the flush", check=w.alive)
-        assert cp.status == "applied", f"handover {cp.status}: {cp.reason}"
-        if reported is None:
-            reported = moved_in(w.cfg.state_location, cp.applied_epoch, 1)
-        st = w.runner._state
-        assert st is not None
-        final_assignment = list(st.assignment)
-    finally:
-        w.runner.stop()
-
+    apply, finish the input; check the step's figures, the final map and every window. The handover
+    completes once the watermark passes its boundary: 15 s of event time after the step at most (a
+    window and the lateness), i.e. within the input unless the job had read nearly all of it; then
+    the flush record carries the watermark past it."""
+    r = run_handover(w, kafka_bootstrap, db_url, PLAN, lambda: _bins_to_move(db_url, w.job), "test handover")
     # the decision log: queued ("handover: ...") at the epochs before the one that applied it
-    ds = decisions(db_url, job, PLAN)
-    queued = [d for d in ds if d.action == "queue"]
-    applies = [d for d in ds if d.action == "apply"]
-    assert any(d.reason.startswith("handover:") for d in queued), [(d.epoch, d.action, d.reason) for d in ds]
-    assert [d.epoch for d in applies] == [cp.applied_epoch], [(d.epoch, d.action, d.reason) for d in ds]
-    assert max(d.epoch for d in queued) < cp.applied_epoch
-    # no state moved: the checkpoint's figures and the new owner's report of each bin
-    assert (cp.bins_moved, cp.keys_moved, cp.bytes_moved) == (MOVED, 0, 0), \
-        (cp.bins_moved, cp.keys_moved, cp.bytes_moved)
-    assert cp.map_version_after == 1
-    assert set(reported) == set(bins), f"worker 1 reported moved_in {reported} at epoch {cp.applied_epoch}"
-    for b, info in reported.items():
-        assert (info.get("mode"), int(info["keys"]), int(info["bytes"])) == ("handover", 0, 0), (b, info)
-    # the final map: the moved bins on worker 1, every other bin where it was
-    expected_map = list(uniform_assignment(BINS, 2))
-    for b in bins:
-        expected_map[b] = 1
-    latest = latest_map(db_url, job)
-    assert (latest.map_version, latest.epoch) == (1, cp.applied_epoch)
-    assert list(latest.assignment) == expected_map == final_assignment
-    w.check()
-    # a fresh bin's rows are not the bin's metrics: every bin's records come from the map's worker
-    assert check_migration_property(db_url, job) > 0
-    print(f"handover of bins {bins}: queued at epochs {sorted({d.epoch for d in queued})}, applied at "
-          f"{cp.applied_epoch}{'' if during_input else ' (after the flush)'}")
+    assert any(d.reason.startswith("handover:") for d in r.queued), [(d.epoch, d.reason) for d in r.queued]
+    check_applied(db_url, w, r, PLAN, BINS)
+    print(f"handover of bins {r.bins}: queued at epochs {sorted({d.epoch for d in r.queued})}, applied at "
+          f"{r.cp.applied_epoch}{'' if r.during_input else ' (after the flush)'}")
 
 
 def test_tumbling_windows_hand_over_with_no_state_moved_and_every_window_once(spark, kafka_bootstrap, make_topics,

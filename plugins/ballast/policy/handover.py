@@ -29,9 +29,12 @@ framework import.
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 Mode = Literal["transfer", "precopy", "handover"]
 MODES: tuple[Mode, ...] = ("transfer", "precopy", "handover")
@@ -44,7 +47,9 @@ class WindowSpec:
 
     `staggered`: each key's grid is shifted by a phase of its own in [0, slide) (Flink's
     `WindowStagger`), so windows close spread over the slide instead of all keys at one instant.
-    A bin then has no common grid: its handover takes the grid-free timestamps (`Handover.at`)."""
+    The phase is the framework's (`phase_of`), and the processor places its windows with it, so
+    a handover can compute each key's own timestamps (`Handover.for_key`); the bin as a whole
+    takes the grid-free ones (`Handover.at`)."""
 
     length_ms: int
     slide_ms: int | None = None
@@ -74,6 +79,13 @@ class WindowSpec:
         if self.gap_ms is not None:
             return "session"
         return "tumbling" if self.slide == self.length_ms else "sliding"
+
+    def phase_of(self, key: Sequence[Any]) -> int:
+        """A key's phase (ms in [0, slide)): its grouping key's values as compact JSON, CRC-32, modulo
+        the slide — the same in every process (not Python's salted hash); 0 unless staggered."""
+        if not self.staggered:
+            return 0
+        return zlib.crc32(json.dumps(list(key), separators=(",", ":")).encode()) % self.slide
 
     def starts_containing(self, t: int, phase_ms: int = 0) -> list[int]:
         """The starts of the windows that contain event time `t` (one for tumbling windows); a
@@ -130,6 +142,16 @@ class Handover:
             return cls(spec, first_event_ms - 1, first_event_ms, first_event_ms - 1 + spec.length_ms)
         mi = migration_timestamp(spec, first_event_ms, last_window_start_ms)
         return cls(spec, mi, mi + spec.slide, mi + spec.length_ms)
+
+    def for_key(self, phase_ms: int) -> Handover:
+        """A staggered bin's handover as one key sees it, on its own grid (shifted by its phase): the
+        same first event (the grid-free activation), that grid's timestamps. Tumbling windows then
+        overlap nothing, as on a common grid, where the grid-free timestamps overlap a whole window.
+        The key's boundary is at most the bin's, so the bin completes by the bin's boundary."""
+        if not self.spec.staggered:
+            return self
+        grid = dataclasses.replace(self.spec, offset_ms=self.spec.offset_ms + phase_ms, staggered=False)
+        return Handover.at(grid, self.activation_ms)
 
     @property
     def overlap_ms(self) -> int:

@@ -53,10 +53,22 @@ class DeclaredWindow:
 
     @property
     def refusal(self) -> str:
-        """Why the data plane cannot hand these windows over ('' when it can)."""
+        """Why the planner does not choose a handover of these windows on its own ('' when it may). A
+        session handover waits until every key with rows since the step starts a new session or goes
+        quiet: no bound, so only a manual run forces one (ballast_migrate's move_mode=handover)."""
         if self.spec.kind == "session":
-            return "a handover of session windows is not built in the data plane yet (docs/handover.md)"
+            return (f"session windows (gap {self.spec.gap_ms} ms): a handover waits until every key with rows "
+                    "since the step has started a new session or gone quiet, so a key that stays busy holds it "
+                    "open with no bound on the wait; move_mode=handover forces one")
         return ""
+
+    @property
+    def unbounded(self) -> str:
+        """What a forced handover's reason adds ('' for grid windows, whose wait is bounded)."""
+        if self.spec.kind != "session":
+            return ""
+        return (f"; the wait is unbounded: at least the gap and the lateness (~{self.wait_s_estimate(0.0):.1f} s), "
+                f"then as long as any key of the bins stays busy (no gap of {self.spec.gap_ms} ms between its rows)")
 
     def wait_s_estimate(self, epoch_s: float) -> float:
         """A handover's wait without a watermark (`handover.estimated_wait_s`), at event-time rate 1."""
@@ -151,13 +163,16 @@ def choose_bin_modes(bins: Sequence[int], bin_bytes: Sequence[int], bin_keys: Se
     costs = {b: BinCosts(b, int(bin_bytes[b]),
                          changed_bytes_per_epoch(records_per_epoch[b], int(bin_bytes[b]), int(bin_keys[b])),
                          windowed=window is not None, handover_wait_s=wait,
-                         no_handover=window.refusal if window is not None else "") for b in bins}
+                         no_handover=window.refusal if window is not None and forced != "handover" else "")
+             for b in bins}
     choices = {}
     for b, c in costs.items():
         ch = choose_mode(c, budgets.b_ms_per_byte, budgets.a_ms, budgets.pause_budget_ms, budgets.step_budget_s,
                          forced)
-        if window is not None and not window.refusal and (ch.mode == "handover" or
-                                                          (forced is None and ch.mode == "precopy")):
+        if window is not None and window.unbounded and ch.mode == "handover":  # forced: sessions never auto
+            ch = replace(ch, reason=ch.reason + window.unbounded)
+        elif window is not None and not window.refusal and (ch.mode == "handover" or
+                                                            (forced is None and ch.mode == "precopy")):
             ch = replace(ch, reason=f"{ch.reason}; the wait is estimated (~{wait:.1f} s): the window's "
                                     f"{window.describe()} at event-time rate 1, plus an epoch, since the metrics "
                                     "store records no watermark")

@@ -371,11 +371,15 @@
       <p class="sentence" data-field="handover">${esc(h.sentence)}</p>
       <div class="two"><div class="handover-tables">
         <table class="grid" id="handover-times"><tr><th>event time (UTC)</th><th class="num"></th></tr>
-          ${row("migration", utc(h.migration_at), "the start of the last window the old owner finishes")}
-          ${row("activation", utc(h.activation_at), "the new owner's first window starts here")}
-          ${row("boundary", utc(h.boundary_at), "the end of the old owner's last window: the handover completes when the watermark reaches it")}
+          ${h.sessions ? row("first event", utc(h.migration_at), "the new owner sees every row of the bins from this event time on")
+            : row("migration", utc(h.migration_at), "the start of the last window the old owner finishes")}
+          ${h.sessions ? row("activation", utc(h.activation_at), `the new owner's sessions start here or later (first event + the ${num(h.gap_ms)} ms gap); earlier ones are the old owner's`)
+            : row("activation", utc(h.activation_at), "the new owner's first window starts here")}
+          ${h.sessions ? row("boundary", utc(h.boundary_at), "the watermark must pass it, and every key must start a session the new owner owns or go quiet for a gap")
+            : row("boundary", utc(h.boundary_at), "the end of the old owner's last window: the handover completes when the watermark reaches it")}
           ${row(`watermark <span class="sub">(epoch ${num(h.epoch)}${cp ? ", the last it waited" : ""})</span>`, h.watermark_at ? utc(h.watermark_at) : "not known yet", "the watermark the job's last waiting epoch ran its timers at")}
-          ${row("windows left on the old owner", num(h.windows_left), "the old owner's windows still open: their ends lie between the watermark and the boundary")}
+          ${h.sessions ? row("keys still holding it open", h.keys_open === null ? "not known yet" : num(h.keys_open), "keys whose session on the old owner may still be open: each until it starts a session the new owner owns or goes quiet for a gap; a key that never goes quiet keeps the handover open")
+            : row("windows left on the old owner", num(h.windows_left), "the old owner's windows still open: their ends lie between the watermark and the boundary")}
           ${row("state moved", moved, "a handover moves no state: the new owner builds its windows from the input")}</table>
         <table class="grid" id="handover-bins"><tr><th>bins</th><th>old owner</th><th>new owner</th></tr>${pairs.map(([a, z, bins]) =>
           `<tr data-from="${a}" data-to="${z}"><td>${bins.join(", ")}</td><td>${wLabel(a)}</td><td>${wLabel(z)}</td></tr>`).join("")}</table>
