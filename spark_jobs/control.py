@@ -49,7 +49,7 @@ from ballast.protocol import (
     step_from_document,
 )
 from ballast.signing import Keyring, SignatureError
-from spark_jobs.control_handover import HandoverClock, complete, epoch_handovers, gate, progress
+from spark_jobs.control_handover import HandoverClock, complete, epoch_handovers, gate, progress, runs_on
 from spark_jobs.control_state import AppliedStep, ControlState, Entry, EpochControl, QueuedStep, step_key
 
 TICK_SCHEMA = "ballast.tick/v1"
@@ -245,6 +245,11 @@ def decide(
         if s.kind == "upgrade" and (busy := unfinished_plan(st, s.plan_id)):
             finish(s, "rejected", f"a migration is under way ({busy}): upgrade once it has finished",
                    rec.offset, "reject")
+            return
+        if s.plan_id not in st.plans and (held := [k for k, ho in st.handover.items() if runs_on(ho)]):
+            finish(s, "rejected", f"handover {held[0]} is open and cannot be cancelled (its old owner folds no row "
+                   f"past its windows' end): plan again once it completes, when the watermark reaches "
+                   f"{st.handover[held[0]]['boundary']} ms", rec.offset, "reject")
             return
         if s.plan_id not in st.plans:
             for q in st.queue:

@@ -11,8 +11,10 @@ and no row can reach it any more. Session windows also wait for every key the ol
 hold a session of (spark_jobs.handover_sessions): the step applies once the new owners' tasks of the
 latest epoch that ran tasks reported no key open in the step's bins. Those reports are task metrics
 in the epoch's changelog objects, read back through the manifest (`OpenKeys`), so a restarted driver
-decides as the one before it would have; a replayed epoch reuses its logged decision. A superseded
-or rejected handover ends the overlap; the old owner folded every row, so it still holds the whole bin.
+decides as the one before it would have; a replayed epoch reuses its logged decision. A handover of
+grid windows runs to completion once started (`runs_on`); a rejected one, or a session handover a
+newer plan supersedes, ends the overlap, and the old owner, which folded every row, still holds the
+whole bin.
 """
 
 from __future__ import annotations
@@ -107,6 +109,15 @@ def gate(s: ControlStep, key: str, st: ControlState, epoch: int, clock: Handover
         return "apply", (f"handover complete: the old owner's last window ended at {ho['boundary']} ms and the "
                          f"timers ran at watermark {fired} ms; 0 bytes of state moved")
     return "wait", waiting_text(ho, fired, keys_open(s, ho, clock))
+
+
+def runs_on(ho: dict[str, int] | None) -> bool:
+    """An open handover that nothing cancels: grid windows, whose old owner folds no row past its
+    boundary (spark_jobs.handover_sessions.TaskHandovers.bounds), so neither owner holds the whole
+    bin until it completes — within a window and the lateness. A newer plan is refused meanwhile
+    (spark_jobs.control), with the watermark to wait for. A session handover (no bound on its wait)
+    stays cancellable: its old owner folds every row, and a newer plan supersedes it."""
+    return ho is not None and "gap" not in ho
 
 
 def keys_open(s: ControlStep, ho: dict[str, int], clock: HandoverClock | None) -> int | None:

@@ -2,9 +2,10 @@
 (docs/handover.md; the rule itself is `ballast.policy.handover`).
 
 From the step's first epoch (`since`) until it completes, the bin's rows reach both owners (the
-routing explodes them, `routing_column`). The old owner keeps the bin as it is and folds every row,
-so the bin stays whole there if the step is superseded; it keeps the outputs of the timers up to
-the boundary (the windows that end by it). The new owner folds the rows from the activation
+routing explodes them, `routing_column`). The old owner keeps the bin as it is and folds the rows
+before the boundary (its windows all end by it; such a handover is not cancelled once started,
+spark_jobs.control_handover.runs_on); it keeps the outputs of the timers up to the boundary (the
+windows that end by it). The new owner folds the rows from the activation
 timestamp on into a *fresh bin*, empty at the step, in its own cache and its own changelog objects
 (the bin's batch of the new owner's objects, which no reader of the bin takes while the map names the
 old owner), keeps the outputs of the later timers, and writes no dead letters: the old owner sees the

@@ -173,9 +173,17 @@ class TaskHandovers:
             if after is not None:
                 self.set(b, timers.index_key(sk, self.k, timers.OPEN, after), key)
 
-    def folds_from(self, b: int, key: bytes) -> int:
-        """The first row time a new owner folds of a key of bin b (staggered windows: the key's own)."""
-        return self.roles[b][1].key_bounds(self.window, key)[0]
+    def bounds(self, b: int, key: bytes) -> tuple[BinHandover | None, int, int]:
+        """Which of a key's rows this owner folds: (the handover, when this is a new owner's fresh
+        bin; rows from; rows before). A new owner folds from the key's activation on; an old owner of
+        grid windows folds only rows before the key's boundary — its windows end by it, and such a
+        handover is not cancelled (spark_jobs.control), so no row after it is ever its; an old owner
+        of sessions folds every row (a session handover may be superseded: it then keeps the bin)."""
+        r = self.roles.get(b)
+        if r is None or (r[0] == "old" and r[1].session_first_ms is not None):
+            return None, -(1 << 63), 1 << 63
+        lo, hi = r[1].key_bounds(self.window, key)
+        return (r[1], lo, 1 << 63) if r[0] == "new" else (None, -(1 << 63), hi)
 
     def keeps(self, b: int, sk: bytes, timer_ms: int, key: bytes) -> bool:
         """Whether this owner keeps the outputs of the key's timer (a bin in no handover: always)."""

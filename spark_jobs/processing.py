@@ -282,8 +282,8 @@ def run_processor(cfg: Any, cache: Any, txn: Any, table: Any, n: int, owned: set
     """One epoch of one worker (module docstring). Returns (dead letters, per-bin (records,
     counters, fold µs of its records), extra metrics: max_event_ms, late_rows, next_timer_ms,
     next_expiry_ms, timers_fired, and a shadow upgrade's tally when `shadow_op` is tried).
-    `roles`: bin -> (role, BinHandover) of the bins this worker shares in a handover: which rows the
-    new owner folds, whose timers' outputs each keeps (spark_jobs.handover)."""
+    `roles`: bin -> (role, BinHandover) of the bins this worker shares in a handover: which rows each
+    owner folds and whose timers' outputs it keeps (spark_jobs.handover, spark_jobs.handover_sessions)."""
     from pyspark.sql import Row
 
     k = cfg.bins_bits
@@ -302,11 +302,10 @@ def run_processor(cfg: Any, cache: Any, txn: Any, table: Any, n: int, owned: set
     bin_records: dict[int, int] = {}
     bin_ns: dict[int, int] = {}  # per bin, the wall time of its keys' handling (placement's weight)
     clock, topics = time.perf_counter_ns, input_topics(cfg.input_topic)
-    roles = roles or {}
-    fresh = {b for b, (r, _) in roles.items() if r == "new"}  # the old owner writes their dead letters
-    hos = TaskHandovers(roles, txn, cache.data, k, cfg.clock.epoch, rt.tv.getCurrentWatermarkInMs(), changes.set,
-                        owned, spec.window)
+    hos = TaskHandovers(roles := roles or {}, txn, cache.data, k, cfg.clock.epoch, rt.tv.getCurrentWatermarkInMs(),
+                        changes.set, owned, spec.window)
     if n:  # rows `keyed` rejected, or without a key: dead letters before any handler runs
+        fresh = {b for b, (r, _) in roles.items() if r == "new"}  # the old owner writes their dead letters
         table, rejected = split_rejected(without_fresh_rejects(table, fresh), topics)
         for rk, rv, why in rejected:
             writer.add_output(DEAD_LETTER, rk, rv, why)
@@ -326,8 +325,7 @@ def run_processor(cfg: Any, cache: Any, txn: Any, table: Any, n: int, owned: set
                 j += 1
             key, b = cols["key"][i], cols["bin"][i]
             bin_records[b] = bin_records.get(b, 0) + (j - i)
-            ho = roles[b][1] if b in fresh else None  # a fresh bin: rows from activation on, no dead letters
-            from_ms = hos.folds_from(b, key) if ho is not None else 0
+            ho, from_ms, until_ms = hos.bounds(b, key)  # ho: a fresh bin's (no dead letters); the rows it folds
             rows, dl, ets = [], [], []  # the key's rows, (value, source) of each for its dead letter, event times
             for r in range(i, j):
                 value, where = cols["value"][r], source_of(topics, cols["partition"][r], cols["offset"][r])
@@ -356,6 +354,8 @@ def run_processor(cfg: Any, cache: Any, txn: Any, table: Any, n: int, owned: set
                         writer.add_output(DEAD_LETTER, key, value, dead_note(
                             LATE, *where, f"event time {et} ms is below the epoch's watermark "
                             f"{rt.tv.getCurrentWatermarkInMs()} ms (raise QuerySpec.lateness_ms to accept it)"))
+                        continue
+                    if et >= until_ms:  # an old owner's windows end by the key's boundary: not its row
                         continue
                 rows.append(Row(**d))
                 dl.append((value, where))  # its dead letter's note only if the handler fails

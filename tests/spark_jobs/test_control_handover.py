@@ -94,10 +94,31 @@ def test_a_handover_before_any_event_moves_the_empty_bins_at_once():
     assert "read no event yet" in d.entries[0].reason and d.handover is None
 
 
-def test_a_newer_plan_supersedes_an_open_handover_and_ends_its_overlap():
+def test_a_newer_plan_is_refused_while_a_handover_of_grid_windows_is_open():
+    """The old owner folds no row past its boundary, so an open handover of grid windows cannot be
+    cancelled: a newer plan is refused with the watermark to wait for, the handover completes, and
+    a plan sent after it applies."""
+    h = Handover.at(SLIDING, EVENT_MAX + 1)
     d1 = _run(initial_state(8, 2), [_handover()], 5, HandoverClock(SLIDING, EVENT_MAX, None))
+    d2 = _run(d1.state_after, [control_step(plan="q", moves=((7, 1, 0),))], 6, HandoverClock(SLIDING, EVENT_MAX, None))
+    assert d2.state_after.final["q#1"]["status"] == "rejected" and "p#1" not in d2.state_after.final
+    assert f"plan again once it completes, when the watermark reaches {h.boundary_ms} ms" in \
+        d2.state_after.final["q#1"]["reason"]
+    assert [q.key for q in d2.state_after.queue] == ["p#1"] and d2.handover is not None
+    d3 = _run(d2.state_after, [], 7, HandoverClock(SLIDING, EVENT_MAX + 30_000, h.boundary_ms))
+    assert d3.state_after.final["p#1"]["status"] == "applied" and d3.state_after.handover == {}
+    d4 = _run(d3.state_after, [control_step(plan="r", moves=((7, 1, 0),), version=1)], 8,
+              HandoverClock(SLIDING, EVENT_MAX + 30_000, h.boundary_ms))
+    assert d4.applied is not None and d4.applied.plan_id == "r"
+
+
+def test_a_newer_plan_supersedes_an_open_session_handover_and_ends_its_overlap():
+    """A session handover may wait without bound, and its old owner folds every row: a newer plan
+    supersedes it, and the old owner keeps the whole bin."""
+    sessions = WindowSpec(0, gap_ms=2_000)
+    d1 = _run(initial_state(8, 2), [_handover()], 5, HandoverClock(sessions, EVENT_MAX, None))
     newer = control_step(plan="q", moves=((7, 1, 0),))
-    d2 = _run(d1.state_after, [newer], 6, HandoverClock(SLIDING, EVENT_MAX, None))
+    d2 = _run(d1.state_after, [newer], 6, HandoverClock(sessions, EVENT_MAX, None))
     assert d2.state_after.final["p#1"]["status"] == "superseded"
     assert d2.state_after.handover == {} and d2.handover is None, "no bin goes to two owners any more"
     assert d2.applied is not None and d2.applied.plan_id == "q"

@@ -251,9 +251,9 @@ def test_a_staggered_key_hands_over_on_its_own_grid_and_the_new_owner_folds_none
     """Tumbling 10 s windows staggered per key (the framework's phase, WindowSpec.phase_of), handed
     over with the first event at 10 s (the bin's grid-free boundary 19.999 s). Each key hands over at
     its own grid's boundary: the old owner keeps the key's windows that end by it, the new owner the
-    later ones, together a run without a migration — and the new owner opens no window it drops (no
-    timer of its fires without an output), where the bin's grid-free rule would fold a whole window
-    of every key for nothing."""
+    later ones, together a run without a migration — and neither opens a window it drops (no timer
+    fires without an output): the new owner folds from the key's activation, the old owner up to its
+    boundary, where the bin's grid-free rule would have both fold a whole window of every key."""
     import window_counts as wc
 
     from ballast.policy.handover import Handover, WindowSpec
@@ -298,7 +298,7 @@ def test_a_staggered_key_hands_over_on_its_own_grid_and_the_new_owner_folds_none
         return outs, fired
 
     want, _ = run(2, None)
-    old, _ = run(0, "old")
+    old, old_fired = run(0, "old")
     new, new_fired = run(1, "new")
     assert sorted(old + new) == sorted(want) and len(want) > 6
     for n in users:
@@ -307,3 +307,4 @@ def test_a_staggered_key_hands_over_on_its_own_grid_and_the_new_owner_folds_none
         assert all(w + 10_000 <= mine.boundary_ms for user, w, *_ in old if user == n)
         assert all(w + 10_000 > mine.boundary_ms for user, w, *_ in new if user == n)
     assert new_fired == len(new), "the new owner opened no window whose output it dropped"
+    assert old_fired == len(old), "nor the old owner: it folds no row past the key's boundary"
