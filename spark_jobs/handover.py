@@ -71,10 +71,12 @@ class BinHandover:
             return None
         return "old" if worker == self.src else "new" if worker == self.dst else None
 
-    def keeps_output(self, role: Role, timer_ms: int) -> bool:
-        """A timer's outputs (grid windows): the old owner's up to the boundary, the new owner's after
-        it. Sessions split per key at its crossing instead (spark_jobs.handover_sessions.keeps)."""
-        return timer_ms <= self.boundary_ms if role == "old" else timer_ms > self.boundary_ms
+    def keeps_output(self, role: Role, timer_ms: int, boundary_ms: int | None = None) -> bool:
+        """A timer's outputs (grid windows): the old owner's up to the boundary (the bin's, or a
+        staggered key's own: `key_bounds`), the new owner's after it. Sessions split per key at its
+        crossing instead (spark_jobs.handover_sessions.keeps)."""
+        at = self.boundary_ms if boundary_ms is None else boundary_ms
+        return timer_ms <= at if role == "old" else timer_ms > at
 
     def to_list(self) -> list[int]:
         v = [self.bin, self.src, self.dst, self.since, self.activation_ms, self.boundary_ms, int(self.completes)]

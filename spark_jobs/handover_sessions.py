@@ -125,6 +125,7 @@ class TaskHandovers:
                  window: WindowSpec | None) -> None:
         self.roles, self.txn, self.db, self.k, self.wm, self.set = roles, txn, db, k, watermark, set_entry
         self.window = window  # the operator's declared windows: staggered ones hand over per key
+        self._key_bounds: dict[tuple[int, bytes], tuple[int, int]] = {}  # a key's rows and its timers ask alike
         if window is not None and window.kind == "session":  # stale trackers: superseded, completed, starting now
             for b in sorted(held):
                 r = roles.get(b)
@@ -182,8 +183,15 @@ class TaskHandovers:
         r = self.roles.get(b)
         if r is None or (r[0] == "old" and r[1].session_first_ms is not None):
             return None, -(1 << 63), 1 << 63
-        lo, hi = r[1].key_bounds(self.window, key)
+        lo, hi = self._bounds_of(b, r[1], key)
         return (r[1], lo, 1 << 63) if r[0] == "new" else (None, -(1 << 63), hi)
+
+    def _bounds_of(self, b: int, h: BinHandover, key: bytes) -> tuple[int, int]:
+        """`BinHandover.key_bounds` once per key and task (a staggered key's phase parses its key)."""
+        got = self._key_bounds.get((b, key))
+        if got is None:
+            got = self._key_bounds[(b, key)] = h.key_bounds(self.window, key)
+        return got
 
     def keeps(self, b: int, sk: bytes, timer_ms: int, key: bytes) -> bool:
         """Whether this owner keeps the outputs of the key's timer (a bin in no handover: always)."""
@@ -191,11 +199,8 @@ class TaskHandovers:
         if r is None:
             return True
         s = self._session(b)
-        if s is None and self.window is not None and self.window.staggered:  # the key's own boundary
-            boundary = r[1].key_bounds(self.window, key)[1]
-            return timer_ms <= boundary if r[0] == "old" else timer_ms > boundary
-        if s is None:
-            return r[1].keeps_output(r[0], timer_ms)
+        if s is None:  # grid windows: the key's boundary (its own grid's, when staggered)
+            return r[1].keeps_output(r[0], timer_ms, self._bounds_of(b, r[1], key)[1])
         return keeps(s[0], Tracker.from_bytes(self.txn.get(self._track_key(sk, s[2]), db=self.db)).crossing, timer_ms)
 
     def _new_bins(self) -> list[tuple[int, int, int]]:
