@@ -104,3 +104,20 @@ def test_the_warm_up_writes_one_tick_per_worker_whatever_it_reads():
     [rb] = list(fn(batches))
     assert read == [0, 1, 2], "its input is drained"
     assert rb.to_pylist() == [{"topic": "j.control.ticks", "key": b"j/keycount", "value": b"tick", "headers": []}]
+
+
+@pytest.mark.parametrize("workers", [1, 2, 5])
+def test_the_synthetic_handover_routes_through_the_fan_out_at_any_worker_count(workers):
+    from spark_jobs.handover import fan_out
+    from spark_jobs.warmup import _warm_handover
+
+    h = _warm_handover(workers)
+    assert 0 <= h.dst < workers and not h.completes
+    assert fan_out((h,), 64) is not None, "the warm-up must compile the explode, not the plain routing"
+
+
+def test_only_an_operator_that_declares_windows_warms_the_handover():
+    windowed = SimpleNamespace(spec=SimpleNamespace(window=object()))
+    assert warm_up(None, windowed)._hands_over()
+    assert not warm_up(None, SimpleNamespace(spec=SimpleNamespace(window=None)))._hands_over()
+    assert not warm_up(None, Q1)._hands_over(), "a stateless query has no spec"

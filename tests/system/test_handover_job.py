@@ -8,6 +8,7 @@ refused, and runs on exactly."""
 
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -72,10 +73,16 @@ def _run_handover(w: WindowJob, kafka_bootstrap: str, db_url: str) -> None:
           f"{r.cp.applied_epoch}{'' if r.during_input else ' (after the flush)'}")
 
 
+WARMED = "warmed the handover's routing"  # spark_jobs.warmup: the fan-out compiled before the query starts
+
+
 def test_tumbling_windows_hand_over_with_no_state_moved_and_every_window_once(spark, kafka_bootstrap, make_topics,
-                                                                               unique_name, tmp_path, db_url):
+                                                                               unique_name, tmp_path, db_url, caplog):
+    caplog.set_level(logging.INFO, logger="ballast.runner")
     w = WindowJob(spark, kafka_bootstrap, make_topics, unique_name, tmp_path, db_url, BINS, seed=23,
                   operator="sliding_counts:TumblingCounts", py_files=[SLIDING])
+    assert any(r.getMessage().startswith(WARMED) for r in caplog.records), "a windowed job warms the fan-out"
+    assert not any("warm-up failed" in r.getMessage() for r in caplog.records)
     _run_handover(w, kafka_bootstrap, db_url)
 
 
@@ -89,8 +96,10 @@ def test_sliding_windows_hand_over_with_rows_to_both_owners_and_every_window_onc
 
 def test_a_handover_of_a_processor_without_windows_is_refused_and_the_job_runs_on_exactly(spark, kafka_bootstrap,
                                                                                           make_topics, unique_name,
-                                                                                          tmp_path, db_url):
+                                                                                          tmp_path, db_url, caplog):
+    caplog.set_level(logging.INFO, logger="ballast.runner")
     w = WindowJob(spark, kafka_bootstrap, make_topics, unique_name, tmp_path, db_url, BINS, seed=31)
+    assert not any(r.getMessage().startswith(WARMED) for r in caplog.records), "no windows: no handover to warm"
     job, op = w.job, w.operator
     try:
         wait_until(lambda: (w.runner.last_epoch or 0) >= 2, 180, "a few epochs at 16 bins", check=w.alive)
