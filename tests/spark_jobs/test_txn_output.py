@@ -26,6 +26,15 @@ def test_transactional_id_and_marker_topic_names() -> None:
     assert commits_topic("orders.enrich.out") == "orders.enrich.out.commits"  # a chain's hand-off
 
 
+def test_record_batches_are_checksummed_in_c() -> None:
+    """kafka-python computes each batch's CRC-32C with the `crc32c` package when it is installed, else in
+    pure Python at a few MB/s (requirements.txt): every task's transactional output pays that."""
+    from kafka.record import util
+
+    assert util.crc32c_c is not None, "pip install the crc32c package (requirements.txt)"
+    assert util.calc_crc32c(b"123456789") == 0xE3069283  # CRC-32C's check value
+
+
 def test_marker_round_trip_and_what_it_covers() -> None:
     m = Marker("store-1", 7, 2)
     assert Marker.decode(m.value()) == m
