@@ -62,8 +62,7 @@ class BinHandover:
         if window is None or not window.staggered:
             return self.folds_from_ms, self.boundary_ms
         grid = Handover(window, self.activation_ms - 1, self.activation_ms, self.boundary_ms)
-        mine = grid.for_key(window.phase_of(tuple(json.loads(key).values())))
-        return mine.activation_ms, mine.boundary_ms
+        return grid.key_bounds(window.phase_of(tuple(json.loads(key).values())))
 
     def role(self, worker: int) -> Role | None:
         """The worker's part in this epoch (None: not one of the two, or the step completes now)."""

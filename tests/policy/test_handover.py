@@ -217,6 +217,20 @@ def test_each_staggered_key_hands_over_on_its_own_grid_and_the_new_owner_folds_n
     assert spec.phase_of(("k", 7)) == spec.phase_of(["k", 7]), "the grouping key's values, however passed"
 
 
+@pytest.mark.parametrize("spec", [WindowSpec(10, staggered=True), WindowSpec(12, 4, 3, staggered=True),
+                                  WindowSpec(90_000, staggered=True), WindowSpec(10)],
+                         ids=["tumbling", "sliding-offset", "90s", "not-staggered"])
+def test_a_keys_bounds_in_arithmetic_are_those_of_its_own_grid(spec: WindowSpec) -> None:
+    """`Handover.key_bounds` (what the data plane asks per key) = `for_key`'s timestamps, for every
+    phase and first event, negative event times too."""
+    rng = random.Random(f"key-bounds-{spec}")
+    for _ in range(300):
+        h = Handover.at(spec, rng.randint(-3 * spec.length_ms, 10 * spec.length_ms))
+        for p in {0, spec.slide - 1, rng.randrange(spec.slide)}:
+            k = h.for_key(p)
+            assert h.key_bounds(p) == (k.activation_ms, k.boundary_ms), (spec, h, p)
+
+
 def test_staggered_windows_need_the_grid_free_timestamps() -> None:
     """The check above can fail: the grid's timestamps (as if every key's phase were 0) split some
     shifted key's window between the owners, and that window comes out wrong or not at all."""

@@ -153,6 +153,17 @@ class Handover:
         grid = dataclasses.replace(self.spec, offset_ms=self.spec.offset_ms + phase_ms, staggered=False)
         return Handover.at(grid, self.activation_ms)
 
+    def key_bounds(self, phase_ms: int) -> tuple[int, int]:
+        """`for_key(phase_ms)`'s (activation, boundary), in integer arithmetic: the data plane asks
+        it for every key of a handed-over bin in every epoch of the overlap, where building two
+        dataclasses per key was a third of the new owner's extra Python time (py-spy, bench §14b)."""
+        if not self.spec.staggered:
+            return self.activation_ms, self.boundary_ms
+        s = self.spec.slide
+        r = (self.activation_ms - self.spec.offset_ms - phase_ms) % s
+        migration = self.activation_ms - (s if r == 0 else r)
+        return migration + s, migration + self.spec.length_ms
+
     @property
     def overlap_ms(self) -> int:
         """Event time whose rows both owners process (0 for tumbling windows)."""
