@@ -99,7 +99,6 @@ class WarmUp:
         except Exception:
             log.warning("Spark plan warm-up failed; the first epoch pays for code generation itself", exc_info=True)
 
-
     def _hands_over(self) -> bool:
         """Whether the operator declares its windows, so a step may hand its bins over."""
         spec = getattr(self.op, "spec", None)
@@ -108,9 +107,11 @@ class WarmUp:
 
 def _warm_handover(workers: int) -> Any:
     """A synthetic open handover of bin 0 (worker 0 to the last worker): routing through it makes
-    the JVM load, analyse and generate code for the fan-out (`spark_jobs.handover.fan_out`) before the
-    query starts. A job's first handover paid that in its step's epoch: +170 ms of plan and +200 ms of
-    Spark job at 64 bins on this machine, the largest part of that epoch's lead over its neighbours."""
+    the JVM load and analyse the fan-out (`spark_jobs.handover.fan_out`) before the query starts,
+    which a job's first handover paid in its step's epoch (its plan 317 -> 62-71 ms in the full
+    handover experiment, bench/REPORT.md §14b). The stage's own generated code is not shared: this
+    row comes from a `range`, the epoch's from the Kafka scan, and that stage still runs 200-300 ms
+    longer in the step's epoch."""
     from spark_jobs.handover import BinHandover
 
     return BinHandover(0, 0, workers - 1, 0, 0, 0)

@@ -73,7 +73,7 @@ def _run_handover(w: WindowJob, kafka_bootstrap: str, db_url: str) -> None:
           f"{r.cp.applied_epoch}{'' if r.during_input else ' (after the flush)'}")
 
 
-WARMED = "warmed the handover's routing"  # spark_jobs.warmup: the fan-out compiled before the query starts
+WARMED = "warmed the handover's routing"  # spark_jobs.warmup: the fan-out analysed before the query starts
 
 
 def test_tumbling_windows_hand_over_with_no_state_moved_and_every_window_once(spark, kafka_bootstrap, make_topics,
