@@ -13,6 +13,7 @@ from typing import Any
 
 from ballast.protocol import message_key, utcnow
 from spark_jobs.control import tick_message
+from spark_jobs.handover import BinHandover
 from spark_jobs.job_clients import JobClients
 from spark_jobs.journal import Journal
 from spark_jobs.run_config import RunConfig, tick_topic
@@ -105,15 +106,13 @@ class WarmUp:
         return getattr(spec, "window", None) is not None
 
 
-def _warm_handover(workers: int) -> Any:
+def _warm_handover(workers: int) -> BinHandover:
     """A synthetic open handover of bin 0 (worker 0 to the last worker): routing through it makes
     the JVM load and analyse the fan-out (`spark_jobs.handover.fan_out`) before the query starts,
     which a job's first handover paid in its step's epoch (its plan 317 -> 62-71 ms in the full
     handover experiment, bench/REPORT.md §14b). The stage's own generated code is not shared: this
     row comes from a `range`, the epoch's from the Kafka scan, and that stage still runs 200-300 ms
     longer in the step's epoch."""
-    from spark_jobs.handover import BinHandover
-
     return BinHandover(0, 0, workers - 1, 0, 0, 0)
 
 

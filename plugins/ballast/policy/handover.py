@@ -112,8 +112,13 @@ def migration_timestamp(spec: WindowSpec, first_event_ms: int, last_window_start
     if last_window_start_ms is not None and first_event_ms <= last_window_start_ms:
         return last_window_start_ms
     anchor = spec.offset_ms if last_window_start_ms is None else last_window_start_ms
-    r = (first_event_ms - anchor) % spec.slide
-    return first_event_ms - (spec.slide if r == 0 else r)
+    return _start_before(first_event_ms, anchor, spec.slide)
+
+
+def _start_before(t: int, anchor_ms: int, slide: int) -> int:
+    """The last window start strictly before `t` on the grid `anchor + k·slide`."""
+    r = (t - anchor_ms) % slide
+    return t - (slide if r == 0 else r)
 
 
 @dataclass(frozen=True)
@@ -159,10 +164,8 @@ class Handover:
         dataclasses per key was a third of the new owner's extra Python time (py-spy, bench §14b)."""
         if not self.spec.staggered:
             return self.activation_ms, self.boundary_ms
-        s = self.spec.slide
-        r = (self.activation_ms - self.spec.offset_ms - phase_ms) % s
-        migration = self.activation_ms - (s if r == 0 else r)
-        return migration + s, migration + self.spec.length_ms
+        migration = _start_before(self.activation_ms, self.spec.offset_ms + phase_ms, self.spec.slide)
+        return migration + self.spec.slide, migration + self.spec.length_ms
 
     @property
     def overlap_ms(self) -> int:
