@@ -84,6 +84,11 @@ def s3a_conf(env: dict[str, str] | None = None) -> dict[str, str]:
         # the same quirk makes an empty directory list as itself, so a new query would find its
         # offsets "not empty"; the job's own journal (ballast/job.json) refuses a foreign dir instead
         "spark.sql.streaming.verifyCheckpointDirectoryEmptyOnStart": "false",
+        # every PUT sends its body with its headers instead of waiting for "100 Continue": the
+        # checkpoint's objects are small, so the handshake buys nothing, and a server that answers a
+        # PUT without reading its body (s3s-fs on a directory marker) leaves the connection's state to
+        # the timing of that wait (docs/suite.md, "The S3 checkpoint failure")
+        "spark.hadoop.fs.s3a.connection.expect.continue": "false",
     }
     endpoint = env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL")
     if endpoint:  # a server other than AWS's: its address, path-style URLs (as pyarrow uses)

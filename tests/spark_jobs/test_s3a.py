@@ -34,6 +34,7 @@ def test_s3a_settings_come_from_the_aws_variables_and_carry_no_secret():
     assert conf["spark.hadoop.fs.s3a.endpoint.region"] == "eu-west-3"
     assert conf["spark.hadoop.fs.s3a.aws.credentials.provider"].endswith("EnvironmentVariableCredentialsProvider")
     assert conf["spark.hadoop.fs.s3a.fast.upload.buffer"] == "bytebuffer", "no upload buffer on local disk"
+    assert conf["spark.hadoop.fs.s3a.connection.expect.continue"] == "false", "a PUT sends its body at once"
     assert not any("very-secret" in v or "id-1" in v for v in conf.values()), "keys stay in the environment"
     aws = s3a_conf({"AWS_REGION": "us-east-1"})  # AWS itself: its own endpoint, the default credential chain
     assert "spark.hadoop.fs.s3a.endpoint" not in aws and "spark.hadoop.fs.s3a.aws.credentials.provider" not in aws
