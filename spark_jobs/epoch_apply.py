@@ -20,7 +20,7 @@ from spark_jobs.durable import DurableState
 from spark_jobs.epoch_times import EpochTimes
 from spark_jobs.executors import ExecutorScaler
 from spark_jobs.fencing import DriverFence
-from spark_jobs.handover import BinHandover
+from spark_jobs.handover import BinHandover, CopyRule
 from spark_jobs.job_clients import JobClients
 from spark_jobs.live_code import LiveCode
 from spark_jobs.output import dlq_topic
@@ -109,7 +109,8 @@ class EpochApply:
             shadow_fields=tuple(work.shadow.get("fields", ())) if work.shadow else (),
             probe=self.live_code.probe_chain() if self.live_code is not None else (),
             txn=self._txn_target(tasks), handover=work.handover)
-        out = route(keyed, k, st.assignment, tasks, make_apply_fn(acfg), work.handover)
+        out = route(keyed, k, st.assignment, tasks, make_apply_fn(acfg), work.handover,
+                    CopyRule.of(getattr(self.op, "spec", None), work.clock))
         if acfg.txn is not None:  # each task commits its outputs itself (spark_jobs.txn_output): no sink
             writer = out.write.format("noop").mode("overwrite")
         else:

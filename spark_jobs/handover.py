@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ballast.policy.handover import Handover, WindowSpec
+from spark_jobs.sql_text import text
 
 Role = Literal["old", "new"]
 
@@ -102,7 +103,8 @@ def overrides(handovers: Iterable[BinHandover], worker: int) -> dict[int, tuple[
 
 def fan_out(handovers: Iterable[BinHandover], bins: int) -> str | None:
     """Spark SQL over the routed rows' `bin` and `worker`: for a bin in an open handover the old and
-    the new owner, to `explode`; None when no handover is open (the map's worker alone).
+    the new owner, to `posexplode` (copy 0: the old owner's, 1: the new owner's; a bin in none: its
+    worker's, copy 0); None when no handover is open (the map's worker alone).
 
     The new owners are one array constant indexed by bin (-1: none), as the map is
     (spark_jobs.bins.assignment_literal): Spark folds it into a literal that its generated code
@@ -116,7 +118,124 @@ def fan_out(handovers: Iterable[BinHandover], bins: int) -> str | None:
     if max(dst, default=-1) < 0:
         return None
     d = "element_at(CAST(split('" + ",".join(map(str, dst)) + "', ',') AS ARRAY<INT>), bin + 1)"
-    return f"explode(IF({d} < 0, array(worker), array(worker, {d})))"
+    return f"posexplode(IF({d} < 0, array(worker), array(worker, {d})))"
+
+
+@dataclass(frozen=True)
+class CopyRule:
+    """What the routing needs to drop, in the JVM, the copy of a handed-over bin's row that its
+    owner would skip in Python (`copies_kept`): the query's windows and the epoch's clock (the
+    driver's, the same on a replay), so that no row whose dead letter the old owner writes is dropped."""
+
+    window: WindowSpec
+    watermark_ms: int
+    ahead_limit_ms: int | None  # processing time + max_ahead_ms (None: no limit)
+
+    @classmethod
+    def of(cls, spec: Any, clock: Any) -> CopyRule | None:
+        """The epoch's rule from the query's `spec` (QuerySpec) and the epoch's `clock`
+        (spark_jobs.timers.EpochClock); None: a query without windows (no handover), or no clock."""
+        window = getattr(spec, "window", None)
+        if window is None or clock is None:
+            return None
+        ahead = spec.max_ahead_ms
+        return cls(window, int(clock.watermark_ms), None if ahead is None else int(clock.processing_ms) + int(ahead))
+
+
+# a staggered key's phase needs its grouping key's values as Python's compact JSON list; Spark's
+# to_json writes the same bytes for integers, booleans and printable ASCII strings without a quote
+# or a backslash. Other keys get the bin's bounds, which contain every key's own (a superset)
+_SCALAR = r'(-?[0-9]+|true|false|"[\x20\x21\x23-\x5b\x5d-\x7e]*")'
+_NAME = r'"[^"\\]*":'  # a field name as to_json writes it (an escaped quote in it: not safe)
+SAFE_KEY = rf'^[{{]{_NAME}{_SCALAR}(,{_NAME}{_SCALAR})*[}}]$'  # a Java regex
+
+
+def _ints(values: Iterable[int], kind: str = "BIGINT") -> str:
+    """A constant array as Spark folds it into one literal that generated code references (fan_out)."""
+    return "CAST(split('" + ",".join(str(int(v)) for v in values) + f"', ',') AS ARRAY<{kind}>)"
+
+
+def key_phase_sql(window: WindowSpec, key: str = "key") -> str:
+    """Spark SQL: a staggered key's phase (`WindowSpec.phase_of`) from its routed JSON `key`
+    (binary), or NULL where Spark's bytes could differ from Python's (`SAFE_KEY`)."""
+    k = f"CAST({key} AS STRING)"
+    values = f"concat('[', regexp_replace(substr({k}, 2, length({k}) - 2), {text(_NAME)}, ''), ']')"
+    return f"CASE WHEN {k} RLIKE {text(SAFE_KEY)} THEN crc32(CAST({values} AS BINARY)) % {int(window.slide)} END"
+
+
+@dataclass(frozen=True)
+class Copies:
+    """`copies_kept`'s Spark SQL: `columns` to add to the fanned-out rows first (each computed once
+    per row), then the predicate `keep` over them."""
+
+    columns: tuple[str, ...]
+    keep: str
+
+
+def copies_kept(handovers: Iterable[BinHandover], bins: int, rule: CopyRule, event_ms: str) -> Copies | None:
+    """Which of `fan_out`'s rows (`copy`: 0 the old owner's, 1 the new owner's; `bin`, `key`) to keep,
+    given the row's event time `event_ms` (NULL: a row its worker rejects or does not decode). The
+    new owner gets a row only from its key's first row time on (`key_bounds`); the old owner loses
+    only a row after its key's boundary that it would neither fold nor dead-letter (not late, not too
+    far ahead; a session handover's old owner keeps every row). Exactly the rows each owner skips in
+    Python (spark_jobs.processing), so what either owner does is unchanged. None: no open handover.
+
+    Per bin, the bounds and the epoch's clock are array literals (`_ints`): Spark references them
+    from its generated code, so every epoch and every handover runs the same code (a constant, or an
+    element at a constant index, which Spark folds, would be inlined and compiled anew)."""
+    hs = [h for h in handovers if not h.completes]
+    if not hs:
+        return None
+    never = -(1 << 62)  # the old owner's copy is dropped only at or below `ahead`: never for these bins
+    lo, hi, act1, ahead = [0] * bins, [0] * bins, [0] * bins, [never] * bins
+    limit = (1 << 62) if rule.ahead_limit_ms is None else rule.ahead_limit_ms
+    w, at, et = rule.window, "bin + 1", event_ms
+    for h in hs:
+        lo[h.bin], act1[h.bin] = h.folds_from_ms, h.activation_ms - 1
+        # a row below the watermark is late, a dead letter of the old owner's: its floor
+        hi[h.bin] = h.boundary_ms if w.staggered else max(h.boundary_ms, rule.watermark_ms)
+        ahead[h.bin] = never if h.session_first_ms is not None else limit
+    lo_k, hi_k = f"element_at({_ints(lo)}, {at})", f"element_at({_ints(hi)}, {at})"
+    columns: tuple[str, ...] = ()
+    if w.staggered:
+        # the key's own grid (Handover.key_bounds): its last window start before the activation,
+        # (activation - 1) - pmod(activation - 1 - offset - phase, slide); NULL where the JVM has no phase
+        a1, sl = f"element_at({_ints(act1)}, {at})", int(w.slide)
+        columns = (f"{a1} - pmod({a1} - {int(w.offset_ms)} - ({key_phase_sql(w)}), {sl}) AS {GRID_START}",)
+        wm = f"element_at({_ints([rule.watermark_ms] * bins)}, {at})"
+        lo_k = f"coalesce({GRID_START} + {sl}, {lo_k})"
+        hi_k = f"greatest(coalesce({GRID_START} + {int(w.length_ms)}, {hi_k}), {wm})"
+    old_skips = f"{et} IS NOT NULL AND {et} >= {hi_k} AND {et} <= element_at({_ints(ahead)}, {at})"
+    new_folds = f"{et} IS NOT NULL AND {et} >= {lo_k}"
+    return Copies(columns, f"CASE copy WHEN 0 THEN NOT ({old_skips}) WHEN 1 THEN {new_folds} ELSE true END")
+
+
+GRID_START = "__grid_start"  # copies_kept's column: a staggered key's last window start before the activation
+
+
+def event_ms(spec: Any, ts_columns: Iterable[str], cols: Iterable[Any], ok: Any) -> list[Any]:
+    """A processor's routed EVENT_MS_COLUMN (a list of the one Spark Column) when its query has windows (a bin may
+    move by handover): the event time `decode_row` would return, null where the worker would reject
+    the row (a timestamp outside a Python datetime) or `ok` (not rejected already) is false. []: no
+    windows, or an event-time column neither a timestamp nor an integer (each owner then skips the
+    rows itself and the routing keeps both copies). `spec`: its QuerySpec; `cols`: the parsed rows'
+    fields; `ts_columns`: those of them the routed JSON carries as epoch ms."""
+    from pyspark.sql import functions as F
+
+    from spark_jobs.records import DATETIME_MAX_MS, DATETIME_MIN_MS, EVENT_MS_COLUMN
+
+    et_col, ts = spec.event_time_column, tuple(ts_columns)
+    if spec.window is None or et_col is None:
+        return []
+    if et_col in ts:
+        et = F.unix_millis(F.col(et_col))
+    elif {f.name: f.dataType.typeName() for f in cols}.get(et_col) in ("long", "integer", "short", "byte"):
+        et = F.col(et_col).cast("long")
+    else:
+        return []
+    for c in ts:
+        ok = ok & (F.col(c).isNull() | F.unix_millis(F.col(c)).between(DATETIME_MIN_MS, DATETIME_MAX_MS))
+    return [F.when(ok, et).alias(EVENT_MS_COLUMN)]
 
 
 def from_decision(doc: Mapping[str, Any] | None) -> tuple[BinHandover, ...]:

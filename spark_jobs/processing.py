@@ -2,9 +2,9 @@
 
 Driver side, `ProcessorOperator.keyed(df)` (JVM expressions, before routing): parse each Kafka
 value with the query's input schema, key = JSON of the grouping columns, value = JSON of the row
-with timestamps as epoch milliseconds. Worker side, `run_processor` does in one epoch of one worker
-what Spark's TransformWithStateExec does in one batch of one partition, in a fixed order so that
-every attempt of the epoch computes the same changes and outputs:
+with timestamps as epoch milliseconds (and its event time, for a handover's routing). Worker side,
+`run_processor` does in one epoch of one worker what Spark's TransformWithStateExec does in one
+batch of one partition, in a fixed order so that every attempt computes the same changes and outputs:
 
 1. rows `keyed` rejected (a value that does not parse) or without a key go to the dead-letter
    topic (spark_jobs.records); the rest sorted by (hash, key, Kafka partition, offset), grouped by
@@ -21,9 +21,8 @@ every attempt of the epoch computes the same changes and outputs:
 A handler that raises dead-letters the key's rows (or the timer) and leaves the key's state as it
 was before the call: a poisoned record cannot wedge the job. After a live upgrade, a key's state
 written by another version is carried over before its handler runs (spark_jobs.state_upgrade); a
-key whose carry-over fails is dead-lettered the same way, with reason `upgrade-error`. In a handover
-the bin's rows and timer outputs are split between its owners (spark_jobs.handover, _sessions).
-"""
+key whose carry-over fails is dead-lettered the same way, with reason `upgrade-error`. A handover
+splits the bin's rows and timer outputs between its owners (spark_jobs.handover, _sessions)."""
 
 from __future__ import annotations
 
@@ -34,7 +33,7 @@ from typing import Any
 
 from spark_jobs import timers
 from spark_jobs.bins import decode_value, encode_value, store_key
-from spark_jobs.handover import without_fresh_rejects
+from spark_jobs.handover import event_ms, without_fresh_rejects
 from spark_jobs.handover_sessions import TaskHandovers
 from spark_jobs.inputs import NO_EMPTY_PROPAGATION
 from spark_jobs.key_state import KeyState
@@ -121,7 +120,8 @@ class ProcessorOperator(Operator):
         return rows.select(
             F.when(ok, F.to_json(F.struct(*[F.col(g) for g in self.spec.grouping_keys])).cast("binary")).alias("key"),
             F.when(ok, F.to_json(F.struct(*fields)).cast("binary")).otherwise(F.col("__raw")).alias("value"),
-            F.col("__p").alias("partition"), F.col("__o").alias("offset"), F.col("__reject").alias(REJECT_COLUMN))
+            F.col("__p").alias("partition"), F.col("__o").alias("offset"), F.col("__reject").alias(REJECT_COLUMN),
+            *event_ms(self.spec, self.ts_columns, cols, ok))
 
     def _pre_aggregated(self, rows: Any, clock: Any) -> Any:
         """`QuerySpec.pre_aggregate` in the JVM: late and far-ahead records become dead letters

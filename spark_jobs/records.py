@@ -52,6 +52,12 @@ DETAILS = {
 }
 
 REJECT_COLUMN = "reject"  # optional routed column: why `keyed` rejected the row (null: it did not)
+# optional routed column: the row's event time (ms) when a worker decodes the row without rejecting it
+# (null otherwise); the routing drops a handover's second copy by it (spark_jobs.handover.copies_kept)
+# and never ships it to the workers
+EVENT_MS_COLUMN = "event_ms"
+# the epoch milliseconds a Python datetime holds (`utc_datetime`: years 1-9999)
+DATETIME_MIN_MS, DATETIME_MAX_MS = -62_135_596_800_000, 253_402_300_799_999
 REASON_HEADER = "ballast-reason"
 MAX_ERROR_CHARS = 1000
 

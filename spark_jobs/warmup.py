@@ -13,11 +13,12 @@ from typing import Any
 
 from ballast.protocol import message_key, utcnow
 from spark_jobs.control import tick_message
-from spark_jobs.handover import BinHandover
+from spark_jobs.handover import BinHandover, CopyRule
 from spark_jobs.job_clients import JobClients
 from spark_jobs.journal import Journal
 from spark_jobs.run_config import RunConfig, tick_topic
 from spark_jobs.stateless import QueryRefused, StatelessOperator
+from spark_jobs.timers import EpochClock
 
 log = logging.getLogger("ballast.runner")
 
@@ -92,8 +93,9 @@ class WarmUp:
                      (time.perf_counter() - t0) * 1000)
             if self._hands_over():
                 t1 = time.perf_counter()
-                route(rows, k, [0] * (1 << k), workers, _emit_tick(*tick), (_warm_handover(workers),)).write.format(
-                    "noop").mode("overwrite").save()
+                rule = CopyRule.of(getattr(self.op, "spec", None), EpochClock(-1, 0, 0))
+                route(rows, k, [0] * (1 << k), workers, _emit_tick(*tick), (_warm_handover(workers),),
+                      rule).write.format("noop").mode("overwrite").save()
                 log.info("warmed the handover's routing (the fan-out) in %.0f ms", (time.perf_counter() - t1) * 1000)
         except QueryRefused:
             raise  # the query itself is refused (a stateless query with a generator): say so at start

@@ -209,9 +209,10 @@ def migration_session(ctx: Ctx, label: str, bins: int, keys: int, strategies: tu
     rp.write_csv(out / "rss.csv", [{"t_s": t - t_ref, "rss_mb": mb, "driver_rss_mb": driver_at.get(t, math.nan)}
                                    for t, mb in rss.samples])
     rp.write_csv(out / "epochs.csv", result["epochs"])
-    rp.write_csv(out / "worker_metrics.csv", [{"epoch": w.epoch, "worker": w.worker, "records_in": w.records_in,
-                                               "useful_ms": w.useful_ms, "wall_ms": w.wall_ms,
-                                               "state_keys": w.state_keys, "state_bytes": w.state_bytes} for w in wk])
+    result["worker_metrics"] = [{"epoch": w.epoch, "worker": w.worker, "records_in": w.records_in,
+                                 "useful_ms": w.useful_ms, "wall_ms": w.wall_ms, "state_keys": w.state_keys,
+                                 "state_bytes": w.state_bytes} for w in wk]
+    rp.write_csv(out / "worker_metrics.csv", result["worker_metrics"])
     result["files"] = {
         "timeline_png": str(rp.plot_timelines(out / "latency_timeline.png", series,
                                               f"{label}: {names[0]}, {keys} keys, B={bins}, W={P.workers}, "

@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from bench.experiments.handover import HANDOVER_FULL, HANDOVER_SMOKE, readme, summarize
+from bench.experiments.handover import HANDOVER_FULL, HANDOVER_SMOKE, readme, summarize, window_figures
 
 pytestmark = pytest.mark.bench
 
@@ -30,6 +30,23 @@ def test_the_summary_holds_the_issues_keys_and_goals() -> None:
     assert s["goals"] == {"max_over_steady_p99_le_1_1": True, "bytes_moved_0": True, "state_ge_500mb": True}
     text = readme(s)
     assert "Handover max ÷ steady p99: **1.05**" in text and "650 MB" in text
+
+
+def test_the_summary_counts_the_rows_each_input_row_reached_in_the_overlap() -> None:
+    """Epochs 0-1 steady (each row to one worker), 2-3 in the handover (half the rows to both)."""
+    epochs = [{"epoch": e, "started_at": 100.0 + 10 * e, "input_rows": 100, "batch_ms": 500.0 + 100 * e}
+              for e in range(4)]
+    epochs.append({"epoch": 4, "started_at": 140.0, "input_rows": 0, "batch_ms": 9.0})  # no input: not counted
+    wm = [{"epoch": e, "worker": w, "records_in": 50 if e < 2 else 75, "useful_ms": 10.0 * e + w}
+          for e in range(5) for w in (0, 1)]
+    ho = {**_row("handover", 1050.0, 0), "t_emit": 120.0, "t_end": 150.0}
+    r = {"migrations": [ho], "steady": {"p99_ms": 1000.0}, "state": {}, "epochs": epochs, "worker_metrics": wm}
+    assert window_figures(r, 120.0, 150.0) == {"rows_per_input": 1.5, "batch_ms": 750.0, "max_useful_ms": 26.0}
+    assert window_figures(r, 100.0, 120.0)["rows_per_input"] == 1.0
+    assert math.isnan(window_figures(r, 0.0, 10.0)["rows_per_input"])
+    s = summarize(HANDOVER_FULL.__class__(steady_s=20.0), r)
+    assert s["overlap_rows_per_input"] == 1.5 and s["steady"]["rows_per_input"] == 1.0
+    assert "| overlap | 1.500 | 750 | 26 |" in readme(s)
 
 
 def test_a_run_without_a_handover_says_so_rather_than_passing() -> None:

@@ -38,13 +38,13 @@ def test_the_routing_fans_an_open_handovers_bins_out_to_both_owners():
     assert fan_out([], 8) is None and fan_out([BinHandover(3, 0, 1, 4, 0, 0, completes=True)], 8) is None
     sql = fan_out([H, BinHandover(1, 1, 0, 4, 0, 0)], 8)
     d = "element_at(CAST(split('-1,0,-1,1,-1,-1,-1,-1', ',') AS ARRAY<INT>), bin + 1)"
-    assert sql == f"explode(IF({d} < 0, array(worker), array(worker, {d})))"
+    assert sql == f"posexplode(IF({d} < 0, array(worker), array(worker, {d})))"
 
 
 def test_the_fan_out_runs_in_spark_and_duplicates_only_the_handed_over_bins(spark):
     df = spark.createDataFrame([(b, b % 2) for b in range(6)], "bin int, worker int")
-    got = sorted(tuple(r) for r in df.selectExpr("bin", f"{fan_out([H], 8)} AS worker").collect())
-    assert got == [(0, 0), (1, 1), (2, 0), (3, 1), (3, 1), (4, 0), (5, 1)]
+    got = sorted(tuple(r) for r in df.selectExpr("bin", f"{fan_out([H], 8)} AS (copy, worker)").collect())
+    assert got == [(0, 0, 0), (1, 0, 1), (2, 0, 0), (3, 0, 1), (3, 1, 1), (4, 0, 0), (5, 0, 1)], "copy 1: new owner"
 
 
 def test_a_new_owner_drops_its_fresh_bins_rejected_rows_the_old_owner_dead_letters_them():
@@ -141,7 +141,7 @@ def test_every_handovers_routing_compiles_to_the_same_code(spark):
     debug = spark._jvm.org.apache.spark.sql.execution.debug.package
 
     def code(hs):  # type: ignore[no-untyped-def]
-        q = df.selectExpr("bin", f"{fan_out(hs, 64)} AS worker")
+        q = df.selectExpr("bin", f"{fan_out(hs, 64)} AS (copy, worker)")
         text = debug.codegenString(q._jdf.queryExecution().executedPlan())
         return text[text.index("Generated code:"):]
 

@@ -8,6 +8,8 @@ window's (count, total) lives in a MapState keyed by its start, and an event-tim
 window's end emits Row(user, window_start, count, total) and clears it: a window's results come
 from its timer at its end, as a handover needs.
 
+`StaggeredCounts`: `SlidingCounts` with each user's windows shifted by its phase (staggered).
+
 `TumblingCounts`: window_counts' processor with the same settings as `window_counts.ballast_start()`
 plus its windows declared (tumbling 10 s), so its bins can move by handover.
 
@@ -52,17 +54,41 @@ class SlidingCountsProcessor(wc.WindowCountsProcessor):
     def handleInputRows(self, key: Any, rows: Iterator[Row], timerValues: Any) -> Iterator[Row]:
         for row in rows:
             ms = int(row.ts.timestamp() * 1000)
-            for start in window_starts(ms):
+            for start in self.starts(key[0], ms):
                 count, total = self.windows.getValue((start,)) or (0, 0)
                 if count == 0:
                     self.handle.registerTimer(start + WINDOW_MS)
                 self.windows.updateValue((start,), (count + 1, total + row.amount))
         return iter([])
 
+    def starts(self, user: str, ms: int) -> list[int]:
+        """The starts of the user's windows that contain `ms`."""
+        return window_starts(ms)
+
 
 SlidingCounts = query(SlidingCountsProcessor, input_schema=INPUT_SCHEMA, grouping_keys=("user",),
                       time_mode="EventTime", event_time_column="ts", lateness_ms=LATENESS_MS,
                       window=WindowSpec(WINDOW_MS, SLIDE_MS))
+
+STAGGERED = WindowSpec(WINDOW_MS, SLIDE_MS, staggered=True)
+
+
+def staggered_starts(user: str, ms: int) -> list[int]:
+    """`window_starts` on the user's own grid, shifted by its phase (`WindowSpec.phase_of`)."""
+    phase = STAGGERED.phase_of((user,))
+    return [s + phase for s in window_starts(ms - phase)]
+
+
+class StaggeredCountsProcessor(SlidingCountsProcessor):
+    """`SlidingCountsProcessor` with each user's windows on a grid of its own (Flink's WindowStagger):
+    the handover then splits each key's rows at its own boundary, which the routing computes in the JVM."""
+
+    def starts(self, user: str, ms: int) -> list[int]:
+        return staggered_starts(user, ms)
+
+
+StaggeredCounts = query(StaggeredCountsProcessor, input_schema=INPUT_SCHEMA, grouping_keys=("user",),
+                        time_mode="EventTime", event_time_column="ts", lateness_ms=LATENESS_MS, window=STAGGERED)
 
 TumblingCounts = query(wc.WindowCountsProcessor, input_schema=wc.INPUT_SCHEMA, grouping_keys=("user",),
                        time_mode="EventTime", event_time_column="ts", lateness_ms=wc.LATENESS_MS,

@@ -3,8 +3,9 @@ with no state moved. The job queues the step ("handover: ..."), routes the moved
 both owners until the watermark passes the boundary, then applies it (map v1, the checkpoint
 "applied" with 0 keys and 0 bytes moved; the new owner's task reports each bin moved in by
 "handover"). Every (user, window) is emitted exactly once and equals a run without a migration,
-for tumbling and for sliding windows. A processor that declares no windows gets its handover
-refused, and runs on exactly."""
+for tumbling, sliding and staggered sliding windows (each user's grid shifted by its phase, which the
+routing computes in the JVM to send each copy of a row only where its owner uses it). A processor
+that declares no windows gets its handover refused, and runs on exactly."""
 
 from __future__ import annotations
 
@@ -42,6 +43,20 @@ def sliding_reference(evs: list[dict[str, Any]]) -> list[tuple[str, int, int, in
         t = e["ms"]
         for start in (t - t % SLIDE_MS - SLIDE_MS, t - t % SLIDE_MS):
             assert start <= t < start + WINDOW_MS
+            a = acc[(e["user"], start)]
+            a[0] += 1
+            a[1] += e["amount"]
+    return sorted((u, s, c, t) for (u, s), (c, t) in acc.items())
+
+
+def staggered_reference(evs: list[dict[str, Any]]) -> list[tuple[str, int, int, int]]:
+    """`sliding_reference` on each user's own grid (sliding_counts.staggered_starts)."""
+    from tests.system.sliding_counts import staggered_starts
+
+    acc: dict[tuple[str, int], list[int]] = defaultdict(lambda: [0, 0])
+    for e in evs:
+        for start in staggered_starts(e["user"], e["ms"]):
+            assert start <= e["ms"] < start + WINDOW_MS
             a = acc[(e["user"], start)]
             a[0] += 1
             a[1] += e["amount"]
@@ -91,6 +106,14 @@ def test_sliding_windows_hand_over_with_rows_to_both_owners_and_every_window_onc
                                                                                    tmp_path, db_url):
     w = WindowJob(spark, kafka_bootstrap, make_topics, unique_name, tmp_path, db_url, BINS, seed=29,
                   operator="sliding_counts:SlidingCounts", py_files=[SLIDING], ref=sliding_reference)
+    _run_handover(w, kafka_bootstrap, db_url)
+
+
+def test_staggered_windows_hand_over_each_key_at_its_own_boundary_and_every_window_once(spark, kafka_bootstrap,
+                                                                                        make_topics, unique_name,
+                                                                                        tmp_path, db_url):
+    w = WindowJob(spark, kafka_bootstrap, make_topics, unique_name, tmp_path, db_url, BINS, seed=31,
+                  operator="sliding_counts:StaggeredCounts", py_files=[SLIDING], ref=staggered_reference)
     _run_handover(w, kafka_bootstrap, db_url)
 
 
