@@ -177,8 +177,9 @@ def copies_kept(handovers: Iterable[BinHandover], bins: int, rule: CopyRule, eve
     given the row's event time `event_ms` (NULL: a row its worker rejects or does not decode). The
     new owner gets a row only from its key's first row time on (`key_bounds`); the old owner loses
     only a row after its key's boundary that it would neither fold nor dead-letter (not late, not too
-    far ahead; a session handover's old owner keeps every row). Exactly the rows each owner skips in
-    Python (spark_jobs.processing), so what either owner does is unchanged. None: no open handover.
+    far ahead; a session handover's old owner keeps every row). Only rows an owner skips in Python
+    (spark_jobs.processing) are dropped, so what either owner does is unchanged (the new owner still
+    skips the late and far-ahead rows itself). None: no open handover.
 
     Per bin, the bounds and the epoch's clock are array literals (`_ints`): Spark references them
     from its generated code, so every epoch and every handover runs the same code (a constant, or an
