@@ -14,6 +14,8 @@ import hashlib
 import struct
 from collections.abc import Sequence
 
+from spark_jobs.sql_text import int_array
+
 MASK64 = (1 << 64) - 1
 
 
@@ -115,4 +117,4 @@ def assignment_literal(assignment: Sequence[int]) -> str:
     ws = [int(w) for w in assignment]
     if not ws or min(ws) < 0:
         raise ValueError("assignment must be a non-empty list of worker indices >= 0")
-    return "CAST(split('" + ",".join(map(str, ws)) + "', ',') AS ARRAY<INT>)"
+    return int_array(ws)

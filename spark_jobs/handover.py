@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ballast.policy.handover import Handover, WindowSpec
-from spark_jobs.sql_text import text
+from spark_jobs.sql_text import int_array, text
 
 Role = Literal["old", "new"]
 
@@ -117,7 +117,7 @@ def fan_out(handovers: Iterable[BinHandover], bins: int) -> str | None:
             dst[h.bin] = int(h.dst)
     if max(dst, default=-1) < 0:
         return None
-    d = "element_at(CAST(split('" + ",".join(map(str, dst)) + "', ',') AS ARRAY<INT>), bin + 1)"
+    d = _per_bin(dst, "INT")
     return f"posexplode(IF({d} < 0, array(worker), array(worker, {d})))"
 
 
@@ -150,9 +150,10 @@ _NAME = r'"[^"\\]*":'  # a field name as to_json writes it (an escaped quote in 
 SAFE_KEY = rf'^[{{]{_NAME}{_SCALAR}(,{_NAME}{_SCALAR})*[}}]$'  # a Java regex
 
 
-def _ints(values: Iterable[int], kind: str = "BIGINT") -> str:
-    """A constant array as Spark folds it into one literal that generated code references (fan_out)."""
-    return "CAST(split('" + ",".join(str(int(v)) for v in values) + f"', ',') AS ARRAY<{kind}>)"
+def _per_bin(values: Iterable[int], kind: str = "BIGINT") -> str:
+    """Spark SQL: the routed row's bin's entry of a per-bin constant (`int_array`: one literal that
+    generated code references, so new values reuse the code)."""
+    return f"element_at({int_array(values, kind)}, bin + 1)"
 
 
 def key_phase_sql(window: WindowSpec, key: str = "key") -> str:
@@ -181,7 +182,7 @@ def copies_kept(handovers: Iterable[BinHandover], bins: int, rule: CopyRule, eve
     (spark_jobs.processing) are dropped, so what either owner does is unchanged (the new owner still
     skips the late and far-ahead rows itself). None: no open handover.
 
-    Per bin, the bounds and the epoch's clock are array literals (`_ints`): Spark references them
+    Per bin, the bounds and the epoch's clock are array literals (`_per_bin`): Spark references them
     from its generated code, so every epoch and every handover runs the same code (a constant, or an
     element at a constant index, which Spark folds, would be inlined and compiled anew)."""
     hs = [h for h in handovers if not h.completes]
@@ -190,23 +191,23 @@ def copies_kept(handovers: Iterable[BinHandover], bins: int, rule: CopyRule, eve
     never = -(1 << 62)  # the old owner's copy is dropped only at or below `ahead`: never for these bins
     lo, hi, act1, ahead = [0] * bins, [0] * bins, [0] * bins, [never] * bins
     limit = (1 << 62) if rule.ahead_limit_ms is None else rule.ahead_limit_ms
-    w, at, et = rule.window, "bin + 1", event_ms
+    w, et = rule.window, event_ms
     for h in hs:
         lo[h.bin], act1[h.bin] = h.folds_from_ms, h.activation_ms - 1
         # a row below the watermark is late, a dead letter of the old owner's: its floor
         hi[h.bin] = h.boundary_ms if w.staggered else max(h.boundary_ms, rule.watermark_ms)
         ahead[h.bin] = never if h.session_first_ms is not None else limit
-    lo_k, hi_k = f"element_at({_ints(lo)}, {at})", f"element_at({_ints(hi)}, {at})"
+    lo_k, hi_k = _per_bin(lo), _per_bin(hi)
     columns: tuple[str, ...] = ()
     if w.staggered:
         # the key's own grid (Handover.key_bounds): its last window start before the activation,
         # (activation - 1) - pmod(activation - 1 - offset - phase, slide); NULL where the JVM has no phase
-        a1, sl = f"element_at({_ints(act1)}, {at})", int(w.slide)
+        a1, sl = _per_bin(act1), int(w.slide)
         columns = (f"{a1} - pmod({a1} - {int(w.offset_ms)} - ({key_phase_sql(w)}), {sl}) AS {GRID_START}",)
-        wm = f"element_at({_ints([rule.watermark_ms] * bins)}, {at})"
+        wm = _per_bin([rule.watermark_ms] * bins)
         lo_k = f"coalesce({GRID_START} + {sl}, {lo_k})"
         hi_k = f"greatest(coalesce({GRID_START} + {int(w.length_ms)}, {hi_k}), {wm})"
-    old_skips = f"{et} IS NOT NULL AND {et} >= {hi_k} AND {et} <= element_at({_ints(ahead)}, {at})"
+    old_skips = f"{et} IS NOT NULL AND {et} >= {hi_k} AND {et} <= {_per_bin(ahead)}"
     new_folds = f"{et} IS NOT NULL AND {et} >= {lo_k}"
     return Copies(columns, f"CASE copy WHEN 0 THEN NOT ({old_skips}) WHEN 1 THEN {new_folds} ELSE true END")
 

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
+from ballast.policy.handover import WindowSpec
 from ballast.protocol import Move
 from migrations_db import models as m
 from migrations_db.db import session_scope
@@ -35,13 +36,13 @@ BINS, MOVED, PLAN = 16, 4, "handover"
 WINDOW_MS, SLIDE_MS = 10_000, 5_000  # sliding_counts' windows
 
 
-def sliding_reference(evs: list[dict[str, Any]]) -> list[tuple[str, int, int, int]]:
-    """Every (user, window start, count, total) of 10 s windows every 5 s: an event counts in each
-    window k·5 000 <= start <= t < start + 10 000 (two), each window once, sorted."""
+def _reference(evs: list[dict[str, Any]], starts: Any) -> list[tuple[str, int, int, int]]:
+    """Every (user, window start, count, total), each window once, sorted; `starts(user, t)`: the
+    starts of the user's windows that contain event time t."""
     acc: dict[tuple[str, int], list[int]] = defaultdict(lambda: [0, 0])
     for e in evs:
         t = e["ms"]
-        for start in (t - t % SLIDE_MS - SLIDE_MS, t - t % SLIDE_MS):
+        for start in starts(e["user"], t):
             assert start <= t < start + WINDOW_MS
             a = acc[(e["user"], start)]
             a[0] += 1
@@ -49,18 +50,25 @@ def sliding_reference(evs: list[dict[str, Any]]) -> list[tuple[str, int, int, in
     return sorted((u, s, c, t) for (u, s), (c, t) in acc.items())
 
 
-def staggered_reference(evs: list[dict[str, Any]]) -> list[tuple[str, int, int, int]]:
-    """`sliding_reference` on each user's own grid (sliding_counts.staggered_starts)."""
-    from tests.system.sliding_counts import staggered_starts
+def _sliding_starts(t: int) -> tuple[int, int]:
+    """10 s windows every 5 s: an event counts in each window k·5 000 <= start <= t < start + 10 000 (two)."""
+    return t - t % SLIDE_MS - SLIDE_MS, t - t % SLIDE_MS
 
-    acc: dict[tuple[str, int], list[int]] = defaultdict(lambda: [0, 0])
-    for e in evs:
-        for start in staggered_starts(e["user"], e["ms"]):
-            assert start <= e["ms"] < start + WINDOW_MS
-            a = acc[(e["user"], start)]
-            a[0] += 1
-            a[1] += e["amount"]
-    return sorted((u, s, c, t) for (u, s), (c, t) in acc.items())
+
+def sliding_reference(evs: list[dict[str, Any]]) -> list[tuple[str, int, int, int]]:
+    """The sliding windows' reference (`_sliding_starts`)."""
+    return _reference(evs, lambda _user, t: _sliding_starts(t))
+
+
+def staggered_reference(evs: list[dict[str, Any]]) -> list[tuple[str, int, int, int]]:
+    """`sliding_reference` on each user's own grid: shifted by the framework's phase of the user."""
+    stagger = WindowSpec(WINDOW_MS, SLIDE_MS, staggered=True)
+
+    def starts(user: str, t: int) -> list[int]:
+        phase = stagger.phase_of((user,))
+        return [s + phase for s in _sliding_starts(t - phase)]
+
+    return _reference(evs, starts)
 
 
 def _bins_to_move(db_url: str, job: str) -> list[int]:
