@@ -1,0 +1,133 @@
+"""What an output record's `ballast-id` header costs Spark's Kafka sink, against the same records
+without it (NEXMark Q1/Q2's outputs are the case: their epoch is one Spark job, mostly this write).
+
+`python -m bench.sink_headers [--rows 400000] [--rounds 5] [--bootstrap HOST:PORT]` starts the bench
+broker (bench.infra.kafka_up) unless given one, caches `rows` records shaped like Q1's output (a
+~90-byte JSON value, the source partition and offset), then writes them with Spark's Kafka sink once
+per variant per round, the order rotated every round, each to a fresh topic. Per write it takes the
+driver JVM's CPU time (local mode: the JVM runs the tasks and the producer); per variant it prints
+the median over the rounds and the ratio to `value` (no header), what Spark's own query writes.
+
+Variants: `value` (no header); `ballast` (the data plane's own projection,
+spark_jobs.stateless.StatelessOperator.finish: the header `ballast-id` = `"<epoch>:<p>:<o>"` as text);
+`const` (one constant header: what the header itself costs, whatever its value); `binary` (the id
+as 20 bytes, epoch, partition and offset big-endian); and the text id without a header, `in_key`
+(as the record's key) and `in_value` (in front of the value).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+_ID = "CAST(concat_ws(':', '7', __p, __o) AS BINARY)"  # the data plane's id of epoch 7's record (__p, __o)
+
+
+def _header(value: str) -> str:
+    return f"array(named_struct('key', 'ballast-id', 'value', {value})) AS headers"
+
+
+#: each variant's columns for Spark's Kafka sink (`ballast` is the data plane's own projection, `finish`)
+VARIANTS: dict[str, list[str]] = {
+    "value": ["value"],
+    "ballast": [],
+    "const": ["value", _header("CAST('7:0:0' AS BINARY)")],
+    "binary": ["value", _header("concat(unhex('0000000000000007'), unhex(lpad(hex(__p), 8, '0')), "
+                                "unhex(lpad(hex(__o), 16, '0')))")],
+    "in_key": ["value", f"{_ID} AS key"],
+    "in_value": [f"concat({_ID}, value) AS value"],
+}
+
+
+def _jvm_cpu_s(spark: Any) -> float:
+    """The driver JVM's CPU seconds so far (user + system), found by its own pid."""
+    import psutil
+
+    return float(sum(psutil.Process(spark.sparkContext._jvm.ProcessHandle.current().pid()).cpu_times()[:2]))
+
+
+def rows_like_q1(spark: Any, n: int) -> Any:
+    """`n` cached rows: Q1's output value (a bid with its price in euros) and the source position."""
+    from pyspark.sql import functions as F
+
+    i = F.col("id")
+    bid = F.struct((i % 1000).alias("auction"), (i % 5000).alias("bidder"), (i * 0.908).alias("price"),
+                   (i * 7 + 1_700_000_000_000).alias("dateTime"), F.lit("channel-1").alias("extra"))
+    df = spark.range(n).select(F.to_json(bid).cast("binary").alias("value"), (i % 4).cast("int").alias("__p"),
+                               i.alias("__o"))
+    df = df.cache()
+    df.count()
+    return df
+
+
+def write(df: Any, variant: str, bootstrap: str, topic: str) -> float:
+    """The driver JVM's CPU seconds for one write of `df` as `variant`."""
+    if variant == "ballast":  # StatelessQuery.prepare's columns for a record that is no dead letter
+        from spark_jobs.stateless import StatelessOperator
+
+        rows = df.selectExpr(f"'{topic}' AS topic", "CAST(NULL AS BINARY) AS key", "value", "__p", "__o",
+                             "CAST(NULL AS STRING) AS __reason", "CAST(NULL AS STRING) AS __detail",
+                             "CAST(NULL AS STRING) AS __source")
+        out = StatelessOperator.finish(rows, 7, dead_column=False)
+    else:
+        out = df.selectExpr(*VARIANTS[variant])
+    t0 = _jvm_cpu_s(df.sparkSession)
+    out.write.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("topic", topic).save()
+    return _jvm_cpu_s(df.sparkSession) - t0
+
+
+def measure(spark: Any, bootstrap: str, rows: int, rounds: int, names: list[str],
+            log: Callable[[str], None] = print) -> dict[str, Any]:
+    """`rounds` writes of `rows` records per variant in `names` (order rotated per round); logs a
+    JSON line per round and returns the medians, their ratios to `value`, and each variant's last topic."""
+    from bench.infra import ensure_topics
+
+    df = rows_like_q1(spark, rows)
+    tag = uuid.uuid4().hex[:6]
+    ensure_topics({f"sinkh-{tag}-warm": 4}, bootstrap)
+    write(df, "value", bootstrap, f"sinkh-{tag}-warm")  # class loading and the producer's first connection
+    cpu: dict[str, list[float]] = {n: [] for n in names}
+    for r in range(rounds):
+        for n in names[r % len(names):] + names[:r % len(names)]:
+            topic = f"sinkh-{tag}-{n}-{r}"
+            ensure_topics({topic: 4}, bootstrap)
+            cpu[n].append(write(df, n, bootstrap, topic))
+        log(json.dumps({"round": r, **{n: round(cpu[n][-1], 3) for n in names}}))
+    df.unpersist()
+    base = statistics.median(cpu["value"]) if "value" in cpu else None
+    median = {n: {"cpu_s": round(statistics.median(v), 3),
+                  "ratio": round(statistics.median(v) / base, 3) if base else None} for n, v in cpu.items()}
+    return {"rows": rows, "rounds": rounds, "median": median,
+            "topics": {n: f"sinkh-{tag}-{n}-{rounds - 1}" for n in names}}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rows", type=int, default=400_000)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument("--bootstrap", help="a running broker (default: the bench broker, started if need be)")
+    args = ap.parse_args(argv)
+    names = args.variants.split(",")
+    unknown = set(names) - set(VARIANTS)
+    if unknown:
+        ap.error(f"unknown variant(s) {sorted(unknown)}; choose from {list(VARIANTS)}")
+    from bench.infra import kafka_up
+    from spark_jobs.session import build_spark
+
+    bootstrap = args.bootstrap or kafka_up()
+    spark = build_spark("ballast-sink-headers", conf={"spark.ui.showConsoleProgress": "false"})
+    try:
+        res = measure(spark, bootstrap, args.rows, args.rounds, names, lambda line: print(line, flush=True))
+        print(json.dumps(res))
+    finally:
+        spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
