@@ -24,22 +24,39 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-_ID = "CAST(concat_ws(':', '7', __p, __o) AS BINARY)"  # the data plane's id of epoch 7's record (__p, __o)
+EPOCH = 7  # the epoch every variant's id names
+
+
+def _id() -> str:
+    from spark_jobs.stateless import record_id_sql
+
+    return f"CAST({record_id_sql(EPOCH)} AS BINARY)"
 
 
 def _header(value: str) -> str:
     return f"array(named_struct('key', 'ballast-id', 'value', {value})) AS headers"
 
 
-#: each variant's columns for Spark's Kafka sink (`ballast` is the data plane's own projection, `finish`)
-VARIANTS: dict[str, list[str]] = {
-    "value": ["value"],
-    "ballast": [],
-    "const": ["value", _header("CAST('7:0:0' AS BINARY)")],
-    "binary": ["value", _header("concat(unhex('0000000000000007'), unhex(lpad(hex(__p), 8, '0')), "
-                                "unhex(lpad(hex(__o), 16, '0')))")],
-    "in_key": ["value", f"{_ID} AS key"],
-    "in_value": [f"concat({_ID}, value) AS value"],
+def _ballast(df: Any) -> Any:
+    """The data plane's own projection (StatelessOperator.finish) over StatelessOperator.prepare's
+    columns for records that are no dead letters (its `topic` column is the write's topic option's)."""
+    from spark_jobs.stateless import StatelessOperator
+
+    rows = df.selectExpr("'unused' AS topic", "CAST(NULL AS BINARY) AS key", "value", "__p", "__o",
+                         "CAST(NULL AS STRING) AS __reason", "CAST(NULL AS STRING) AS __detail",
+                         "CAST(NULL AS STRING) AS __source")
+    return StatelessOperator.finish(rows, EPOCH, dead_column=False)
+
+
+#: each variant: what Spark's Kafka sink writes from the cached rows
+VARIANTS: dict[str, Callable[[Any], Any]] = {
+    "value": lambda df: df.select("value"),
+    "ballast": _ballast,
+    "const": lambda df: df.selectExpr("value", _header(f"CAST('{EPOCH}:0:0' AS BINARY)")),
+    "binary": lambda df: df.selectExpr("value", _header(
+        f"concat(unhex(lpad(hex({EPOCH}), 16, '0')), unhex(lpad(hex(__p), 8, '0')), unhex(lpad(hex(__o), 16, '0')))")),
+    "in_key": lambda df: df.selectExpr("value", f"{_id()} AS key"),
+    "in_value": lambda df: df.selectExpr(f"concat({_id()}, value) AS value"),
 }
 
 
@@ -66,15 +83,7 @@ def rows_like_q1(spark: Any, n: int) -> Any:
 
 def write(df: Any, variant: str, bootstrap: str, topic: str) -> float:
     """The driver JVM's CPU seconds for one write of `df` as `variant`."""
-    if variant == "ballast":  # StatelessQuery.prepare's columns for a record that is no dead letter
-        from spark_jobs.stateless import StatelessOperator
-
-        rows = df.selectExpr(f"'{topic}' AS topic", "CAST(NULL AS BINARY) AS key", "value", "__p", "__o",
-                             "CAST(NULL AS STRING) AS __reason", "CAST(NULL AS STRING) AS __detail",
-                             "CAST(NULL AS STRING) AS __source")
-        out = StatelessOperator.finish(rows, 7, dead_column=False)
-    else:
-        out = df.selectExpr(*VARIANTS[variant])
+    out = VARIANTS[variant](df)
     t0 = _jvm_cpu_s(df.sparkSession)
     out.write.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("topic", topic).save()
     return _jvm_cpu_s(df.sparkSession) - t0

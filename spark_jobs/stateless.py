@@ -64,6 +64,12 @@ class StatelessQuery:
                          columns=self.columns, sources=self.sources)
 
 
+def record_id_sql(epoch: int) -> str:
+    """Spark SQL: a stateless output's id, `<epoch>:<routed partition>:<offset>` of its input record
+    (`__p`, `__o`), as text: a replayed epoch gives every output the same id again."""
+    return f"concat_ws(':', '{int(epoch)}', __p, __o)"
+
+
 class StatelessOperator(Operator):
     """Runs a `StatelessQuery` in the runner's epoch (module docstring): no routing, no worker task."""
 
@@ -142,7 +148,7 @@ class StatelessOperator(Operator):
             return f"named_struct('key', '{k}', 'value', CAST({v} AS BINARY))"
 
         # one SQL string, one call into the JVM: each Column built in Python is a round trip of its own
-        rid = f"concat_ws(':', '{int(epoch)}', __p, __o)"
+        rid = record_id_sql(epoch)
         dead = (f"array({header(ID_HEADER, rid)}, {header(REASON_HEADER, '__reason')}, "
                 f"{header('ballast-error', '__detail')}, {header('ballast-epoch', repr(str(int(epoch))))}, "
                 f"{header('ballast-source', '__source')})")
