@@ -25,11 +25,12 @@ from spark_jobs.job_clients import JobClients
 from spark_jobs.live_code import LiveCode
 from spark_jobs.output import dlq_topic
 from spark_jobs.processing import ProcessorOperator
+from spark_jobs.routing import route
 from spark_jobs.run_config import RunConfig
 from spark_jobs.stateless import StatelessOperator
 from spark_jobs.timers import EpochClock, TimerSchedule
 from spark_jobs.txn_output import TRANSACTIONAL, TxnTarget, commits_topic, ensure_commit_partitions
-from spark_jobs.worker import ApplyConfig, make_apply_fn, route
+from spark_jobs.worker import ApplyConfig, make_apply_fn
 
 log = logging.getLogger("ballast.runner")
 
@@ -110,7 +111,7 @@ class EpochApply:
             probe=self.live_code.probe_chain() if self.live_code is not None else (),
             txn=self._txn_target(tasks), handover=work.handover)
         out = route(keyed, k, st.assignment, tasks, make_apply_fn(acfg), work.handover,
-                    CopyRule.of(getattr(self.op, "spec", None), work.clock))
+                    CopyRule.of(getattr(self.op, "spec", None), work.clock), self.stream_plan.combine)
         if acfg.txn is not None:  # each task commits its outputs itself (spark_jobs.txn_output): no sink
             writer = out.write.format("noop").mode("overwrite")
         else:

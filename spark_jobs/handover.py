@@ -101,10 +101,11 @@ def overrides(handovers: Iterable[BinHandover], worker: int) -> dict[int, tuple[
     return {h.bin: (h.since, h.dst) for h in handovers if h.dst == worker}
 
 
-def fan_out(handovers: Iterable[BinHandover], bins: int) -> str | None:
-    """Spark SQL over the routed rows' `bin` and `worker`: for a bin in an open handover the old and
-    the new owner, to `posexplode` (copy 0: the old owner's, 1: the new owner's; a bin in none: its
-    worker's, copy 0); None when no handover is open (the map's worker alone).
+def fan_out(handovers: Iterable[BinHandover], bins: int, bin_col: str = "bin",
+            worker_col: str = "worker") -> str | None:
+    """Spark SQL over the routed rows' bin and worker (columns `bin_col`, `worker_col`): for a bin in an
+    open handover the old and the new owner, to `posexplode` (copy 0: the old owner's, 1: the new
+    owner's; a bin in none: its worker's, copy 0); None when no handover is open (the map's worker alone).
 
     The new owners are one array constant indexed by bin (-1: none), as the map is
     (spark_jobs.bins.assignment_literal): Spark folds it into a literal that its generated code
@@ -117,8 +118,8 @@ def fan_out(handovers: Iterable[BinHandover], bins: int) -> str | None:
             dst[h.bin] = int(h.dst)
     if max(dst, default=-1) < 0:
         return None
-    d = _per_bin(dst, "INT")
-    return f"posexplode(IF({d} < 0, array(worker), array(worker, {d})))"
+    d = _per_bin(dst, "INT", bin_col)
+    return f"posexplode(IF({d} < 0, array({worker_col}), array({worker_col}, {d})))"
 
 
 @dataclass(frozen=True)
@@ -150,10 +151,10 @@ _NAME = r'"[^"\\]*":'  # a field name as to_json writes it (an escaped quote in 
 SAFE_KEY = rf'^[{{]{_NAME}{_SCALAR}(,{_NAME}{_SCALAR})*[}}]$'  # a Java regex
 
 
-def _per_bin(values: Iterable[int], kind: str = "BIGINT") -> str:
+def _per_bin(values: Iterable[int], kind: str = "BIGINT", bin_col: str = "bin") -> str:
     """Spark SQL: the routed row's bin's entry of a per-bin constant (`int_array`: one literal that
     generated code references, so new values reuse the code)."""
-    return f"element_at({int_array(values, kind)}, bin + 1)"
+    return f"element_at({int_array(values, kind)}, {bin_col} + 1)"
 
 
 def key_phase_sql(window: WindowSpec, key: str = "key") -> str:

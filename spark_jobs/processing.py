@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from spark_jobs import timers
+from spark_jobs import pre_aggregate, timers
 from spark_jobs.bins import decode_value, encode_value, store_key
 from spark_jobs.handover import event_ms, without_fresh_rejects
 from spark_jobs.handover_sessions import TaskHandovers
@@ -60,7 +60,6 @@ from spark_jobs.records import (
     timer_letter,
 )
 from spark_jobs.shadow import Shadow
-from spark_jobs.sql_text import ident, json_of, text
 from spark_jobs.state_upgrade import UpgradeFailed, VersionChain
 
 
@@ -78,9 +77,13 @@ class ProcessorOperator(Operator):
         self.ts_columns: tuple[str, ...] = ()
 
     def keyed(self, df, clock: Any = None):
-        """The routed rows (key, value, partition, offset, reject) of the epoch whose `clock`
-        (spark_jobs.timers.EpochClock; None: the warm-up) a pre-aggregating query needs."""
-        return self.key(self.prepare(df), clock)
+        """The rows to route (key, value, partition, offset, reject) of the epoch whose `clock`
+        (spark_jobs.timers.EpochClock; None: the warm-up) a pre-aggregating query needs; such a
+        query's rows combined per group without the routing (the epoch combines after it: `combine`)."""
+        rows = self.key(self.prepare(df), clock)
+        if self.spec.pre_aggregate is None:
+            return rows
+        return pre_aggregate.combine(rows, self.spec, self.ts_columns, routed=False)
 
     def prepare(self, df: Any) -> Any:
         """The epoch-free half of `keyed` (the runner applies it once, to the stream: spark_jobs.stream_plan):
@@ -106,9 +109,10 @@ class ProcessorOperator(Operator):
         return self.spec.pre_aggregate is None
 
     def key(self, rows: Any, clock: Any = None) -> Any:
-        """`prepare`'s rows keyed for routing; a pre-aggregating query's combined per group first."""
+        """`prepare`'s rows keyed for routing; a pre-aggregating query's marked, to combine after the
+        routing (spark_jobs.pre_aggregate.mark, `combine`)."""
         if self.spec.pre_aggregate is not None:
-            return self._pre_aggregated(rows, clock)
+            return pre_aggregate.mark(rows, self.spec, self.ts_columns, clock)
         return self._keyed_rows(rows, [f for f in rows.schema.fields if f.name not in INTERNAL])
 
     def _keyed_rows(self, rows: Any, cols: Any) -> Any:
@@ -123,45 +127,10 @@ class ProcessorOperator(Operator):
             F.col("__p").alias("partition"), F.col("__o").alias("offset"), F.col("__reject").alias(REJECT_COLUMN),
             *event_ms(self.spec, self.ts_columns, cols, ok))
 
-    def _pre_aggregated(self, rows: Any, clock: Any) -> Any:
-        """`QuerySpec.pre_aggregate` in the JVM: late and far-ahead records become dead letters
-        first (the epoch's watermark and processing time are the driver's, the same on a replay),
-        the rest are combined per group; the rejected rows travel on beside the groups. A group's
-        partition and offset are its first record's, which orders a key's groups as its records were.
-
-        Built from SQL text, in three DataFrame steps: it reads the epoch's clock, so the driver
-        builds and analyses it every epoch, and each Column built in Python is a Py4J round trip
-        (Q7 on a warm driver: ~520 round trips and ~100 ms per epoch as Columns, ~70 and ~40 ms
-        as text; what is left is Spark's analysis, which one `spark.sql` statement over a temporary
-        view does not cut)."""
-        from pyspark.sql import functions as F
-
-        spec, pre = self.spec, self.spec.pre_aggregate
-        assert pre is not None
-        why = "__reject"
-        if spec.time_mode == "EventTime" and clock is not None:
-            et_col = spec.event_time_column
-            assert et_col is not None  # QuerySpec: EventTime needs one
-            et = f"unix_millis({ident(et_col)})" if et_col in self.ts_columns else f"CAST({ident(et_col)} AS BIGINT)"
-            if spec.max_ahead_ms is not None:
-                ahead_ms = int(clock.processing_ms) + int(spec.max_ahead_ms)
-                why = f"CASE WHEN {why} IS NULL AND {et} > {ahead_ms} THEN {text(AHEAD)} ELSE {why} END"
-            why = (f"CASE WHEN __reject IS NULL AND {et} < {int(clock.watermark_ms)} THEN {text(LATE)} "
-                   f"ELSE {why} END")
-        # one aggregation for both kinds of row, so the batch is read and parsed once (a union of a
-        # good and a rejected branch reads it twice): a rejected row is a group of its own, keyed by
-        # its (partition, offset), and carries its raw value and reason; good rows group as declared
-        key = json_of((g, ident(g)) for g in spec.grouping_keys)
-        value = json_of((c, f"unix_millis({ident(c)})" if c in self.ts_columns else ident(c)) for c in pre.columns)
-        marked = rows.selectExpr("* EXCEPT (__reject)", f"{why} AS __reject")
-        groups = marked.groupBy(*[F.col(ident(g)) for g in pre.group_by], F.expr(
-            "CASE WHEN __reject IS NOT NULL THEN struct(__p, __o) END").alias("__bad")).agg(
-            *[F.expr(f"{e} AS {ident(n)}") for n, e in pre.aggregates], F.expr("min(struct(__p, __o)) AS __first"),
-            F.expr("first(CASE WHEN __reject IS NOT NULL THEN struct(__raw, __reject) END, true) AS __dead"))
-        return groups.selectExpr(
-            f"CASE WHEN __bad IS NULL THEN {key} END AS key",
-            f"CASE WHEN __bad IS NULL THEN {value} ELSE __dead.__raw END AS value",
-            "__first.__p AS partition", "__first.__o AS offset", f"__dead.__reject AS {ident(REJECT_COLUMN)}")
+    def combine(self, routed: Any) -> Any:
+        """A pre-aggregating query's `key` rows combined per group, after the routing
+        (spark_jobs.routing.route, which adds the routing's columns): spark_jobs.pre_aggregate."""
+        return pre_aggregate.combine(routed, self.spec, self.ts_columns, routed=True)
 
     def sources(self) -> tuple[int, ...] | None:
         return self.spec.sources

@@ -34,11 +34,11 @@ TIME_MODES = ("None", "ProcessingTime", "EventTime")
 
 @dataclass(frozen=True)
 class PreAggregate:
-    """A combiner that runs in Spark's JVM inside the epoch, before the routing shuffle: the rows
-    of one epoch that agree on `group_by` become one row, whose other columns are `aggregates`
-    ((name, Spark SQL aggregate expression) pairs, e.g. `("bids", "count(*)")`). Spark aggregates
-    map-side first, so the shuffle and the processor see one row per group and epoch instead of one
-    per record. `group_by` holds the query's grouping keys (a group belongs to one key); in
+    """A combiner that runs in Spark's JVM inside the epoch, in the routing's stage after its shuffle
+    (spark_jobs.pre_aggregate): the rows of one epoch that agree on `group_by` become one row, whose
+    other columns are `aggregates` ((name, Spark SQL aggregate expression) pairs, e.g.
+    `("bids", "count(*)")`), so the processor sees one row per group and epoch instead of one per
+    record. `group_by` holds the query's grouping keys (a group belongs to one key); in
     EventTime mode the event-time column is an aggregate (its `max`, the group's latest record), and
     late or far-ahead records are dead-lettered before they are aggregated. Aggregate with exact
     types (counts, integer sums, min, max): a floating-point sum may differ in its last bits on a

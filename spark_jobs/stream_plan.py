@@ -10,7 +10,8 @@ So the runner streams `StreamPlan.stream(source)` and each epoch adds only `Stre
   query's parse, filter, projection and format (`StatelessOperator.prepare`), a processor's parse
   and keying (`ProcessorOperator.prepare` / `key`), a fold operator's `keyed`: once, on the stream;
 * per epoch: a stateless query's ids and headers (`finish`: they carry the epoch), and a
-  pre-aggregating processor's late filter and combine (they read the epoch's clock).
+  pre-aggregating processor's late filter (it reads the epoch's clock) and its combine, which the
+  routing applies after its shuffle (`combine`).
 
 Inputs with a hand-off (a chain) are deduplicated against the journal's marks of the epochs
 before, a per-epoch plan: such an operator builds all its expressions per epoch, as before.
@@ -39,6 +40,9 @@ class StreamPlan:
         self.once = not inputs.handoff
         #: a processor whose keying reads no clock is keyed on the stream too (else per epoch)
         self.key_once = self.once and isinstance(op, ProcessorOperator) and op.epoch_free
+        #: a pre-aggregating processor's combine, which the routing applies after its shuffle
+        #: (spark_jobs.pre_aggregate); None: the keyed rows are routed as they are
+        self.combine = op.combine if isinstance(op, ProcessorOperator) and op.spec.pre_aggregate else None
 
     def stream(self, source: Any) -> Any:
         """What the streaming query hands each epoch: the source's input rows through the epoch-free

@@ -64,7 +64,7 @@ class WarmUp:
             return
         from pyspark.sql import functions as F
 
-        from spark_jobs.worker import route
+        from spark_jobs.routing import route
 
         t0 = time.perf_counter()
         try:
@@ -86,8 +86,8 @@ class WarmUp:
                 return
             tick = (tick_topic(self.cfg.job), message_key(self.cfg.job, self.cfg.operator),
                     tick_message(self.cfg.job, self.cfg.operator, utcnow()))
-            route(rows, k, [0] * (1 << k), workers, _emit_tick(*tick)).write.format("kafka").option(
-                "kafka.bootstrap.servers", self.cfg.bootstrap).options(
+            routed = route(rows, k, [0] * (1 << k), workers, _emit_tick(*tick), combine=plan.combine)
+            routed.write.format("kafka").option("kafka.bootstrap.servers", self.cfg.bootstrap).options(
                 **self._clients.spark_kafka_options(source=False)).save()
             log.info("warmed Spark's epoch plan (code generation, shuffle, Arrow) in %.0f ms",
                      (time.perf_counter() - t0) * 1000)
@@ -95,7 +95,7 @@ class WarmUp:
                 t1 = time.perf_counter()
                 rule = CopyRule.of(getattr(self.op, "spec", None), EpochClock(-1, 0, 0))
                 route(rows, k, [0] * (1 << k), workers, _emit_tick(*tick), (_warm_handover(workers),),
-                      rule).write.format("noop").mode("overwrite").save()
+                      rule, plan.combine).write.format("noop").mode("overwrite").save()
                 log.info("warmed the handover's routing (the fan-out) in %.0f ms", (time.perf_counter() - t1) * 1000)
         except QueryRefused:
             raise  # the query itself is refused (a stateless query with a generator): say so at start

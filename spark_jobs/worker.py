@@ -40,11 +40,9 @@ from typing import Any
 from spark_jobs import handover
 from spark_jobs.history import History
 from spark_jobs.objects import DEAD_LETTER, OUTPUT
-from spark_jobs.output import kafka_rows, output_records, output_type
+from spark_jobs.output import kafka_rows, output_records
 from spark_jobs.records import (
-    EVENT_MS_COLUMN,
     OPERATOR_ERROR,
-    REJECT_COLUMN,
     dead_note,
     error_text,
     input_topics,
@@ -364,28 +362,3 @@ def fold_rows(cfg: ApplyConfig, cache: Any, txn: Any, table: Any, n: int,
     ub, recs = np.unique(bin_np, return_counts=True)
     ns = np.bincount(bin_np[np.asarray(starts[:-1])], weights=np.diff(np.asarray(marks, dtype=np.int64)))
     return dead, BinRecords(ub.tolist(), recs.tolist(), counters, (ns[ub] // 1000).astype(np.int64).tolist())
-
-
-def route(keyed: Any, k: int, assignment: Any, tasks: int, fn: Any, handover: tuple[Any, ...] = (),
-          rule: Any = None) -> Any:
-    """The epoch's routing: hash, bin and worker columns, one partition per worker
-    (`repartitionById`), `fn` over each by `mapInArrow`. Used by the epoch and by its warm-up.
-    A bin in an open handover goes to both its owners (spark_jobs.handover.fan_out); with a `rule`
-    (spark_jobs.handover.CopyRule) and the rows' event time, each copy only where its owner uses it."""
-    from spark_jobs.bins import routing_sql
-    from spark_jobs.handover import copies_kept, fan_out
-
-    h, b, w = routing_sql("key", k, assignment)
-    rejects = [REJECT_COLUMN] if REJECT_COLUMN in (names := keyed.columns) else []  # spark_jobs.records
-    et = [EVENT_MS_COLUMN] if EVENT_MS_COLUMN in names else []
-    cols = ["key", "value", "partition", "offset", *rejects, "h", "bin"]
-    routed = keyed.selectExpr(*cols[:-2], *et, f"{h} AS h", f"{b} AS bin", f"{w} AS worker")
-    if (fan := fan_out(handover, len(assignment))) is not None:
-        routed = routed.selectExpr(*cols, *et, f"{fan} AS (copy, worker)")
-        kept = copies_kept(handover, len(assignment), rule, EVENT_MS_COLUMN) if et and rule is not None else None
-        if kept is not None:
-            routed = (routed.selectExpr("*", *kept.columns) if kept.columns else routed).where(kept.keep)
-        routed = routed.selectExpr(*cols, "worker")
-    elif et:
-        routed = routed.selectExpr(*cols, "worker")
-    return routed.repartitionById(tasks, "worker").mapInArrow(fn, output_type())

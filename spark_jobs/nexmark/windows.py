@@ -7,8 +7,8 @@ parallelism as open windows (2-3 here) and a hot window is a hot key; keying by 
 the counting but needs a second operator for the per-window maximum (a chain, as Q4/Q6 do).
 Q5's sliding windows (10 s every 5 s) are made before routing: each bid is exploded into the two
 windows that contain it, and its bids are counted per (window, auction) in Spark's JVM inside the
-epoch (`QuerySpec.pre_aggregate`): the routing shuffle and the processor see one row per auction
-and window per epoch, not one per bid. Q7 likewise keeps, per window and epoch, only the bids at
+epoch (`QuerySpec.pre_aggregate`, after the routing's shuffle): the processor sees one row per
+auction and window per epoch, not one per bid. Q7 likewise keeps, per window and epoch, only the bids at
 the epoch's highest price (in the JVM) for the processor to merge.
 
 Both declare their windows (`QuerySpec.window`: Q5 sliding 10 s every 5 s, Q7 tumbling 10 s), so

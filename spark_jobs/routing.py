@@ -1,0 +1,55 @@
+"""The epoch's routing, driver side: the JVM expressions that send each keyed row to its bin's
+worker (one Spark partition per worker) and run the worker's epoch over each partition
+(spark_jobs.worker, by `mapInArrow`). Used by the epoch (spark_jobs.epoch_apply) and its warm-up."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from spark_jobs.output import output_type
+from spark_jobs.records import EVENT_MS_COLUMN, REJECT_COLUMN
+
+
+def route(keyed: Any, k: int, assignment: Any, tasks: int, fn: Any, handover: tuple[Any, ...] = (),
+          rule: Any = None, combine: Any = None) -> Any:
+    """The epoch's routing: hash, bin and worker columns, one partition per worker
+    (`repartitionById`), `fn` over each by `mapInArrow`. Used by the epoch and by its warm-up.
+    A bin in an open handover goes to both its owners (spark_jobs.handover.fan_out); with a `rule`
+    (spark_jobs.handover.CopyRule) and the rows' event time, each copy only where its owner uses it.
+    With `combine` (a pre-aggregating query: `keyed` is spark_jobs.pre_aggregate.mark's rows), each
+    record is routed and `combine` groups each worker's partition after the one shuffle."""
+    from spark_jobs.bins import routing_sql
+    from spark_jobs.handover import copies_kept, fan_out
+
+    if combine is not None:
+        return _route_then_combine(keyed, k, assignment, tasks, fn, handover, combine)
+    h, b, w = routing_sql("key", k, assignment)
+    rejects = [REJECT_COLUMN] if REJECT_COLUMN in (names := keyed.columns) else []  # spark_jobs.records
+    et = [EVENT_MS_COLUMN] if EVENT_MS_COLUMN in names else []
+    cols = ["key", "value", "partition", "offset", *rejects, "h", "bin"]
+    routed = keyed.selectExpr(*cols[:-2], *et, f"{h} AS h", f"{b} AS bin", f"{w} AS worker")
+    if (fan := fan_out(handover, len(assignment))) is not None:
+        routed = routed.selectExpr(*cols, *et, f"{fan} AS (copy, worker)")
+        kept = copies_kept(handover, len(assignment), rule, EVENT_MS_COLUMN) if et and rule is not None else None
+        if kept is not None:
+            routed = (routed.selectExpr("*", *kept.columns) if kept.columns else routed).where(kept.keep)
+        routed = routed.selectExpr(*cols, "worker")
+    elif et:
+        routed = routed.selectExpr(*cols, "worker")
+    return routed.repartitionById(tasks, "worker").mapInArrow(fn, output_type())
+
+
+def _route_then_combine(marked: Any, k: int, assignment: Any, tasks: int, fn: Any, handover: tuple[Any, ...],
+                        combine: Any) -> Any:
+    """`route` for a pre-aggregating query: the routing's columns under internal names beside the
+    query's own (spark_jobs.pre_aggregate), a handover's copies before the combine (each owner combines
+    its own copy), no copy rule (the records carry no event-time column for it)."""
+    from spark_jobs.bins import routing_sql
+    from spark_jobs.handover import fan_out
+    from spark_jobs.pre_aggregate import BIN, HASH, KEY, WORKER
+
+    h, b, w = routing_sql(KEY, k, assignment)
+    routed = marked.selectExpr("*", f"{h} AS {HASH}", f"{b} AS {BIN}", f"{w} AS {WORKER}")
+    if (fan := fan_out(handover, len(assignment), BIN, WORKER)) is not None:
+        routed = routed.selectExpr(f"* EXCEPT ({WORKER})", f"{fan} AS (__copy, {WORKER})")
+    return combine(routed.repartitionById(tasks, WORKER)).mapInArrow(fn, output_type())
