@@ -42,7 +42,7 @@ class StreamPlan:
         self.key_once = self.once and isinstance(op, ProcessorOperator) and op.epoch_free
         #: a pre-aggregating processor's combine, which the routing applies after its shuffle
         #: (spark_jobs.pre_aggregate); None: the keyed rows are routed as they are
-        self.combine = op.combine if isinstance(op, ProcessorOperator) and op.spec.pre_aggregate else None
+        self.combine = op.combine if isinstance(op, ProcessorOperator) and op.spec.pre_aggregate is not None else None
 
     def stream(self, source: Any) -> Any:
         """What the streaming query hands each epoch: the source's input rows through the epoch-free

@@ -148,7 +148,7 @@ def test_pre_aggregate_declarations_are_checked():
 
 
 def _seen_by_worker(spark, values, handover=()):  # type: ignore[no-untyped-def]
-    """Route seven bids of Q-like rows through the epoch's routing with a combine, each worker's task
+    """Route `values` (bids of `_bids_query`) through the epoch's routing with a combine, each worker's task
     reporting (its partition, the key, value, partition, offset, reject, bin) of every row it got."""
     import pyarrow as pa
 
