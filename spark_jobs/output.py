@@ -79,18 +79,26 @@ def output_records(epoch: int, worker: int, outputs: list[tuple[int, bytes, byte
     return out
 
 
+def kafka_arrow_schema() -> Any:
+    """OUTPUT_SCHEMA as Arrow: what a routed task (`mapInArrow`) yields for Spark's Kafka writer."""
+    import pyarrow as pa
+
+    headers = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+    return pa.schema([("topic", pa.string()), ("key", pa.binary()), ("value", pa.binary()), ("headers", headers)])
+
+
 def kafka_rows(epoch: int, worker: int, outputs: list[tuple[int, bytes, bytes, str | None]], output_topic: str,
                dlq_topic: str) -> Any:
     """One task's outputs (`output_records`) as Spark's Kafka-writer rows (OUTPUT_SCHEMA)."""
     import pyarrow as pa
 
     recs = output_records(epoch, worker, outputs, output_topic, dlq_topic)
-    hdr_t = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+    schema = kafka_arrow_schema()
     return pa.RecordBatch.from_arrays(
         [pa.array([r[0] for r in recs], pa.string()), pa.array([r[1] for r in recs], pa.binary()),
          pa.array([r[2] for r in recs], pa.binary()),
-         pa.array([[{"key": k, "value": v} for k, v in r[3]] for r in recs], hdr_t)],
-        names=["topic", "key", "value", "headers"])
+         pa.array([[{"key": k, "value": v} for k, v in r[3]] for r in recs], schema.field("headers").type)],
+        schema=schema)
 
 
 @dataclass(frozen=True, order=True)

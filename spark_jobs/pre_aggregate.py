@@ -22,7 +22,7 @@ from spark_jobs.processor import QuerySpec
 from spark_jobs.records import AHEAD, LATE, REJECT_COLUMN
 from spark_jobs.sql_text import ident, json_of, text
 
-#: the routing's columns over `mark`'s rows (spark_jobs.worker.route), internal names beside the
+#: the routing's columns over `mark`'s rows (spark_jobs.routing.route), internal names beside the
 #: query's own columns; the combine groups by them (each is a function of the key) and keeps them
 KEY, WORKER, HASH, BIN = "__key", "__worker", "__h", "__bin"
 

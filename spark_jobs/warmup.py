@@ -194,11 +194,11 @@ def _emit_tick(topic: str, key: bytes, value: bytes) -> Any:
     def fn(batches: Any) -> Any:
         import pyarrow as pa
 
+        from spark_jobs.output import kafka_arrow_schema
+
         for _ in batches:
             pass
-        hdr_t = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
-        yield pa.RecordBatch.from_arrays(
-            [pa.array([topic], pa.string()), pa.array([key], pa.binary()), pa.array([value], pa.binary()),
-             pa.array([[]], hdr_t)], names=["topic", "key", "value", "headers"])
+        yield pa.RecordBatch.from_pylist([{"topic": topic, "key": key, "value": value, "headers": []}],
+                                         kafka_arrow_schema())
 
     return fn

@@ -6,7 +6,9 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
+from pathlib import Path
 
 
 def free_port() -> int:
@@ -43,3 +45,12 @@ def stop_group(proc: subprocess.Popen[bytes] | subprocess.Popen[str], grace_s: f
         proc.poll()  # reaps the leader, so a lone zombie does not keep the group alive
         time.sleep(0.2)
     killpg(proc)
+
+
+def run_bench(module: str, *args: str, timeout: float = 300) -> str:
+    """`python -m <module> args` from the repository root, in its own process (a bench module starts
+    and stops its own local Spark); its stdout, after checking it exited 0 (else its stderr's tail)."""
+    res = subprocess.run([sys.executable, "-m", module, *args], cwd=Path(__file__).resolve().parents[2],
+                         capture_output=True, text=True, timeout=timeout)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return res.stdout

@@ -7,6 +7,8 @@ import json
 
 import pytest
 
+from spark_jobs.output import kafka_arrow_schema
+
 pytestmark = pytest.mark.dataplane
 
 
@@ -125,8 +127,7 @@ def test_an_empty_pre_aggregated_epoch_still_runs_every_workers_task(spark, tmp_
     plan = StreamPlan(get_operator("spark_jobs.nexmark.windows:Q7"), InputRows(topics, (), Location.of(tmp_path)),
                       topics, "p.out", "p.dlq")
     keyed = plan.epoch(plan.stream(batch), 5, EpochClock(5, 2_000_000, 900_000))
-    schema = pa.schema([("topic", pa.string()), ("key", pa.binary()), ("value", pa.binary()),
-                        ("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())])))])
+    schema = kafka_arrow_schema()
 
     def task(batches):  # type: ignore[no-untyped-def]
         n = sum(b.num_rows for b in batches)
@@ -159,8 +160,7 @@ def _seen_by_worker(spark, values, handover=()):  # type: ignore[no-untyped-def]
 
     op = ProcessorOperator(_bids_query())
     marked = op.key(op.prepare(_df(spark, values)), EpochClock(3, 10_000, 0))
-    schema = pa.schema([("topic", pa.string()), ("key", pa.binary()), ("value", pa.binary()),
-                        ("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())])))])
+    schema = kafka_arrow_schema()
 
     def task(batches):  # type: ignore[no-untyped-def]
         from pyspark import TaskContext

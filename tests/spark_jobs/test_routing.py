@@ -8,6 +8,8 @@ import json
 
 import pytest
 
+from spark_jobs.output import kafka_arrow_schema
+
 pytestmark = pytest.mark.dataplane
 
 ASSIGNMENT = (0, 1, 1, 0)  # 4 bins (k = 2) over 2 workers
@@ -21,8 +23,7 @@ def _seen(spark, keys, handover=()):  # type: ignore[no-untyped-def]
 
     keyed = spark.createDataFrame([(k, b"v", 0, i) for i, k in enumerate(keys)],
                                   "key binary, value binary, partition int, offset long")
-    schema = pa.schema([("topic", pa.string()), ("key", pa.binary()), ("value", pa.binary()),
-                        ("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())])))])
+    schema = kafka_arrow_schema()
 
     def task(batches):  # type: ignore[no-untyped-def]
         from pyspark import TaskContext
