@@ -35,19 +35,28 @@ class WarmUp:
         self.inputs = inputs  # spark_jobs.inputs.InputRows
         self._clients = clients  # Spark's Kafka options and the topics the operator reads
 
-    def workers(self, workers: int, cache_dir: str | None, store_id: str) -> None:
+    def workers(self, workers: int, cache_dir: str | None, store_id: str) -> list[int]:
         """Before the first batch: start the Python workers (imports of pyarrow, lmdb, the job's
         modules, the operator) and open the caches, so the first epoch after a (re)start does not
-        pay ~10 s for it. A failure here is only logged: the first epoch then pays the cost."""
+        pay ~10 s for it. A failure here is only logged: the first epoch then pays the cost.
+
+        Through `mapInArrow`, as the epochs run, and not an RDD: Spark keeps one pool of Python
+        workers per environment, and its SQL runners add a variable (SPARK_SIMPLIFIED_TRACEBACK) that
+        an RDD's do not, so an RDD warmed a second pool (a daemon and W workers, ~3 CPU s) that no
+        epoch ever used. Returns the warmed workers' process ids (none: skipped or failed)."""
         if isinstance(self.op, StatelessOperator):
-            return  # every stage runs in the JVM: no Python worker, no cache
+            return []  # every stage runs in the JVM: no Python worker, no cache
         t0 = time.perf_counter()
         fn = _warm_fn(self.cfg.path, self.cfg.job, cache_dir, store_id)
         try:
-            self.spark.sparkContext.parallelize(range(workers), workers).mapPartitionsWithIndex(fn).collect()
-            log.info("warmed %d Python workers and their caches in %.0f ms", workers, (time.perf_counter() - t0) * 1000)
+            rows = self.spark.range(0, workers, 1, workers).mapInArrow(fn, WARMED_SCHEMA).collect()
         except Exception:
             log.warning("warm-up failed; the first epoch starts the Python workers itself", exc_info=True)
+            return []
+        pids = sorted({int(r["pid"]) for r in rows})
+        log.info("warmed %d Python workers (pids %s) and their caches in %.0f ms", workers, pids,
+                 (time.perf_counter() - t0) * 1000)
+        return pids
 
     def plan(self, source_schema: Any, k: int, workers: int) -> None:
         """Spark's own first job on a fresh JVM pays class loading and code generation (most of the
@@ -130,27 +139,50 @@ def default_cache_dir(cfg: RunConfig, spark: Any, journal: Journal) -> str | Non
     return None
 
 
+#: what each warm-up task returns: its worker slot and the Python worker's process
+WARMED_SCHEMA = "worker INT, pid INT"
+
+
 def _warm_fn(operator: str, job: str, cache_dir: str | None, store_id: str) -> Any:
-    def warm(index: int, _rows: Any) -> Any:
-        import lmdb  # noqa: F401
-        import pyarrow  # noqa: F401
-        import pyarrow.compute  # noqa: F401
+    """The warm-up's mapInArrow function: the task of partition i warms worker slot i."""
 
-        from spark_jobs import worker  # noqa: F401
-        from spark_jobs.cache import CacheError, WorkerCache, default_cache_root
-        from spark_jobs.operator_loader import get_operator
+    def warm(batches: Any) -> Any:
+        import os
 
-        op = get_operator(operator)
-        if store_id:
-            try:
-                WorkerCache(cache_dir or default_cache_root(job), store_id, job, index).close()
-            except CacheError:  # only a warm-up: the first epoch rebuilds it (spark_jobs.cache_fallback)
-                pass
-        if not hasattr(op, "spec"):  # a fold operator: its first epoch's task path, once, on scratch state
-            _warm_task(operator, job, index)
-        yield index
+        import pyarrow as pa
+        from pyspark import TaskContext
+
+        for _ in batches:
+            pass
+        ctx = TaskContext.get()
+        assert ctx is not None, "the warm-up's function runs in a Spark task"
+        index = ctx.partitionId()
+        warm_worker(operator, job, cache_dir, store_id, index)
+        yield pa.RecordBatch.from_pylist([{"worker": index, "pid": os.getpid()}],
+                                         pa.schema([("worker", pa.int32()), ("pid", pa.int32())]))
 
     return warm
+
+
+def warm_worker(operator: str, job: str, cache_dir: str | None, store_id: str, index: int) -> None:
+    """In a Python worker: import what an epoch's task imports, open worker `index`'s cache and, for a
+    fold operator, run one epoch on scratch state."""
+    import lmdb  # noqa: F401
+    import pyarrow  # noqa: F401
+    import pyarrow.compute  # noqa: F401
+
+    from spark_jobs import worker  # noqa: F401
+    from spark_jobs.cache import CacheError, WorkerCache, default_cache_root
+    from spark_jobs.operator_loader import get_operator
+
+    op = get_operator(operator)
+    if store_id:
+        try:
+            WorkerCache(cache_dir or default_cache_root(job), store_id, job, index).close()
+        except CacheError:  # only a warm-up: the first epoch rebuilds it (spark_jobs.cache_fallback)
+            pass
+    if not hasattr(op, "spec"):  # a fold operator: its first epoch's task path, once, on scratch state
+        _warm_task(operator, job, index)
 
 
 def _warm_task(operator: str, job: str, index: int) -> None:

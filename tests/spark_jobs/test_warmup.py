@@ -19,7 +19,7 @@ import pytest
 from spark_jobs.cache import WorkerCache, cache_path
 from spark_jobs.nexmark.stateless import Q1
 from spark_jobs.stateless import StatelessOperator
-from spark_jobs.warmup import WarmUp, _emit_tick, _warm_fn, default_cache_dir
+from spark_jobs.warmup import WarmUp, _emit_tick, default_cache_dir, warm_worker
 
 pytestmark = pytest.mark.dataplane
 
@@ -53,8 +53,7 @@ def test_caches_go_where_the_flag_says_else_under_a_local_checkpoint():
 
 
 def test_a_python_worker_warms_its_cache_and_one_epoch_on_scratch_state(tmp_path, scratch):
-    warm = _warm_fn("keycount", "j", str(tmp_path / "caches"), "store-1")
-    assert list(warm(3, iter([]))) == [3]
+    warm_worker("keycount", "j", str(tmp_path / "caches"), "store-1", 3)
     with WorkerCache(tmp_path / "caches", "store-1", "j", 3) as c:
         assert not c.created and c.write(lambda txn: c.last_applied(txn)) == -1, "opened, nothing applied"
     assert list(scratch.iterdir()) == [], "the scratch epoch's cache and state are deleted"
@@ -63,8 +62,8 @@ def test_a_python_worker_warms_its_cache_and_one_epoch_on_scratch_state(tmp_path
 def test_a_processor_warms_no_epoch_and_a_cache_that_cannot_open_is_left_to_the_first_epoch(tmp_path, scratch):
     (tmp_path / "caches").write_text("a file where the caches would go")
     spec_op = "spark_jobs.nexmark.winning:WinningBids"
-    assert list(_warm_fn(spec_op, "j", str(tmp_path / "caches"), "store-1")(0, iter([]))) == [0]
-    assert list(_warm_fn("keycount", "j", str(tmp_path / "other"), "")(1, iter([]))) == [1]
+    warm_worker(spec_op, "j", str(tmp_path / "caches"), "store-1", 0)
+    warm_worker("keycount", "j", str(tmp_path / "other"), "", 1)
     assert not cache_path(tmp_path / "other", "", 1).exists(), "no store yet: no cache"
 
 
@@ -82,19 +81,38 @@ def test_a_failed_warm_up_is_only_logged(caplog):
     def boom(*a: Any) -> Any:
         raise RuntimeError("no executors yet")
 
-    spark = SimpleNamespace(sparkContext=SimpleNamespace(master="local[2]", parallelize=boom))
+    spark = SimpleNamespace(sparkContext=SimpleNamespace(master="local[2]"), range=boom)
     with caplog.at_level(logging.WARNING, "ballast.runner"):
-        warm_up(spark, object()).workers(2, None, "")
+        assert warm_up(spark, object()).workers(2, None, "") == []
     assert "warm-up failed; the first epoch starts the Python workers itself" in caplog.text
 
 
 def test_a_stateless_query_and_a_hand_off_input_skip_their_warm_ups():
     called: list[str] = []
-    spark = SimpleNamespace(sparkContext=SimpleNamespace(master="local[2]", parallelize=lambda *a: called.append("p")),
-                            range=lambda *a: called.append("range"))
+    spark = SimpleNamespace(sparkContext=SimpleNamespace(master="local[2]"), range=lambda *a: called.append("range"))
     warm_up(spark, StatelessOperator(Q1)).workers(2, None, "")  # every stage in the JVM: no Python worker
     warm_up(spark, object(), handoff=("j.a.out",)).plan(None, 3, 2)  # its deduplication reads the journal
     assert called == []
+
+
+def _parent(pid: int) -> int:
+    return int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+
+
+def test_the_warm_up_starts_the_python_workers_that_the_epochs_run_in(spark):
+    """Spark keeps one pool of Python workers (a daemon and its forks) per environment, and its SQL
+    runners' environment differs from an RDD's: warmed through an RDD, the workers were a second
+    pool that no epoch's mapInArrow ever used."""
+    pids = warm_up(spark, object()).workers(2, None, "")
+    assert pids, "the warm-up ran no task"
+
+    def parent(batches: Any) -> Any:
+        for _ in batches:
+            pass
+        yield pa.RecordBatch.from_pylist([{"ppid": os.getppid()}], pa.schema([("ppid", pa.int32())]))
+
+    epochs = {r["ppid"] for r in spark.range(0, 4, 1, 4).mapInArrow(parent, "ppid INT").collect()}
+    assert {_parent(p) for p in pids} == epochs, "the warmed workers and an epoch's tasks are forks of one daemon"
 
 
 def test_the_warm_up_writes_one_tick_per_worker_whatever_it_reads():
