@@ -42,7 +42,7 @@ class WarmUp:
 
         Through `mapInArrow`, as the epochs run, and not an RDD: Spark keeps one pool of Python
         workers per environment, and its SQL runners add a variable (SPARK_SIMPLIFIED_TRACEBACK) that
-        an RDD's do not, so an RDD warmed a second pool (a daemon and W workers, ~3 CPU s) that no
+        an RDD's do not, so an RDD warmed a second pool (a daemon and W workers, ~2.5 CPU s) that no
         epoch ever used. Returns the warmed workers' process ids (none: skipped or failed)."""
         if isinstance(self.op, StatelessOperator):
             return []  # every stage runs in the JVM: no Python worker, no cache

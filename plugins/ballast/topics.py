@@ -4,7 +4,14 @@ Spark or Airflow import, so both planes can use it."""
 
 from __future__ import annotations
 
+import time
+
+from ballast.errors import BallastError
 from ballast.kafka_security import KafkaSecurity, client_kwargs
+
+
+class TopicsNotReady(BallastError, RuntimeError):
+    """A created topic's partitions did not all answer from their leader in time."""
 
 
 def create_missing_topics(bootstrap: str, topics: dict[str, int], timeout_ms: int = 10000,
@@ -29,6 +36,39 @@ def create_missing_topics(bootstrap: str, topics: dict[str, int], timeout_ms: in
                 pass
     finally:
         admin.close()
+    if new:
+        wait_writable(bootstrap, {t.name: t.num_partitions for t in new}, timeout_ms / 1000, security)
+
+
+def wait_writable(bootstrap: str, topics: dict[str, int], timeout_s: float = 10.0,
+                  security: KafkaSecurity | None = None) -> None:
+    """Return once every partition of `topics` ({name: partitions}) answers a ListOffsets request
+    from its leader; TopicsNotReady after `timeout_s`.
+
+    Why: a created topic is described with its partitions and their leader at once, but the leader
+    takes them on a moment later. A producer that writes in that moment gets NOT_LEADER_OR_FOLLOWER,
+    and Kafka's idempotent producer (Spark's sink) can then retry with OUT_OF_ORDER_SEQUENCE_NUMBER
+    until its delivery timeout: a suite run saw a write to a fresh topic fail that way after 120 s."""
+    from kafka import KafkaConsumer, TopicPartition
+    from kafka.errors import KafkaError
+
+    parts = [TopicPartition(t, p) for t, n in topics.items() for p in range(n)]
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, **client_kwargs(security))
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            left_ms = int((deadline - time.monotonic()) * 1000)
+            try:
+                consumer.end_offsets(parts, timeout_ms=max(left_ms, 1))
+                return
+            except KafkaError as e:
+                if time.monotonic() >= deadline:
+                    raise TopicsNotReady(f"topics {sorted(topics)} were created but not every partition answered "
+                                         f"from its leader within {timeout_s:.0f} s ({e!r}): is the broker at "
+                                         f"{bootstrap} healthy?") from e
+                time.sleep(0.1)
+    finally:
+        consumer.close()
 
 
 def handoff_topic(job: str, operator: str) -> str:

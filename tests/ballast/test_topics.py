@@ -19,6 +19,7 @@ class FakeAdmin:
     """What create_missing_topics uses of kafka-python's KafkaAdminClient, recording the calls."""
 
     instances: list[FakeAdmin] = []
+    waited: list[Any] = []  # wait_writable's calls: (bootstrap, topics, timeout_s)
     existing: set[str] = set()
     raise_on_create: BaseException | None = None
 
@@ -44,8 +45,12 @@ class FakeAdmin:
 def admin(monkeypatch: pytest.MonkeyPatch) -> type[FakeAdmin]:
     import kafka
 
+    import ballast.topics
+
     monkeypatch.setattr(kafka, "KafkaAdminClient", FakeAdmin)
-    FakeAdmin.instances, FakeAdmin.existing, FakeAdmin.raise_on_create = [], set(), None
+    monkeypatch.setattr(ballast.topics, "wait_writable", lambda bootstrap, topics, timeout_s, security: (
+        FakeAdmin.waited.append((bootstrap, topics, timeout_s))))
+    FakeAdmin.instances, FakeAdmin.existing, FakeAdmin.raise_on_create, FakeAdmin.waited = [], set(), None, []
     return FakeAdmin
 
 
@@ -58,12 +63,14 @@ def test_only_missing_topics_are_created_with_their_partitions_and_configs(admin
     made = {t.name: (t.num_partitions, t.replication_factor, t.topic_configs) for t in a.created}
     assert made == {"j.in": (4, 1, {"max.message.bytes": "2097152"}), "j.out": (2, 1, {})}
     assert a.closed
+    assert admin.waited == [("h:9092", {"j.in": 4, "j.out": 2}, 1.234)], "it returns once the new topics take writes"
 
 
 def test_nothing_is_created_when_every_topic_exists(admin: type[FakeAdmin]) -> None:
     admin.existing = {"a", "b"}
     create_missing_topics("h:9092", {"a": 1, "b": 3})
     assert admin.instances[0].created == [] and admin.instances[0].closed
+    assert admin.waited == [], "an existing topic is not waited for"
 
 
 def test_a_topic_another_creator_made_first_is_fine(admin: type[FakeAdmin]) -> None:

@@ -36,3 +36,22 @@ def test_existing_topic_with_other_partition_count_is_an_error(kafka_bootstrap, 
     make_topics({topic: 2})
     with pytest.raises(stack.StackError, match="has 2 partitions, expected 3"):
         make_topics({topic: 3})
+
+
+def test_created_topics_take_writes_at_once_and_a_missing_one_is_a_clear_error(kafka_bootstrap, unique_name):
+    """ballast.topics.create_missing_topics returns once every new partition answers from its leader
+    (wait_writable): a write right after it meets no NOT_LEADER_OR_FOLLOWER."""
+    import time
+
+    from ballast.topics import TopicsNotReady, create_missing_topics, wait_writable
+
+    topic = f"{unique_name}.fresh"
+    create_missing_topics(kafka_bootstrap, {topic: 4})
+    producer = KafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all", retries=0)
+    for p in range(4):
+        producer.send(topic, value=b"x", partition=p).get(timeout=10)
+    producer.close()
+    t0 = time.monotonic()
+    with pytest.raises(TopicsNotReady, match=rf"{unique_name}\.never.*within 2 s"):
+        wait_writable(kafka_bootstrap, {f"{unique_name}.never": 2}, timeout_s=2.0)
+    assert time.monotonic() - t0 < 10, "the wait keeps to its timeout"
