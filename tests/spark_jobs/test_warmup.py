@@ -1,7 +1,8 @@
 """spark_jobs.warmup: before the first epoch, each Python worker imports the job's modules, opens its
 cache and runs one epoch on scratch state that it deletes, with crash injection off; a failed
 warm-up is only logged; the warm-up's Kafka record is one tick; caches live under the checkpoint in
-local mode. Spark itself is faked: the functions Spark would run are called directly."""
+local mode; the warmed Python workers are the pool an epoch's mapInArrow runs in (the session's real
+Spark). Elsewhere Spark is faked: the functions Spark would run are called directly."""
 
 from __future__ import annotations
 
