@@ -1,6 +1,6 @@
 """Create Kafka topics that are missing, with explicit partition counts (the broker does not
-auto-create). The one place the stack script, the emitter and the job create topics from; no
-Spark or Airflow import, so both planes can use it."""
+auto-create), and return once they take writes. The one place the stack script, the emitter and the
+job create topics from; no Spark or Airflow import, so both planes can use it."""
 
 from __future__ import annotations
 
