@@ -139,8 +139,8 @@ def default_cache_dir(cfg: RunConfig, spark: Any, journal: Journal) -> str | Non
     return None
 
 
-#: what each warm-up task returns: its worker slot and the Python worker's process
-WARMED_SCHEMA = "worker INT, pid INT"
+#: what each warm-up task returns: the Python worker's process id
+WARMED_SCHEMA = "pid INT"
 
 
 def _warm_fn(operator: str, job: str, cache_dir: str | None, store_id: str) -> Any:
@@ -156,10 +156,8 @@ def _warm_fn(operator: str, job: str, cache_dir: str | None, store_id: str) -> A
             pass
         ctx = TaskContext.get()
         assert ctx is not None, "the warm-up's function runs in a Spark task"
-        index = ctx.partitionId()
-        warm_worker(operator, job, cache_dir, store_id, index)
-        yield pa.RecordBatch.from_pylist([{"worker": index, "pid": os.getpid()}],
-                                         pa.schema([("worker", pa.int32()), ("pid", pa.int32())]))
+        warm_worker(operator, job, cache_dir, store_id, ctx.partitionId())
+        yield pa.record_batch({"pid": pa.array([os.getpid()], pa.int32())})
 
     return warm
 

@@ -4,8 +4,6 @@ job create topics from; no Spark or Airflow import, so both planes can use it.""
 
 from __future__ import annotations
 
-import time
-
 from ballast.errors import BallastError
 from ballast.kafka_security import KafkaSecurity, client_kwargs
 
@@ -54,19 +52,11 @@ def wait_writable(bootstrap: str, topics: dict[str, int], timeout_s: float = 10.
 
     parts = [TopicPartition(t, p) for t, n in topics.items() for p in range(n)]
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, **client_kwargs(security))
-    try:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            left_ms = int((deadline - time.monotonic()) * 1000)
-            try:
-                consumer.end_offsets(parts, timeout_ms=max(left_ms, 1))
-                return
-            except KafkaError as e:
-                if time.monotonic() >= deadline:
-                    raise TopicsNotReady(f"topics {sorted(topics)} were created but not every partition answered "
-                                         f"from its leader within {timeout_s:.0f} s ({e!r}): is the broker at "
-                                         f"{bootstrap} healthy?") from e
-                time.sleep(0.1)
+    try:  # kafka-python retries a retriable answer (no leader yet, not the leader) until the timeout
+        consumer.end_offsets(parts, timeout_ms=int(timeout_s * 1000))
+    except KafkaError as e:
+        raise TopicsNotReady(f"topics {sorted(topics)} were created but not every partition answered from its "
+                             f"leader within {timeout_s:.0f} s ({e!r}): is the broker at {bootstrap} healthy?") from e
     finally:
         consumer.close()
 

@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -97,7 +98,7 @@ def test_a_stateless_query_and_a_hand_off_input_skip_their_warm_ups():
 
 
 def _parent(pid: int) -> int:
-    return int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
 
 
 def test_the_warm_up_starts_the_python_workers_that_the_epochs_run_in(spark):

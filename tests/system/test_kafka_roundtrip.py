@@ -1,7 +1,11 @@
 """The real broker: topics with explicit partition counts, acks=all produce, consume back."""
 
+import time
+
 import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+from ballast.topics import TopicsNotReady, create_missing_topics, wait_writable
 
 pytestmark = pytest.mark.foundation
 
@@ -41,10 +45,6 @@ def test_existing_topic_with_other_partition_count_is_an_error(kafka_bootstrap, 
 def test_created_topics_take_writes_at_once_and_a_missing_one_is_a_clear_error(kafka_bootstrap, unique_name):
     """ballast.topics.create_missing_topics returns once every new partition answers from its leader
     (wait_writable): a write right after it meets no NOT_LEADER_OR_FOLLOWER."""
-    import time
-
-    from ballast.topics import TopicsNotReady, create_missing_topics, wait_writable
-
     topic = f"{unique_name}.fresh"
     create_missing_topics(kafka_bootstrap, {topic: 4})
     producer = KafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all", retries=0)
