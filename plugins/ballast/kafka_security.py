@@ -7,8 +7,8 @@ and the tests. Outside Airflow the same JSON comes from BALLAST_KAFKA_CONFIG (or
 `--kafka-config FILE`). Absent: PLAINTEXT, the local default.
 
 Pure Python, no Kafka import: `python_kwargs()` feeds kafka-python (emitter, job's own producer and
-consumer, admin), `spark_options()` Spark's Kafka source and sink (`kafka.`-prefixed Java client
-properties, JAAS line included). The password is kept out of reprs and logs.
+consumer, tasks' transactional producers, admin), `spark_options()` Spark's Kafka source and sink
+(`kafka.`-prefixed Java client properties, JAAS line included). The password is kept out of reprs and logs.
 """
 
 from __future__ import annotations
@@ -23,6 +23,10 @@ from ballast.errors import BallastError
 from ballast.options import env_var, settings
 
 ENV_CONFIG = env_var("kafka_config")
+#: the Java client's default bound on the back-off between reconnects. kafka-python's 30 s default
+#: let a client that saw a broker restart wait up to 30 s more before it tried again, longer than a
+#: task's 30 s marker read: a job restarted after an outage failed on a broker that was up.
+RECONNECT_BACKOFF_MAX_MS = 1000
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 _JAAS = {"PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
@@ -108,10 +112,13 @@ class KafkaSecurity:
         return {} if self.plaintext else {ENV_CONFIG: json.dumps(self.to_config())}
 
     def python_kwargs(self) -> dict[str, Any]:
-        """kafka-python KafkaProducer/KafkaConsumer/KafkaAdminClient keyword arguments."""
+        """kafka-python KafkaProducer/KafkaConsumer/KafkaAdminClient keyword arguments: the
+        security settings, and the reconnect back-off bound every client of ours shares
+        (`RECONNECT_BACKOFF_MAX_MS`)."""
+        kw: dict[str, Any] = {"reconnect_backoff_max_ms": RECONNECT_BACKOFF_MAX_MS}
         if self.plaintext:
-            return {}
-        kw: dict[str, Any] = {"security_protocol": self.protocol}
+            return kw
+        kw["security_protocol"] = self.protocol
         if self.sasl:
             kw.update(sasl_mechanism=self.mechanism, sasl_plain_username=self.username,
                       sasl_plain_password=self.password)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ballast.kafka_security import ENV_CONFIG, KafkaConfigError, KafkaSecurity
+from ballast.kafka_security import ENV_CONFIG, RECONNECT_BACKOFF_MAX_MS, KafkaConfigError, KafkaSecurity
 
 pytestmark = pytest.mark.security
 SCRAM = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-512",
@@ -39,3 +39,14 @@ def test_from_a_file(tmp_path: Path) -> None:
     assert KafkaSecurity.from_file(str(f)).sasl
     with pytest.raises(KafkaConfigError, match="cannot read Kafka client properties"):
         KafkaSecurity.from_file(str(tmp_path / "missing.json"))
+
+
+def test_every_client_reconnects_within_a_second_whatever_its_security() -> None:
+    """kafka-python backs off up to 30 s between reconnects by default; after a broker restart a
+    task's marker read (30 s) could time out on a broker that was up. The real restart is
+    tests/system/test_fault_broker.py."""
+    plain = KafkaSecurity.from_config({}).python_kwargs()
+    assert plain == {"reconnect_backoff_max_ms": RECONNECT_BACKOFF_MAX_MS} and RECONNECT_BACKOFF_MAX_MS <= 1000
+    scram = KafkaSecurity.from_config(SCRAM).python_kwargs()
+    assert scram["reconnect_backoff_max_ms"] == RECONNECT_BACKOFF_MAX_MS
+    assert scram["security_protocol"] == "SASL_PLAINTEXT" and scram["sasl_plain_username"] == "ballast"
