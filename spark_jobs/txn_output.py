@@ -147,6 +147,9 @@ class _Slot:
             bootstrap_servers=t.bootstrap, transactional_id=self.tid, acks="all",
             transaction_timeout_ms=TRANSACTION_TIMEOUT_MS, linger_ms=5, batch_size=512 * 1024,
             max_request_size=t.max_request_size, max_block_ms=timeout_ms, request_timeout_ms=min(timeout_ms, 30000),
+            # a new producer's first metadata waits no longer than a flush: kafka-python's 30 s would come on
+            # top of an outage budget already spent (a 15 s budget failed the query 46 s into the outage)
+            bootstrap_timeout_ms=timeout_ms,
             retry_backoff_ms=RETRY_BACKOFF_MS, key_serializer=_NullableKey(), **t.client_kwargs)
         self.last: Marker | None = None
         self.pid = os.getpid()
