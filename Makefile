@@ -41,7 +41,7 @@ lint: setup ## ruff (style, imports, bugbear, pyupgrade), mypy (strict on the fr
 
 test: setup ## the whole suite, against real Kafka, Spark, SQLite, PostgreSQL and Airflow (TEST_WORKERS=N: on N xdist workers); then nothing it started may still run (scripts/leftovers.py)
 	@mkdir -p .state && tag=$$(date +%s%N) && rc=0 && \
-	  BALLAST_RUN_TAG=$$tag $(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=30 \
+	  BALLAST_RUN_TAG=$$tag $(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder --durations=30 \
 	  --junitxml=.state/test-report.xml $(PYTEST_ARGS) || rc=$$?; \
 	  $(PY) scripts/leftovers.py --tag $$tag || { [ $$rc -ne 0 ] || rc=1; }; exit $$rc
 

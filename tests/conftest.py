@@ -154,8 +154,8 @@ def _start(svc: Iterator[None], failure: str) -> Iterator[None]:
 
 SMOKE_FIXTURE = "smoke_run"
 SMOKE_TESTS = "tests/bench/test_smoke.py::"  # what the xdist controller sees of them: node ids
-# tests that share an expensive session fixture run on one xdist worker (one Airflow, one cluster)
-XDIST_GROUPS = {"console_stack": "console", "spark_cluster": "cluster", SMOKE_FIXTURE: "bench-smoke"}
+# tests that share an expensive fixture run on one xdist worker (one Airflow, one cluster at a time)
+pytest_plugins = ["tests.helpers.xdist_groups"]
 # a test on any of these needs a running service (or Spark): `make test-fast` leaves it out
 SERVICE_FIXTURES = frozenset({"kafka_bootstrap", "make_topics", "spark", "produce_with_spark", "postgres_base_url",
                               "airflow_db", "console_stack", "browser", "spark_cluster", "submit_app", "s3_server",
@@ -166,7 +166,7 @@ _SMOKE = pytest.StashKey[Any]()  # the controller's tests.helpers.bench_smoke.Ba
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The benchmark smoke's tests go last: its run starts with the session (below) and overlaps
     everything before them. A test on a service fixture is marked `services`. Under xdist
-    (`--dist loadgroup`), tests on one expensive session fixture share a worker. (Slow tests first
+    (`--dist loadgroup`), tests on one expensive fixture share a worker (tests.helpers.xdist_groups). (Slow tests first
     was tried, 2026-11-28: 47.2 min against 43.7 — they then ran beside the smoke's cluster
     experiment, which took 489 s instead of 269 s, and a critical-path check saw Spark's stages grow.)"""
     items.sort(key=lambda item: SMOKE_FIXTURE in getattr(item, "fixturenames", ()))
@@ -175,9 +175,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         on_postgres = "any_db" in names and "postgres" in getattr(getattr(item, "callspec", None), "id", "")
         if on_postgres or SERVICE_FIXTURES.intersection(names):
             item.add_marker(pytest.mark.services)
-        group = next((g for f, g in XDIST_GROUPS.items() if f in getattr(item, "fixturenames", ())), None)
-        if group is not None:
-            item.add_marker(pytest.mark.xdist_group(group))
 
 
 def pytest_configure(config: pytest.Config) -> None:
