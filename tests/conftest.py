@@ -116,10 +116,12 @@ _EARLY_STOPS = pytest.StashKey[dict[str, Callable[[], None]]]()
 
 def stop_after_last_use(config: pytest.Config, fixture: str, stop: Callable[[], None]) -> Callable[[], None]:
     """Registers `stop` of a session fixture's service to run after the last test that uses the
-    fixture instead of at the session's end (one process only: an xdist worker does not know which
-    tests it gets next). Why: a service kept until the end runs under every later test — Airflow's
-    scheduler, triggerer and DAG processor take a share of a 2-core machine for the rest of the
-    suite. Returns the idempotent stop for the fixture's own teardown."""
+    fixture instead of at the session's end. Why: a service kept until the end runs under every
+    later test — Airflow's scheduler, triggerer and DAG processor take a share of a 2-core machine
+    for the rest of the suite. In one process, or on an xdist worker when the fixture is grouped
+    (tests.helpers.xdist_groups: every test on it runs on that worker, in collection order); a worker
+    does not know which other tests it gets next. Returns the idempotent stop for the fixture's own
+    teardown."""
     done: list[bool] = []
 
     def once() -> None:
@@ -127,7 +129,10 @@ def stop_after_last_use(config: pytest.Config, fixture: str, stop: Callable[[], 
             done.append(True)
             stop()
 
-    if not _is_worker(config):
+    # imported here, not at the top: pytest_plugins imports it first, so that its asserts are rewritten
+    from tests.helpers.xdist_groups import GROUPS
+
+    if not _is_worker(config) or fixture in GROUPS:
         config.stash.setdefault(_EARLY_STOPS, {})[fixture] = once
     return once
 
