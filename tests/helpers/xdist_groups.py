@@ -4,8 +4,8 @@ A pytest plugin (tests/conftest.py loads it): each test that uses a fixture of `
 `xdist_group` mark of its group, so xdist hands the group's tests to one worker as one unit. Why:
 the console's Airflow is a session fixture: on two workers it started twice, and both ran on, idle,
 to the session's end (only a grouped fixture's worker may stop it after its last test:
-tests/conftest.py `stop_after_last_use`); the loopback
-cluster's tests must not run two clusters at once on 2 cores; the smoke's checks read one run.
+tests/conftest.py `stop_after_last_use`); the loopback cluster's tests must not run two clusters at
+once on 2 cores; the smoke's checks read one run.
 
 Two things made the marks do nothing, silently, until 2026-11-30 (tests/project/test_xdist_groups.py
 now fails if either comes back):
