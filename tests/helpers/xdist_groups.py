@@ -26,14 +26,10 @@ import pytest
 GROUPS = {"console_stack": "console", "spark_cluster": "cluster", "smoke_run": "bench-smoke"}
 
 
-def group_of(fixturenames: tuple[str, ...] | list[str]) -> str | None:
-    """The group of a test that uses `fixturenames` (the first fixture of GROUPS it uses), or None."""
-    return next((g for f, g in GROUPS.items() if f in fixturenames), None)
-
-
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Each test on a grouped fixture gets its group's mark (the first fixture of GROUPS it uses)."""
     for item in items:
-        group = group_of(getattr(item, "fixturenames", ()))
+        group = next((g for f, g in GROUPS.items() if f in getattr(item, "fixturenames", ())), None)
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
