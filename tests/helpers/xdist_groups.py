@@ -25,6 +25,12 @@ import pytest
 #: fixture -> xdist group of every test that uses it
 GROUPS = {"console_stack": "console", "spark_cluster": "cluster", "smoke_run": "bench-smoke"}
 
+#: The mark of the modules whose tests mostly wait on a clock (a broker or the metrics DB down 30 s,
+#: a paused driver past its heartbeat timeout): they run one at a time, so while one waits the
+#: other worker works. In path order they came one after the other and both workers waited at once
+#: (two to five minutes of an idle CPU in a fresh clone at bfd8639). A static mark, so xdist sees it.
+OUTAGES = pytest.mark.xdist_group("outages")
+
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -21,8 +21,9 @@ from ballast.emitter import ensure_control_topics
 from ballast.tasks import EmitPlanOperator
 from tests.helpers.procs import free_port
 from tests.helpers.stepapplier import StepApplier, seed_job
+from tests.helpers.xdist_groups import OUTAGES
 
-pytestmark = [pytest.mark.controlplane, pytest.mark.faults, pytest.mark.slow]
+pytestmark = [pytest.mark.controlplane, pytest.mark.faults, pytest.mark.slow, OUTAGES]
 DOWN_S = 8.0
 
 

@@ -25,8 +25,9 @@ from tests.helpers.fault_helpers import (
     planned_job,
 )
 from tests.helpers.procs import free_port
+from tests.helpers.xdist_groups import OUTAGES
 
-pytestmark = [pytest.mark.faults, pytest.mark.dataplane, pytest.mark.slow]
+pytestmark = [pytest.mark.faults, pytest.mark.dataplane, pytest.mark.slow, OUTAGES]
 
 BINS = 16
 N = 24_000

@@ -27,8 +27,9 @@ from tests.helpers.dp_helpers import check_state, outputs_as_set, produce, refer
 from tests.helpers.jobs import write_jobs_file
 from tests.helpers.procs import killpg
 from tests.helpers.wait import wait_until
+from tests.helpers.xdist_groups import OUTAGES
 
-pytestmark = [pytest.mark.dataplane, pytest.mark.slow]
+pytestmark = [pytest.mark.dataplane, pytest.mark.slow, OUTAGES]
 
 REPO = Path(__file__).resolve().parents[2]
 BINS, WORKERS = 16, 2
