@@ -30,6 +30,18 @@ log = logging.getLogger("ballast.runner")
 #: answers an empty fetch sooner, and Spark's source fetches only ranges that exist.
 SOURCE_FETCH_WAIT_MS = 10
 
+#: Tries of the source's offset lookup (Spark's `fetchOffset.numRetries`; Spark's default is 3).
+#: Each try waits `default.api.timeout.ms`, which must be the whole budget because the executors'
+#: consumers get the same value (a third of it failed a task's `position` 6 s into a 15 s budget);
+#: three tries of a whole budget failed a 15 s budget 48 s into the outage (CI of c274315). One
+#: try loses Spark's re-read of end offsets Kafka answered wrongly (KAFKA-7703, a consumer bug; the
+#: lookup asks the admin client): wrong offsets then fail the query as data loss, never pass silently.
+OFFSET_FETCH_ATTEMPTS = 1
+
+#: The shortest a task's poll for its input waits for records, whatever the budget: a live broker
+#: on a loaded machine must not fail a fetch.
+MIN_POLL_TIMEOUT_MS = 10_000
+
 
 class JobClients:
     """Retrying DB/Kafka calls, the job's own Kafka clients, and the Kafka-side measurements of an epoch."""
@@ -105,17 +117,20 @@ class JobClients:
 
     def spark_kafka_options(self, source: bool) -> dict[str, str]:
         """Spark's Kafka clients: the job's SASL/TLS settings, and timeouts that ride out a broker
-        outage of up to `kafka_outage_s` (defaults: 60 s for an offset lookup, then the query fails);
-        the source's consumers wait at most `SOURCE_FETCH_WAIT_MS` for a fetch (see there)."""
+        outage of `kafka_outage_s` and no longer (Spark's defaults fail the query after 60 s); the
+        source's consumers wait at most `SOURCE_FETCH_WAIT_MS` for a fetch (see there)."""
         budget = int(self.cfg.kafka_outage_s * 1000)
         # Kafka's clients refuse default.api.timeout.ms (and the producer's delivery.timeout.ms) below
-        # request.timeout.ms (30 s by default): a budget under a minute shortens the request timeout
+        # request.timeout.ms (30 s by default): a short budget shortens the request timeout
         request = max(min(30_000, budget // 2), 1_000)
         ms = str(max(budget, request + 1_000))
         opts = {**self.cfg.security.spark_options(), "kafka.default.api.timeout.ms": ms,
                 "kafka.request.timeout.ms": str(request)}
         if source:
-            opts["kafka.fetch.max.wait.ms"] = str(SOURCE_FETCH_WAIT_MS)
+            opts.update({"kafka.fetch.max.wait.ms": str(SOURCE_FETCH_WAIT_MS),
+                         "fetchOffset.numRetries": str(OFFSET_FETCH_ATTEMPTS),  # see there
+                         # a task's fetch of its input waits out the budget (Spark's own: 120 s, whatever the budget)
+                         "kafkaConsumer.pollTimeoutMs": str(max(budget, MIN_POLL_TIMEOUT_MS))})
         else:  # records up to the size the job's own topics take (spark_jobs.records)
             opts.update({"kafka.max.block.ms": ms, "kafka.delivery.timeout.ms": ms,
                          "kafka.max.request.size": str(MAX_RECORD_BYTES)})

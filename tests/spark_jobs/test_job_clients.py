@@ -7,7 +7,11 @@ import threading
 
 import pytest
 
-from spark_jobs.job_clients import SOURCE_FETCH_WAIT_MS, JobClients
+from spark_jobs.job_clients import (
+    MIN_POLL_TIMEOUT_MS,
+    SOURCE_FETCH_WAIT_MS,
+    JobClients,
+)
 from spark_jobs.journal import Journal
 from spark_jobs.run_config import RunConfig
 
@@ -21,11 +25,13 @@ def test_every_outage_budget_gives_timeouts_kafkas_clients_accept(budget_s: floa
     clients = JobClients(cfg, Journal("/c"), ["t"], threading.Event())
     budget_ms = int(budget_s * 1000)
     for source in (True, False):
-        opts = {k: int(v) for k, v in clients.spark_kafka_options(source).items() if k.endswith(".ms")}
-        request = opts["kafka.request.timeout.ms"]
-        assert opts["kafka.default.api.timeout.ms"] >= max(request, budget_ms)  # rides out the whole budget
-        assert request <= 30_000
-        if not source:
+        opts = {k: int(v) for k, v in clients.spark_kafka_options(source).items() if v.isdigit()}
+        request, api = opts["kafka.request.timeout.ms"], opts["kafka.default.api.timeout.ms"]
+        assert api >= max(request, budget_ms) and request <= 30_000  # every call rides out the whole budget
+        if source:  # ... and the offset lookup makes it once (Spark tries 3 times by default)
+            assert opts["fetchOffset.numRetries"] == 1 and api <= max(budget_ms, 2_000)
+            assert opts["kafkaConsumer.pollTimeoutMs"] == max(budget_ms, MIN_POLL_TIMEOUT_MS)
+        else:
             assert opts["kafka.delivery.timeout.ms"] >= LINGER_MS + request
             assert opts["kafka.max.block.ms"] >= budget_ms and opts["kafka.delivery.timeout.ms"] >= budget_ms
 

@@ -2,17 +2,21 @@
 own broker instance and ports. The job and the plan continue; nothing is lost or doubled (the
 oracle of tests/helpers/dp_helpers.py); the plan ends applied — or clearly failed, never silently stuck.
 Kept down past a short `--kafka-outage-s`, the broker fails the query (the CLI's exit 1), and a
-restart is exactly once."""
+restart is exactly once; a query waiting for input fails after the budget too, not after three."""
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from dataclasses import replace
 
 import pytest
 from kafka import KafkaConsumer, TopicPartition
 
+from spark_jobs.job_clients import JobClients
+from spark_jobs.journal import Journal
+from spark_jobs.run_config import RunConfig
 from spark_jobs.runner import start_job
 from tests.helpers.brokers import own_broker
 from tests.helpers.fault_helpers import (
@@ -22,8 +26,10 @@ from tests.helpers.fault_helpers import (
     migrate_through_outage,
     planned_job,
 )
+from tests.helpers.wait import wait_until
+from tests.helpers.xdist_groups import OUTAGES
 
-pytestmark = [pytest.mark.faults, pytest.mark.dataplane, pytest.mark.slow]
+pytestmark = [pytest.mark.faults, pytest.mark.dataplane, pytest.mark.slow, OUTAGES]
 
 BINS = 16
 N = 24_000
@@ -90,3 +96,31 @@ def test_broker_down_past_the_outage_budget_fails_the_query_and_a_restart_is_exa
                              BINS, N // 2, "plan-broker-long", out["controller"])
     print(f"--kafka-outage-s {BUDGET_S}: the query failed {out['failed_after_s']:.0f}s into the outage "
           f"({str(out['error'])[:200]}); plan {out['controller'].error or 'applied'}; {stats}")
+
+
+def test_a_query_waiting_for_input_fails_one_budget_into_the_outage(spark, fault_broker, unique_name, tmp_path):
+    """A query between epochs is in Spark's offset lookup, which tries three times: with a whole
+    budget per try, a 15 s budget failed the query 48 s into the outage (CI of c274315)."""
+    import ballast_stack as stack  # scripts/stack.py, loaded by tests/conftest.py
+
+    broker, topic = fault_broker, unique_name
+    stack.ensure_topics({topic: 2}, broker.bootstrap)
+    cfg = RunConfig(job=unique_name, input_topic=topic, checkpoint_dir=str(tmp_path / "ckpt"),
+                    bootstrap=broker.bootstrap, db_url="sqlite://", kafka_outage_s=BUDGET_S)
+    opts = JobClients(cfg, Journal(cfg.checkpoint_dir), [topic], threading.Event()).spark_kafka_options(source=True)
+    query = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", broker.bootstrap)
+             .option("subscribe", topic).options(**opts).load()
+             .writeStream.format("noop").option("checkpointLocation", cfg.checkpoint_dir)
+             .trigger(processingTime="200 milliseconds").start())
+    try:
+        wait_until(lambda: query.lastProgress is not None, 120, "the query's first trigger")
+        t_down = time.time()
+        broker.down()
+        wait_until(lambda: not query.isActive, 4 * BUDGET_S + 60, "the query to fail past its outage budget")
+        failed_after = time.time() - t_down
+    finally:
+        query.stop()
+        broker.up()
+    assert query.exception() is not None
+    assert BUDGET_S <= failed_after < BUDGET_S + 10, f"the query failed {failed_after:.0f}s into the outage"
+    print(f"--kafka-outage-s {BUDGET_S}: a query waiting for input failed {failed_after:.0f}s into the outage")
