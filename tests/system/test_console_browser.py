@@ -152,7 +152,9 @@ def test_console_shows_a_live_migration(console_stack, live_job, browser, tmp_pa
     wait.until(lambda d: d.find_element(By.ID, "heatmap").get_attribute("data-bins") == str(bins))
     cells = _js(drv, "return document.getElementById('heatmap').data[0].z.map(r => r.filter(v => v !== null).length)")
     assert sum(cells) == bins and len(cells) == 1, cells
-    assert _js(drv, "return document.getElementById('chart-rate').data[0].x.length") > 0
+    # the series come in a fetch of their own, which can land after the bin map's (CI: data[0] undefined)
+    rate_points = "const c = document.getElementById('chart-rate').data; return c && c.length ? c[0].x.length : 0"
+    wait.until(lambda d: _js(d, rate_points) > 0)
     # what holds epochs back: the stored traces' critical path as one sentence, CP per epoch, and the
     # newest epoch's timeline with at least one activity on its critical path
     wait.until(lambda d: "of the critical path" in d.find_element(By.ID, "bottleneck").text)
