@@ -26,6 +26,7 @@ from bench.infra import PY, REPO, ensure_topics, env, kafka_up
 
 def run(mode: str, bootstrap: str, prefix: str, max_offsets: int) -> dict[str, Any]:
     """One streaming query over `<prefix>.bid` in this process; returns its per-batch timings."""
+    from spark_jobs import id_sink
     from spark_jobs.inputs import InputRows
     from spark_jobs.nexmark import topics as nexmark_topics
     from spark_jobs.nexmark.stateless import Q1
@@ -43,22 +44,22 @@ def run(mode: str, bootstrap: str, prefix: str, max_offsets: int) -> dict[str, A
            .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", str(max_offsets)).load())
     times: list[tuple[float, float]] = []
 
-    def write(rows: Any, t0: float) -> None:
+    def write(rows: Any, epoch: int, t0: float) -> None:
         t1 = time.perf_counter()
-        rows.write.format("kafka").option("kafka.bootstrap.servers", bootstrap).save()
+        id_sink.writer(rows, epoch, bootstrap, {}).save()  # the runner's writer
         times.append(((t1 - t0) * 1000, (time.perf_counter() - t1) * 1000))
 
     if mode == "inside":
         def batch(df: Any, epoch: int) -> None:
             t0 = time.perf_counter()
-            write(op.rows(inputs.rows(df, epoch), epoch, topics, out, dlq).drop("__dead"), t0)
+            write(op.rows(inputs.rows(df, epoch), topics, out, dlq).drop("__dead"), epoch, t0)
         stream = src
     else:  # the runner's split (spark_jobs.stream_plan): the expressions once, on the stream; the epoch adds its ids
         plan = StreamPlan(op, inputs, topics, out, dlq)
 
         def batch(df: Any, epoch: int) -> None:
             t0 = time.perf_counter()
-            write(plan.epoch(df, epoch), t0)
+            write(plan.epoch(df, epoch), epoch, t0)
         stream = plan.stream(src)
     query = (stream.writeStream.foreachBatch(batch).option("checkpointLocation", tempfile.mkdtemp())
              .trigger(availableNow=True).start())

@@ -3,16 +3,18 @@ without it (NEXMark Q1/Q2's outputs are the case: their epoch is one Spark job, 
 
 `python -m bench.sink_headers [--rows 400000] [--rounds 5] [--bootstrap HOST:PORT]` starts the bench
 broker (bench.infra.kafka_up) unless given one, caches `rows` records shaped like Q1's output (a
-~90-byte JSON value, the source partition and offset), then writes them with Spark's Kafka sink once
-per variant per round, the order rotated every round, each to a fresh topic. Per write it takes the
-driver JVM's CPU time (local mode: the JVM runs the tasks and the producer); per variant it prints
-the median over the rounds and the ratio to `value` (no header), what Spark's own query writes.
+~90-byte JSON value, the source partition and offset), then writes them (Spark's Kafka sink, or
+Ballast's writer for `ballast`) once per variant per round, the order rotated every round, each to a
+fresh topic. Per write it takes the driver JVM's CPU time (local mode: the JVM runs the tasks and
+the producer); per variant it prints the median over the rounds and the ratio to `value` (no
+header), what Spark's own query writes.
 
-Variants: `value` (no header); `ballast` (the data plane's own projection,
-spark_jobs.stateless.StatelessOperator.finish: the header `ballast-id` = `"<epoch>:<p>:<o>"` as text);
-`const` (one constant header: what the header itself costs, whatever its value); `binary` (the id
-as 20 bytes, epoch, partition and offset big-endian); and the text id without a header, `in_key`
-(as the record's key) and `in_value` (in front of the value).
+Variants: `value` (no header); `ballast` (the data plane's own write, spark_jobs.id_sink: Ballast's
+Kafka writer makes the header `ballast-id` = `"<epoch>:<p>:<o>"` in the JVM from the id's columns);
+`spark_sink` (the same header projected in SQL as an array of structs, written by Spark's sink: what
+the data plane did before the writer); `const` (one constant header: what the header itself costs,
+whatever its value); `binary` (the id as 20 bytes, epoch, partition and offset big-endian); and the
+text id without a header, `in_key` (as the record's key) and `in_value` (in front of the value).
 """
 
 from __future__ import annotations
@@ -28,9 +30,8 @@ EPOCH = 7  # the epoch every variant's id names
 
 
 def _id() -> str:
-    from spark_jobs.stateless import record_id_sql
-
-    return f"CAST({record_id_sql(EPOCH)} AS BINARY)"
+    """The id `<epoch>:<p>:<o>` as text, in SQL."""
+    return f"CAST(concat_ws(':', '{EPOCH}', __p, __o) AS BINARY)"
 
 
 def _header(value: str) -> str:
@@ -38,20 +39,21 @@ def _header(value: str) -> str:
 
 
 def _ballast(df: Any) -> Any:
-    """The data plane's own projection (StatelessOperator.finish) over StatelessOperator.prepare's
-    columns for records that are no dead letters (its `topic` column is the write's topic option's)."""
+    """The data plane's rows (StatelessOperator.prepare's columns, spark_jobs.id_sink.COLUMNS) for
+    records that are no dead letters; the topic is the write's option, as in the other variants."""
     from spark_jobs.stateless import StatelessOperator
 
-    rows = df.selectExpr("'unused' AS topic", "CAST(NULL AS BINARY) AS key", "value", "__p", "__o",
+    rows = df.selectExpr("CAST(NULL AS STRING) AS topic", "CAST(NULL AS BINARY) AS key", "value", "__p", "__o",
                          "CAST(NULL AS STRING) AS __reason", "CAST(NULL AS STRING) AS __detail",
                          "CAST(NULL AS STRING) AS __source")
-    return StatelessOperator.finish(rows, EPOCH, dead_column=False)
+    return StatelessOperator.finish(rows, dead_column=False)
 
 
 #: each variant: what Spark's Kafka sink writes from the cached rows
 VARIANTS: dict[str, Callable[[Any], Any]] = {
     "value": lambda df: df.select("value"),
     "ballast": _ballast,
+    "spark_sink": lambda df: df.selectExpr("value", _header(_id())),
     "const": lambda df: df.selectExpr("value", _header(f"CAST('{EPOCH}:0:0' AS BINARY)")),
     "binary": lambda df: df.selectExpr("value", _header(
         f"concat(unhex(lpad(hex({EPOCH}), 16, '0')), unhex(lpad(hex(__p), 8, '0')), unhex(lpad(hex(__o), 16, '0')))")),
@@ -83,9 +85,14 @@ def rows_like_q1(spark: Any, n: int) -> Any:
 
 def write(df: Any, variant: str, bootstrap: str, topic: str) -> float:
     """The driver JVM's CPU seconds for one write of `df` as `variant`."""
+    from spark_jobs import id_sink
+
     out = VARIANTS[variant](df)
     t0 = _jvm_cpu_s(df.sparkSession)
-    out.write.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("topic", topic).save()
+    if variant == "ballast":
+        id_sink.writer(out, EPOCH, bootstrap, {}).option("topic", topic).save()
+    else:
+        out.write.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("topic", topic).save()
     return _jvm_cpu_s(df.sparkSession) - t0
 
 

@@ -86,6 +86,31 @@ fetch_jars kafka-broker kafka-broker
 fetch_jars spark-kafka spark-kafka
 fetch_jars hadoop-aws hadoop-aws
 
+# ---- Ballast's Kafka writer for stateless epochs (jvm/ballast-sink, spark_jobs/id_sink.py) ------------
+build_sink() {
+  local dest="$CACHE/jars/ballast-sink" want spark_jars
+  want=$(hash_of $(find jvm/ballast-sink/src -name '*.java' | sort) scripts/build_sink.sh requirements.txt \
+    "$CACHE/jars/spark-kafka/.stamp")
+  if stamp_ok "$dest/.stamp" "$want"; then say "ballast-sink jar up to date"; return; fi
+  if ! command -v javac >/dev/null; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+      say "installing a JDK (javac builds jvm/ballast-sink): openjdk-17-jdk-headless"
+      flock /tmp/ballast-apt.lock sh -c 'DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=900 update -qq \
+        && DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=900 install -y -qq --no-install-recommends openjdk-17-jdk-headless >/dev/null' \
+        || die "could not install openjdk-17-jdk-headless (javac builds jvm/ballast-sink)"
+    else
+      die "javac is missing (it builds jvm/ballast-sink): sudo apt-get install -y openjdk-17-jdk-headless"
+    fi
+  fi
+  say "building the ballast-sink jar (javac)"
+  spark_jars=$("$VENV/bin/python" -c 'import pathlib, pyspark; print(pathlib.Path(pyspark.__file__).parent / "jars")')
+  rm -rf "$dest.tmp" && mkdir -p "$dest.tmp"
+  bash scripts/build_sink.sh "$spark_jars" "$CACHE/jars/spark-kafka" "$dest.tmp/ballast-sink.jar" "$VENV/bin/python" \
+    || die "could not build jvm/ballast-sink (scripts/build_sink.sh)"
+  rm -rf "$dest" && mv "$dest.tmp" "$dest" && echo "$want" > "$dest/.stamp"
+}
+build_sink
+
 # ---- Spark driver class-data archive: drivers start in about half the CPU (spark_jobs/jvm_archive.py) --
 BALLAST_CACHE_DIR="$CACHE" "$VENV/bin/python" -m spark_jobs.jvm_archive \
   || say "WARNING: no class-data archive; Spark drivers start without one (slower, nothing else changes)"

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from spark_jobs import faults
+from spark_jobs import faults, id_sink
 from spark_jobs.bins import bits_for
 from spark_jobs.control_state import ControlState
 from spark_jobs.durable import DurableState
@@ -150,7 +150,7 @@ class EpochApply:
     def _stateless(self, df: Any, epoch: int, workers: int, input_rows: int,
                    times: EpochTimes) -> list[dict[str, Any]]:
         """A stateless query's epoch (spark_jobs.stateless): one Spark job, every stage in the JVM,
-        written by Spark's Kafka sink; no state, so no manifest and nothing to move.
+        written by Ballast's Kafka writer (spark_jobs.id_sink); no state, so no manifest and nothing to move.
 
         Spark's tasks follow the input partitions, not the worker map: the epoch's input rows and its
         wall time are reported spread evenly over the W workers (DS2's inputs and the console stay
@@ -160,8 +160,8 @@ class EpochApply:
         cfg = self.cfg
         t0 = time.perf_counter()
         times.lap("decide")
-        writer = self.stream_plan.epoch(df, epoch).write.format("kafka").option(
-            "kafka.bootstrap.servers", cfg.bootstrap).options(**self._clients.spark_kafka_options(source=False))
+        writer = id_sink.writer(self.stream_plan.epoch(df, epoch), epoch, cfg.bootstrap,
+                                self._clients.spark_kafka_options(source=False))
         times.lap("plan")
         writer.save()
         times.lap("spark")

@@ -3,6 +3,7 @@
 Why here: the Kafka connector is not in the pyspark wheel (its jars come from Maven Central into
 `.cache/jars/spark-kafka`, see jvm/spark-kafka/pom.xml), and Spark's Python workers default to
 `python3` on PATH rather than this venv (docs/operations.md, "Traps"). Both the job and the tests build sessions here.
+Ballast's own Kafka writer (spark_jobs.id_sink) is a jar `make setup` builds into `.cache/jars/ballast-sink`.
 A job whose checkpoint is on S3 also gets Hadoop's S3A and the AWS SDK modules it uses
 (`.cache/jars/hadoop-aws`, jvm/hadoop-aws/pom.xml) and the S3A settings of spark_jobs.s3a.s3a_conf.
 """
@@ -22,14 +23,19 @@ from spark_jobs.s3a import is_s3_uri, s3a_conf
 REPO = Path(__file__).resolve().parent.parent
 CONNECTOR_JARS = settings().cache_dir / "jars" / "spark-kafka"
 S3A_JARS = settings().cache_dir / "jars" / "hadoop-aws"
+SINK_JARS = settings().cache_dir / "jars" / "ballast-sink"  # jvm/ballast-sink, built by scripts/build_sink.sh
 SESSION_TIME_ZONE = "UTC"
 
 
 def connector_jars() -> list[str]:
+    """The jars every Ballast session needs: Spark's Kafka connector and Ballast's Kafka writer."""
     jars = sorted(str(p) for p in CONNECTOR_JARS.glob("*.jar"))
     if not any("spark-sql-kafka" in j for j in jars):
         raise RuntimeError(f"Spark Kafka connector jars missing in {CONNECTOR_JARS}: run `make setup`")
-    return jars
+    sink = SINK_JARS / "ballast-sink.jar"
+    if not sink.is_file():
+        raise RuntimeError(f"Ballast's Kafka writer {sink} is missing: run `make setup` (it needs javac)")
+    return [*jars, str(sink)]
 
 
 class JarsMissing(BallastError, RuntimeError):

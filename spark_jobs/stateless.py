@@ -3,17 +3,19 @@
 A query with no keyed operator (a filter, a projection, a format: NEXMark Q1 and Q2) has nothing
 to fold and nothing to move, so no row needs to cross into Python. `StatelessQuery` declares its
 stages as Spark SQL (`input_schema` parse, `where`, `columns`, the `output` projection and the
-output `key`); the runner's epoch writes `StatelessOperator.rows(...)` with Spark's Kafka sink in
-one Spark job. The job is still a Ballast job: the same epoch loop, control topic, decisions,
-metrics, heartbeat, console, supervision, fencing and checkpoint binding as any other.
+output `key`); the runner's epoch writes `StatelessOperator.rows(...)` with Ballast's Kafka writer
+(spark_jobs.id_sink) in one Spark job. The job is still a Ballast job: the same epoch loop,
+control topic, decisions, metrics, heartbeat, console, supervision, fencing and checkpoint
+binding as any other.
 
 Exactly once for consumers, as for every Ballast output: each record carries
-`ballast-id = epoch:worker:seq`, here `epoch:<routed input partition>:<input offset>`, so a
-replayed epoch re-emits the same records under the same ids. One output row per input record at
-most (a generator such as `explode` in `columns` would give two rows one id): refused at start.
-Records `parsed_rows` rejects (a tombstone, a value that does not parse) and outputs over the
-record limit go to the dead-letter topic with the same headers as a processor's
-(spark_jobs.records), from the JVM too.
+`ballast-id = epoch:worker:seq`, here `epoch:<routed input partition>:<input offset>` (the writer
+makes it from `__p`, `__o` and the epoch), so a replayed epoch re-emits the same records under the
+same ids. One output row per input record at most (a generator such as `explode` in `columns`
+would give two rows one id): refused at start. Records `parsed_rows` rejects (a tombstone, a
+value that does not parse) and outputs over the record limit go to the dead-letter topic with the
+same headers as a processor's (spark_jobs.records), from the JVM too (the writer adds them where
+`__reason` is set).
 """
 
 from __future__ import annotations
@@ -24,13 +26,11 @@ from typing import Any
 
 from ballast.errors import BallastError
 from spark_jobs.operators import Operator, Output
-from spark_jobs.output import ID_HEADER
 from spark_jobs.processor import QuerySpec
 from spark_jobs.query_input import INTERNAL, parsed_rows, timestamp_columns
 from spark_jobs.records import (
     DETAILS,
     MAX_RECORD_BYTES,
-    REASON_HEADER,
     RECORD_OVERHEAD,
     TOO_LARGE,
 )
@@ -64,12 +64,6 @@ class StatelessQuery:
                          columns=self.columns, sources=self.sources)
 
 
-def record_id_sql(epoch: int) -> str:
-    """Spark SQL: a stateless output's id, `<epoch>:<routed partition>:<offset>` of its input record
-    (`__p`, `__o`), as text: a replayed epoch gives every output the same id again."""
-    return f"concat_ws(':', '{int(epoch)}', __p, __o)"
-
-
 class StatelessOperator(Operator):
     """Runs a `StatelessQuery` in the runner's epoch (module docstring): no routing, no worker task."""
 
@@ -87,12 +81,11 @@ class StatelessOperator(Operator):
     def fold(self, key: bytes, state: bytes | None, values: Sequence[bytes]) -> tuple[bytes | None, list[Output]]:
         raise TypeError("a stateless query runs in Spark's JVM (StatelessOperator.rows), not through a fold")
 
-    def rows(self, src: Any, epoch: int, topics: Sequence[str], output_topic: str, dlq_topic: str,
-             ordered: bool = False) -> Any:
-        """The epoch's Kafka-writer rows (spark_jobs.output.OUTPUT_SCHEMA) plus `__dead` (1 for a dead
+    def rows(self, src: Any, topics: Sequence[str], output_topic: str, dlq_topic: str, ordered: bool = False) -> Any:
+        """An epoch's rows for the writer (spark_jobs.id_sink.COLUMNS) plus `__dead` (1 for a dead
         letter, for a reader that counts), from the input rows (spark_jobs.inputs): `prepare` then
         `finish`, both in one plan (the runner applies `prepare` once, to the stream; spark_jobs.stream_plan)."""
-        return self.finish(self.prepare(src, topics, output_topic, dlq_topic, ordered), epoch)
+        return self.finish(self.prepare(src, topics, output_topic, dlq_topic, ordered))
 
     def prepare(self, src: Any, topics: Sequence[str], output_topic: str, dlq_topic: str, ordered: bool = False) -> Any:
         """Everything of the query that does not depend on the epoch: parse, filter, project, the
@@ -140,21 +133,10 @@ class StatelessOperator(Operator):
             F.when(dead, source).alias("__source"))
 
     @staticmethod
-    def finish(rows: Any, epoch: int, dead_column: bool = True) -> Any:
-        """The epoch's part, one projection over `prepare`'s rows: the headers, whose id and epoch are
-        the epoch's. Kafka-writer columns, plus `__dead` unless `dead_column` is False (the runner's
-        epoch: a `drop` would be one more plan for Spark to analyse)."""
-        def header(k: str, v: str) -> str:
-            return f"named_struct('key', '{k}', 'value', CAST({v} AS BINARY))"
-
-        # one SQL string, one call into the JVM: each Column built in Python is a round trip of its own
-        rid = record_id_sql(epoch)
-        dead = (f"array({header(ID_HEADER, rid)}, {header(REASON_HEADER, '__reason')}, "
-                f"{header('ballast-error', '__detail')}, {header('ballast-epoch', repr(str(int(epoch))))}, "
-                f"{header('ballast-source', '__source')})")
-        headers = f"CASE WHEN __reason IS NOT NULL THEN {dead} ELSE array({header(ID_HEADER, rid)}) END AS headers"
-        counted = ["CAST(__reason IS NOT NULL AS INT) AS __dead"] if dead_column else []
-        return rows.selectExpr("topic", "key", "value", headers, *counted)
+    def finish(rows: Any, dead_column: bool = True) -> Any:
+        """`prepare`'s rows as the epoch's writer takes them (spark_jobs.id_sink, which makes the
+        headers), plus `__dead` if `dead_column` (the runner's epoch has none: no projection at all)."""
+        return rows.selectExpr("*", "CAST(__reason IS NOT NULL AS INT) AS __dead") if dead_column else rows
 
     def _refuse_generators(self, rows: Any) -> None:
         """One output row per input record (the ids are the input's): a generator in `columns` is refused."""

@@ -50,13 +50,13 @@ class StreamPlan:
         return self._front(self.inputs.rows(source, -1)) if self.once else source
 
     def epoch(self, df: Any, epoch: int, clock: Any = None, dead_column: bool = False) -> Any:
-        """The epoch's rows: a stateless query's Kafka-writer rows (plus `__dead` with `dead_column`),
+        """The epoch's rows: a stateless query's rows for its writer (plus `__dead` with `dead_column`),
         else the keyed rows to route. `df` is what `stream` made of the batch; `clock` a processor's
         EpochClock."""
         if not self.once:
             df = self._front(self.inputs.rows(df, epoch))
         if isinstance(self.op, StatelessOperator):
-            return self.op.finish(df, epoch, dead_column)
+            return self.op.finish(df, dead_column)
         if isinstance(self.op, ProcessorOperator):
             return df if self.key_once else self.op.key(df, clock)
         return df

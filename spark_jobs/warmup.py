@@ -12,6 +12,7 @@ import time
 from typing import Any
 
 from ballast.protocol import message_key, utcnow
+from spark_jobs import id_sink
 from spark_jobs.control import tick_message
 from spark_jobs.handover import BinHandover, CopyRule
 from spark_jobs.job_clients import JobClients
@@ -88,9 +89,8 @@ class WarmUp:
             rows = plan.epoch(plan.stream(df), -1, dead_column=True)
             if isinstance(self.op, StatelessOperator):  # writing none of its one row
                 none = rows.where(F.col("__dead") < 0).drop("__dead")
-                none.write.format("kafka").option("kafka.bootstrap.servers", self.cfg.bootstrap).options(
-                    **self._clients.spark_kafka_options(source=False)).save()
-                log.info("warmed Spark's epoch plan (code generation, Kafka sink) in %.0f ms",
+                id_sink.writer(none, -1, self.cfg.bootstrap, self._clients.spark_kafka_options(source=False)).save()
+                log.info("warmed Spark's epoch plan (code generation, Kafka writer) in %.0f ms",
                          (time.perf_counter() - t0) * 1000)
                 return
             tick = (tick_topic(self.cfg.job), message_key(self.cfg.job, self.cfg.operator),

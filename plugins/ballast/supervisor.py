@@ -90,12 +90,12 @@ def spark_submit_kwargs(cfg: JobConfig, bootstrap: str) -> dict[str, Any]:
     """Keyword arguments of the provider's `SparkSubmitHook` for this job (JSON-serializable).
 
     `py_files` ships the three packages to the executors (spark_jobs/ship.py's archive); `jars`
-    gives the driver the Kafka connector when this machine has it (`make setup`), else the Spark
-    installation must carry it (docker/spark.Dockerfile, docker/airflow.Dockerfile)."""
-    from spark_jobs.session import CONNECTOR_JARS
+    gives the driver the Kafka connector and Ballast's writer when this machine has them (`make setup`),
+    else the Spark installation must carry them (docker/spark.Dockerfile, docker/airflow.Dockerfile)."""
+    from spark_jobs.session import CONNECTOR_JARS, SINK_JARS
     from spark_jobs.ship import job_archive
 
-    jars = sorted(str(p) for p in CONNECTOR_JARS.glob("*.jar"))
+    jars = sorted(str(p) for d in (CONNECTOR_JARS, SINK_JARS) for p in d.glob("*.jar"))
     return {
         "conn_id": cfg.spark_conn_id, "name": f"ballast-{cfg.job}",
         "application_args": ["run", *data_plane_args(cfg, bootstrap)],

@@ -103,6 +103,9 @@ def test_driver_reaches_connector_state_and_executors():
     assert "ballast-state" in _load("compose.yaml")["volumes"]
     dockerfile = (REPO / "docker" / "airflow.Dockerfile").read_text()
     assert "COPY --from=jars /jars/ /opt/ballast-cache/jars/spark-kafka/" in dockerfile
+    # Ballast's Kafka writer where spark_jobs/session.py's SINK_JARS looks, on the driver and the executors
+    assert "COPY --from=sink /ballast-sink.jar /opt/ballast-cache/jars/ballast-sink/" in dockerfile
+    assert "COPY --from=sink /ballast-sink.jar /opt/spark/jars/" in (REPO / "docker" / "spark.Dockerfile").read_text()
     assert "BALLAST_CACHE_DIR=/opt/ballast-cache" in dockerfile  # spark_jobs/session.py's CONNECTOR_JARS
     mounted = {v.split(":")[1]: v.split(":")[0] for v in sched["volumes"]}
     assert env["BALLAST_JOBS_FILE"] in mounted

@@ -42,7 +42,10 @@ class FakeBuilder:
 def jars(tmp_path, monkeypatch):  # type: ignore[no-untyped-def]
     for name in ("spark-sql-kafka-0-10_2.13-4.2.0.jar", "kafka-clients-3.9.2.jar", "README"):
         (tmp_path / name).write_text("")
+    (tmp_path / "sink").mkdir()
+    (tmp_path / "sink" / "ballast-sink.jar").write_text("")
     monkeypatch.setattr(S, "CONNECTOR_JARS", tmp_path)
+    monkeypatch.setattr(S, "SINK_JARS", tmp_path / "sink")
     return tmp_path
 
 

@@ -26,10 +26,8 @@ def _written(spark: Any, tmp_path: Path, query: Any, events: list[tuple[str, dic
     records = [(None, json.dumps(doc).encode(), f"n.{t}", 0, i) for i, (t, doc) in enumerate(events)]
     batch = spark.createDataFrame(records, "key binary, value binary, topic string, partition int, offset long")
     src = InputRows(TOPICS, (), Location.of(str(tmp_path))).rows(batch, 1)
-    rows = StatelessOperator(query).rows(src, 1, TOPICS, "n.output", "n.dlq").where("__dead = 0").collect()
-    offset = {id(r): int(next(bytes(h["value"]) for h in r["headers"] if h["key"] == "ballast-id").split(b":")[2])
-              for r in rows}
-    return [(r["key"], json.loads(r["value"])) for r in sorted(rows, key=lambda r: offset[id(r)])]
+    rows = StatelessOperator(query).rows(src, TOPICS, "n.output", "n.dlq").where("__dead = 0").collect()
+    return [(r["key"], json.loads(r["value"])) for r in sorted(rows, key=lambda r: r["__o"])]
 
 
 def _bid(auction: int, price: int, bidder: int = 3) -> tuple[str, dict[str, Any]]:
@@ -72,7 +70,7 @@ def test_a_bad_value_in_a_field_the_query_reads_is_a_dead_letter_one_it_never_re
     batch = spark.createDataFrame([(None, good, "n.bid", 0, 0), (None, bad, "n.bid", 0, 1)],
                                   "key binary, value binary, topic string, partition int, offset long")
     src = InputRows(TOPICS, (), Location.of(str(tmp_path))).rows(batch, 1)
-    rows = StatelessOperator(Q2).rows(src, 1, TOPICS, "n.output", "n.dlq").collect()
+    rows = StatelessOperator(Q2).rows(src, TOPICS, "n.output", "n.dlq").collect()
     by_topic = {r["topic"]: r for r in rows}
     assert sorted(by_topic) == ["n.dlq", "n.output"]
     assert json.loads(by_topic["n.output"]["value"]) == {"auction": 123, "price": 7}

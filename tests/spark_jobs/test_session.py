@@ -14,7 +14,11 @@ pytestmark = pytest.mark.dataplane
 
 def test_the_connector_jars_are_the_cached_jars_and_missing_ones_say_what_to_run(jars, tmp_path, monkeypatch):
     assert S.connector_jars() == [str(jars / "kafka-clients-3.9.2.jar"),
-                                  str(jars / "spark-sql-kafka-0-10_2.13-4.2.0.jar")]
+                                  str(jars / "spark-sql-kafka-0-10_2.13-4.2.0.jar"),
+                                  str(jars / "sink" / "ballast-sink.jar")]
+    (jars / "sink" / "ballast-sink.jar").unlink()
+    with pytest.raises(RuntimeError, match=r"Kafka writer .*ballast-sink.jar is missing: run `make setup`"):
+        S.connector_jars()
     (jars / "spark-sql-kafka-0-10_2.13-4.2.0.jar").unlink()
     with pytest.raises(RuntimeError, match=r"Spark Kafka connector jars missing in .*: run `make setup`"):
         S.connector_jars()

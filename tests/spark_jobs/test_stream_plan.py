@@ -72,7 +72,7 @@ def test_the_stream_plan_plus_the_epoch_equal_the_plan_built_in_the_epoch(spark,
     op = make()  # the whole plan in the epoch, as before the split
     src = InputRows(TOPICS, (), Location.of(str(tmp_path))).rows(batch, 7)
     if isinstance(op, StatelessOperator):
-        want = _rows(op.rows(src, 7, TOPICS, "o", "d"))
+        want = _rows(op.rows(src, TOPICS, "o", "d"))
     elif isinstance(op, ProcessorOperator):
         want = _rows(op.keyed(src, clock))
     else:

@@ -1,0 +1,52 @@
+package io.ballast.sink;
+
+import java.io.Serializable;
+import java.util.Arrays;
+import org.apache.spark.sql.types.DataType;
+import org.apache.spark.sql.types.DataTypes;
+import org.apache.spark.sql.types.StructType;
+
+/** Where the writer finds each column it reads in a row (-1: absent), checked once per write. */
+final class Columns implements Serializable {
+  final int topic, key, value, partition, offset, reason, detail, source;
+
+  private Columns(StructType s) {
+    topic = optional(s, "topic", DataTypes.StringType);
+    key = optional(s, "key", DataTypes.BinaryType);
+    value = required(s, "value", DataTypes.BinaryType);
+    partition = required(s, "__p", DataTypes.IntegerType);
+    offset = required(s, "__o", DataTypes.LongType);
+    reason = optional(s, "__reason", DataTypes.StringType);
+    detail = optional(s, "__detail", DataTypes.StringType);
+    source = optional(s, "__source", DataTypes.StringType);
+  }
+
+  static Columns of(StructType schema, boolean topicOption) {
+    Columns c = new Columns(schema);
+    if (c.topic < 0 && !topicOption) {
+      throw new IllegalArgumentException("no topic: give the rows a `topic` column or the write a `topic` option");
+    }
+    return c;
+  }
+
+  private static int optional(StructType s, String name, DataType type) {
+    if (!Arrays.asList(s.fieldNames()).contains(name)) {
+      return -1;
+    }
+    int i = s.fieldIndex(name);
+    if (!s.fields()[i].dataType().equals(type)) {
+      throw new IllegalArgumentException("column " + name + " is " + s.fields()[i].dataType().simpleString()
+          + ", the Ballast id sink needs " + type.simpleString());
+    }
+    return i;
+  }
+
+  private static int required(StructType s, String name, DataType type) {
+    int i = optional(s, name, type);
+    if (i < 0) {
+      throw new IllegalArgumentException("the Ballast id sink needs a column " + name + " (" + type.simpleString()
+          + "); the rows have " + String.join(", ", s.fieldNames()));
+    }
+    return i;
+  }
+}
