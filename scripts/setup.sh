@@ -29,6 +29,12 @@ say() { printf '[ballast-setup] %s\n' "$*"; }
 die() { printf '[ballast-setup] ERROR: %s\n' "$*" >&2; exit 1; }
 stamp_ok() { [ -f "$1" ] && [ "$(cat "$1")" = "$2" ]; }
 hash_of() { cat "$@" | sha256sum | cut -c1-16; }
+# one Debian install at a time across the project (scripts/stack_procs.py APT_LOCK), and apt waits
+# for an outside apt's lock instead of failing; the caller checks that it is root
+apt_install() {
+  flock /tmp/ballast-apt.lock sh -c "DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=900 update -qq \
+    && DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=900 install -y -qq --no-install-recommends $* >/dev/null"
+}
 
 command -v "$PY" >/dev/null || PY=python3
 "$PY" -c 'import sys; assert sys.version_info[:2] >= (3, 11)' 2>/dev/null \
@@ -95,9 +101,7 @@ build_sink() {
   if ! command -v javac >/dev/null; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
       say "installing a JDK (javac builds jvm/ballast-sink): openjdk-17-jdk-headless"
-      flock /tmp/ballast-apt.lock sh -c 'DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=900 update -qq \
-        && DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=900 install -y -qq --no-install-recommends openjdk-17-jdk-headless >/dev/null' \
-        || die "could not install openjdk-17-jdk-headless (javac builds jvm/ballast-sink)"
+      apt_install openjdk-17-jdk-headless || die "could not install openjdk-17-jdk-headless (javac builds jvm/ballast-sink)"
     else
       die "javac is missing (it builds jvm/ballast-sink): sudo apt-get install -y openjdk-17-jdk-headless"
     fi
@@ -153,10 +157,7 @@ if ! command -v prometheus >/dev/null; then
     if [ ! -e /usr/sbin/policy-rc.d ]; then
       printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod 755 /usr/sbin/policy-rc.d && own_policy=1
     fi
-    # one Debian install at a time across the project (scripts/stack_procs.py APT_LOCK), and apt waits
-    # for an outside apt's lock instead of failing
-    { flock /tmp/ballast-apt.lock sh -c 'DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=900 update -qq \
-        && DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=900 install -y -qq --no-install-recommends prometheus >/dev/null'; } \
+    apt_install prometheus \
       || say "WARNING: apt-get could not install prometheus; the Prometheus scrape test will fail until it is installed"
     [ -n "$own_policy" ] && rm -f /usr/sbin/policy-rc.d
   else

@@ -4,9 +4,9 @@ It writes the records Spark's own Kafka sink would (topic, key, value), and give
 of docs/dataplane.md — `ballast-id = <epoch>:<p>:<o>`, and a dead letter's reason, error, epoch and
 source — made in the JVM from the row's id columns. Why not Spark's sink with a `headers` column:
 the query then projects an array of header structs per row, and the sink turns each into Strings
-and Scala collections; with the one id header that write cost 1.6x the same write without it,
-this one 1.04x (`python -m bench.sink_headers`, docs/benchmarks.md), and the write is most of a
-stateless epoch (NEXMark Q1, Q2). Delivery is Spark's sink's: a task's sends are flushed before it
+and Scala collections; with the one id header that write cost 1.57-1.82x the same write without
+it, this one 1.23-1.27x (`python -m bench.sink_headers`, docs/benchmarks.md), and the write is
+most of a stateless epoch (NEXMark Q1, Q2). Delivery is Spark's sink's: a task's sends are flushed before it
 commits and a failed send fails the task, so a replayed epoch re-sends the same ids.
 """
 

@@ -39,6 +39,7 @@ def written(kafka_bootstrap, unique_name):  # type: ignore[no-untyped-def]
         out, dlq = f"{unique_name}-{n[0]}.o", f"{unique_name}-{n[0]}.d"
         stack.ensure_topics({out: 2, dlq: 1}, kafka_bootstrap)
         rows = rows_of(out, dlq)
+        assert tuple(rows.columns) == (*id_sink.COLUMNS, "__dead")  # what the writer reads, and the count
         dead = rows.where("__dead = 1").count()
         id_sink.writer(rows.drop("__dead"), epoch, kafka_bootstrap, {}).save()
         got = []

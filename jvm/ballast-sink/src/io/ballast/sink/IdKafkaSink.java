@@ -23,8 +23,8 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
  * Ballast's Kafka writer for a stateless query's epoch (spark_jobs/id_sink.py): the records Spark's
  * own Kafka sink would write, with their headers made here from the row's id columns instead of
  * an array of header structs the query projects per row. Why: Spark's sink with one header per
- * record cost 1.6x its write without one (the header array's projection, its strings, Scala
- * collections per row); made here from the id's numbers, 1.04x (bench/sink_headers.py).
+ * record cost 1.57-1.82x its write without one (the header array's projection, its strings, Scala
+ * collections per row); made here from the id's numbers, 1.23-1.27x (bench/sink_headers.py).
  *
  * Rows: value (binary), __p (int), __o (bigint), optional topic (string; else the `topic`
  * option), key (binary), __reason / __detail / __source (string: a dead letter's). Options:
