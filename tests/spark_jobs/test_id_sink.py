@@ -1,0 +1,29 @@
+"""Ballast's Kafka writer (spark_jobs.id_sink, jvm/ballast-sink) on the test broker: rows it cannot
+write are refused before any record is sent, saying what is missing. (What it writes:
+tests/spark_jobs/test_stateless.py.)"""
+
+from __future__ import annotations
+
+import pytest
+
+from spark_jobs import id_sink
+
+pytestmark = [pytest.mark.dataplane, pytest.mark.services]
+
+ROW = "CAST(NULL AS STRING) AS topic, CAST(NULL AS BINARY) AS key, value, 0 AS __p, CAST(id AS BIGINT) AS __o"
+
+
+def _rows(spark, value_bytes: int, n: int = 3):  # type: ignore[no-untyped-def]
+    return spark.range(n).selectExpr(f"CAST(repeat('x', {value_bytes}) AS BINARY) AS value", "id").selectExpr(
+        *ROW.split(", "))
+
+
+def test_rows_without_an_id_column_are_refused_with_what_to_give(spark, kafka_bootstrap):
+    rows = _rows(spark, 10).drop("__o")
+    with pytest.raises(Exception, match=r"needs a column __o \(bigint\)"):
+        id_sink.writer(rows, 1, kafka_bootstrap, {}).option("topic", "unused").save()
+
+
+def test_rows_without_a_topic_need_the_topic_option(spark, kafka_bootstrap):
+    with pytest.raises(Exception, match="no topic: give the rows a `topic` column or the write a `topic` option"):
+        id_sink.writer(_rows(spark, 10).drop("topic"), 1, kafka_bootstrap, {}).save()
