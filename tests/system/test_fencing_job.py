@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import sqlite3
 import subprocess
 import time
 from pathlib import Path
@@ -81,7 +82,7 @@ def test_a_paused_driver_resumed_after_a_relaunch_is_fenced(kafka_bootstrap, mak
         wait_until(lambda: (spark_ckpt / "offsets" / str(paused_at)).exists(), 120, f"epoch {paused_at} to start",
                    poll=0.05)
         time.sleep(0.5)
-        os.killpg(old.pid, signal.SIGSTOP)
+        _pause_outside_a_db_write(old.pid, db_url)
         token = store.token_row(db_url, job, "keycount")
         assert token is not None and token.token == 1 and token.outage_s == OUTAGE_S
 
@@ -141,3 +142,26 @@ def test_a_paused_driver_resumed_after_a_relaunch_is_fenced(kafka_bootstrap, mak
     where = "inside the epoch" if "ERROR ballast.runner: driver fenced" in text else "after the query failed"
     print(f"paused in epoch {paused_at}, fenced {where}; epochs={len(epochs)} outputs={len(outs)} "
           f"duplicates dropped={dups}")
+
+
+def _pause_outside_a_db_write(pgid: int, db_url: str) -> None:
+    """SIGSTOP the driver's process group, but not while it holds SQLite's write lock: a paused
+    writer would lock every reader and the relaunched driver out (in CI at 1c78293 the test's own
+    token read got "database is locked"). PostgreSQL has no such lock: paused once."""
+    for _ in range(100):
+        os.killpg(pgid, signal.SIGSTOP)
+        if not db_url.startswith("sqlite:///"):
+            return
+        try:
+            c = sqlite3.connect(db_url.removeprefix("sqlite:///"), timeout=0.2)
+            try:
+                c.execute("BEGIN IMMEDIATE")
+                c.rollback()
+                return
+            finally:
+                c.close()
+        except sqlite3.OperationalError:  # the paused driver holds the lock: let it finish the write
+            os.killpg(pgid, signal.SIGCONT)
+            time.sleep(0.02)
+    raise AssertionError("the driver held the metrics DB's write lock at every pause")
+
