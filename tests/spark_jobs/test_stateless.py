@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 
-import ballast_stack as stack  # scripts/stack.py, loaded by tests/conftest.py
 import pytest
 
 from spark_jobs import id_sink
@@ -29,7 +28,7 @@ def _input(spark, values: list[bytes | None], partition: int = 1):  # type: igno
 
 
 @pytest.fixture
-def written(kafka_bootstrap, unique_name):  # type: ignore[no-untyped-def]
+def written(kafka_bootstrap, make_topics, unique_name):  # type: ignore[no-untyped-def]
     """write(rows_of(output, dlq), epoch): the records Ballast's writer wrote for `rows` (the
     query's rows for fresh output and dead-letter topics), read back from the broker in id order."""
     n = [0]
@@ -37,7 +36,7 @@ def written(kafka_bootstrap, unique_name):  # type: ignore[no-untyped-def]
     def write(rows_of, epoch: int) -> list[dict]:  # type: ignore[no-untyped-def]
         n[0] += 1
         out, dlq = f"{unique_name}-{n[0]}.o", f"{unique_name}-{n[0]}.d"
-        stack.ensure_topics({out: 2, dlq: 1}, kafka_bootstrap)
+        make_topics({out: 2, dlq: 1})
         rows = rows_of(out, dlq)
         assert tuple(rows.columns) == (*id_sink.COLUMNS, "__dead")  # what the writer reads, and the count
         dead = rows.where("__dead = 1").count()

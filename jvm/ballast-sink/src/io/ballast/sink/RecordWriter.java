@@ -64,8 +64,9 @@ final class RecordWriter implements DataWriter<InternalRow> {
     }
     this.c = columns;
     this.topic = options.get("topic");
-    this.epochText = Long.toString(Long.parseLong(epoch)).getBytes(StandardCharsets.US_ASCII);
-    this.epochPrefix = (new String(epochText, StandardCharsets.US_ASCII) + ":").getBytes(StandardCharsets.US_ASCII);
+    String e = Long.toString(Long.parseLong(epoch));
+    this.epochText = e.getBytes(StandardCharsets.US_ASCII);
+    this.epochPrefix = (e + ":").getBytes(StandardCharsets.US_ASCII);
     this.producerConfig = Producers.config(options);
     this.producer = Producers.acquire(producerConfig);
   }
