@@ -7,10 +7,11 @@ VENV  ?= .venv
 PY    := $(VENV)/bin/python
 STACK := $(PY) scripts/stack.py
 PYTEST_ARGS ?=
-# pytest-xdist workers for `make test` (0: one process). 2 on this 2-core machine: a fresh clone's run took
-# 43.7 min against 55.4 in one process (2026-11-28; vmstat over it: 68 % user, 13 % system, 9 % idle, so
-# 2 is the most this machine can use; 3 made an earlier run slower). make test-fast runs on FAST_WORKERS
-TEST_WORKERS ?= 2
+# pytest-xdist workers for `make test` (0: one process). 3 on this 2-core machine: two fresh clones of the
+# same commit an hour apart (2026-11-30) took 41.8 min at 2 workers (13 % of the CPU idle while both waited
+# on an outage's or a broker's clock) and 37.9 min at 3 (4 % idle); one process took 55.4 min (2026-11-28).
+# docs/suite.md. make test-fast runs on FAST_WORKERS
+TEST_WORKERS ?= 3
 FAST_WORKERS ?= 3
 
 .PHONY: setup up down status lint test test-fast demo bench bench-smoke lock db wheel clean help

@@ -310,11 +310,28 @@ def spark():  # type: ignore[no-untyped-def]
     logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
-@pytest.fixture
-def db_url(tmp_path: Path) -> str:
-    """A fresh, migrated SQLite metrics DB for one test."""
+@pytest.fixture(scope="session")
+def migrated_sqlite(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One SQLite metrics DB migrated to head per worker, its WAL folded into the file: what each
+    test's `db_url` copies. Alembic's upgrade is ~0.2 CPU s, paid once here instead of by every test
+    that takes a DB (tests/migrations_db migrates DBs of its own)."""
+    import sqlite3
+
     from migrations_db.db import migrate
 
-    url = f"sqlite:///{tmp_path / 'metrics.db'}"
-    migrate(url)
-    return url
+    path = tmp_path_factory.mktemp("migrated") / "metrics.db"
+    migrate(f"sqlite:///{path}")
+    con = sqlite3.connect(path)
+    try:
+        con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    finally:
+        con.close()
+    return path
+
+
+@pytest.fixture
+def db_url(tmp_path: Path, migrated_sqlite: Path) -> str:
+    """A fresh, migrated SQLite metrics DB for one test (a copy of the session's migrated file)."""
+    dst = tmp_path / "metrics.db"
+    shutil.copyfile(migrated_sqlite, dst)
+    return f"sqlite:///{dst}"
