@@ -313,8 +313,8 @@ def spark():  # type: ignore[no-untyped-def]
 @pytest.fixture(scope="session")
 def migrated_sqlite(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One SQLite metrics DB migrated to head per worker, its WAL folded into the file: what each
-    test's `db_url` copies. Alembic's upgrade is ~0.2 CPU s, paid once here instead of by every test
-    that takes a DB (tests/migrations_db migrates DBs of its own)."""
+    test's `db_url` copies. Alembic's upgrade is 0.05-0.3 CPU s, paid once here instead of by every
+    test that takes a DB (tests/migrations_db migrates DBs of its own)."""
     import sqlite3
 
     from migrations_db.db import migrate
@@ -322,8 +322,9 @@ def migrated_sqlite(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("migrated") / "metrics.db"
     migrate(f"sqlite:///{path}")
     con = sqlite3.connect(path)
-    try:
-        con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    try:  # a WAL's frames (if Alembic left the file in WAL mode: -1, -1 if not) into the file, which alone is copied
+        busy, frames, done = con.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        assert busy == 0 and frames == done, f"{path}: the WAL was not checkpointed ({busy}, {frames}, {done})"
     finally:
         con.close()
     return path
