@@ -148,12 +148,14 @@ def _pause_outside_a_db_write(pgid: int, db_url: str) -> None:
     """SIGSTOP the driver's process group, but not while it holds SQLite's write lock: a paused
     writer would lock every reader and the relaunched driver out (in CI at 1c78293 the test's own
     token read got "database is locked"). PostgreSQL has no such lock: paused once."""
+    if not db_url.startswith("sqlite:///"):
+        os.killpg(pgid, signal.SIGSTOP)
+        return
+    path = db_url.removeprefix("sqlite:///")
     for _ in range(100):
         os.killpg(pgid, signal.SIGSTOP)
-        if not db_url.startswith("sqlite:///"):
-            return
         try:
-            c = sqlite3.connect(db_url.removeprefix("sqlite:///"), timeout=0.2)
+            c = sqlite3.connect(path, timeout=0.2)
             try:
                 c.execute("BEGIN IMMEDIATE")
                 c.rollback()
