@@ -180,3 +180,28 @@ def screenshot(drv: Any, path: Path, full_page: bool = True) -> Path:
     else:
         drv.save_screenshot(str(path))
     return path
+
+
+def page_wait(drv: Any, timeout_s: float) -> Any:
+    """A WebDriverWait that retries when the console's refresh redrew what it was reading.
+
+    The console rewrites its panels (innerHTML) on every refresh, so an element found a moment ago
+    can be stale by the time its text or attribute is read; that is a retry, not a failure.
+    """
+    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    return WebDriverWait(drv, timeout_s, poll_frequency=0.5, ignored_exceptions=(StaleElementReferenceException,))
+
+
+def text(drv: Any, css: str) -> str:
+    """The innerText of the first element matching css ('' if none), read in one script call so a
+    refresh between finding the element and reading it cannot make it stale."""
+    return str(drv.execute_script("const e = document.querySelector(arguments[0]); return e ? e.innerText : ''", css))
+
+
+def links(drv: Any, css: str) -> list[dict[str, str]]:
+    """Text, href and target of every link under css, read in one script call (see text)."""
+    return list(drv.execute_script(
+        "return [...document.querySelectorAll(arguments[0] + ' a')]"
+        ".map(a => ({text: a.innerText, href: a.href, target: a.target}))", css))

@@ -111,12 +111,11 @@ def _plan_state(drv) -> dict:  # type: ignore[no-untyped-def]
 
 def test_console_shows_a_live_migration(console_stack, live_job, browser, tmp_path, kafka_bootstrap):
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support.ui import WebDriverWait
 
     st, cfg, drv = console_stack, live_job, browser
     shots = tmp_path / "screenshots"
     url, job, bins = st.db_url, st.job, st.bins
-    wait = WebDriverWait(drv, 120, poll_frequency=0.5)
+    wait = cs.page_wait(drv, 120)
     _login(drv, st)
 
     # the nav entry: Airflow's UI shows the console in its own frame
@@ -131,23 +130,22 @@ def test_console_shows_a_live_migration(console_stack, live_job, browser, tmp_pa
     drv.get_log("browser")  # what Airflow's own pages logged is not the console's business
     drv.get(f"{st.root}/ballast/?job={job}")
     # the job row: running, with its heartbeat's facts
-    wait.until(lambda d: d.find_element(By.CSS_SELECTOR,
-                                        f"#jobs tr[data-job='{job}'] [data-field=status]").text == "running")
-    row = drv.find_element(By.CSS_SELECTOR, f"#jobs tr[data-job='{job}']").text
+    wait.until(lambda d: cs.text(d, f"#jobs tr[data-job='{job}'] [data-field=status]") == "running")
+    row = cs.text(drv, f"#jobs tr[data-job='{job}']")
     assert job in row and "keycount" in row
     # the settings in force: the job's command line (--trigger-ms 700 --max-offsets-per-trigger 6000)
-    facts = wait.until(lambda d: d.find_element(By.ID, "job-facts").text)
+    facts = wait.until(lambda d: cs.text(d, "#job-facts"))
     assert "700 ms · 6,000" in facts, facts
     # where else to look: the driver's Spark UI (on loopback, answering), the job's DAG runs, its topics
-    spark_ui = wait.until(lambda d: [a.get_attribute("href") for a in d.find_elements(By.CSS_SELECTOR, "#job-links a")
-                                     if a.text.startswith("Spark UI")])[0]
+    spark_ui = wait.until(lambda d: [a["href"] for a in cs.links(d, "#job-links")
+                                     if a["text"].startswith("Spark UI")])[0]
     assert spark_ui.startswith("http://127.0.0.1:"), spark_ui
     with urllib.request.urlopen(spark_ui, timeout=30) as r:
         assert r.status == 200 and "Spark" in r.read().decode(errors="replace")
-    links = drv.find_element(By.ID, "job-links")
-    hrefs = [a.get_attribute("href") for a in links.find_elements(By.TAG_NAME, "a")]
+    hrefs = [a["href"] for a in cs.links(drv, "#job-links")]
     assert any(h.endswith(f"/dags/ballast_rebalance__{job}/runs") for h in hrefs), hrefs
-    assert f"reads {job}.in" in links.text and f"{job}.output" in links.text and f"{job}.signals" in links.text
+    topics = cs.text(drv, "#job-links")
+    assert f"reads {job}.in" in topics and f"{job}.output" in topics and f"{job}.signals" in topics, topics
     # the bin map: B cells, each bin on exactly one of the W rows
     wait.until(lambda d: d.find_element(By.ID, "heatmap").get_attribute("data-bins") == str(bins))
     cells = _js(drv, "return document.getElementById('heatmap').data[0].z.map(r => r.filter(v => v !== null).length)")
@@ -157,7 +155,7 @@ def test_console_shows_a_live_migration(console_stack, live_job, browser, tmp_pa
     wait.until(lambda d: _js(d, rate_points) > 0)
     # what holds epochs back: the stored traces' critical path as one sentence, CP per epoch, and the
     # newest epoch's timeline with at least one activity on its critical path
-    wait.until(lambda d: "of the critical path" in d.find_element(By.ID, "bottleneck").text)
+    wait.until(lambda d: "of the critical path" in cs.text(d, "#bottleneck"))
     assert _js(drv, "return document.getElementById('chart-critical').data[0].x.length") >= 1
     assert _js(drv, "return document.getElementById('chart-timeline').data[1].x.length") >= 1
     drv.execute_script("document.getElementById('critical-section').scrollIntoView(); window.scrollBy(0, -70)")
@@ -211,12 +209,13 @@ def test_console_shows_a_live_migration(console_stack, live_job, browser, tmp_pa
     assert _plan_state(drv)["bars"] == n
     # like with like: the pauses of the applied steps, and the plan's duration, each predicted vs
     # measured; the cost model's record over recent plans above the plan list
-    head = drv.find_element(By.CSS_SELECTOR, "#plan-detail .plan-head").text
+    head = cs.text(drv, "#plan-detail .plan-head")
     assert "pause (applied steps) predicted" in head and "duration predicted" in head, head
     dur = re.search(r"duration predicted (\S+)( s| ms)? · measured (\S+)", head)
     assert dur and "–" not in (dur.group(1), dur.group(3)) and "so far" not in head, head
-    wait.until(lambda d: "pause: measured ÷ predicted median" in d.find_element(By.ID, "plan-accuracy").text)
-    assert "duration: measured ÷ predicted median" in drv.find_element(By.ID, "plan-accuracy").text
+    accuracy = wait.until(lambda d: next((t for t in [cs.text(d, "#plan-accuracy")]
+                                          if "pause: measured ÷ predicted median" in t), ""))
+    assert "duration: measured ÷ predicted median" in accuracy, accuracy
     wait.until(lambda d: d.find_element(By.ID, "heatmap").get_attribute("data-workers") == "2")
     cells = _js(drv, "return document.getElementById('heatmap').data[0].z.map(r => r.filter(v => v !== null).length)")
     assert sum(cells) == bins and len(cells) == 2 and all(cells), cells
@@ -264,8 +263,6 @@ def test_console_shows_a_waiting_handover_then_its_0_bytes(console_stack, browse
     epoch, and once applied says that it moved 0 bytes."""
     from datetime import UTC, datetime
 
-    from selenium.webdriver.support.ui import WebDriverWait
-
     from ballast.store import writer
     from tests.helpers.jobs import seed_job
     from tests.helpers.store_seed import NOON_MS, handover_applied, log_waiting_handover
@@ -277,7 +274,7 @@ def test_console_shows_a_waiting_handover_then_its_0_bytes(console_stack, browse
         writer.heartbeat(s, job, op, epoch=8, map_version=0, workers=2, now=datetime.now(UTC),
                          started_at=datetime.now(UTC), status="running")
     log_waiting_handover(st.db_url, "by-hand", 1, [7, 8], [None, NOON_MS + 8_000], job=job, operator=op)
-    wait = WebDriverWait(drv, 60, poll_frequency=0.5)
+    wait = cs.page_wait(drv, 60)
     _login(drv, st)
     drv.get_log("browser")  # what Airflow's own pages logged is not the console's business
     drv.get(f"{st.root}/ballast/?job={job}")
