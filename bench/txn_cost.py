@@ -68,12 +68,13 @@ def parts(bootstrap: str, n: int = 2000) -> None:
 
     from ballast.topics import create_missing_topics
     from spark_jobs import txn_output as tx
+    from spark_jobs import txn_slots as txs
     from spark_jobs.run_config import COMMITS_TOPIC_CONFIG
 
     name = f"txnparts-{uuid.uuid4().hex[:6]}"
     out, marks = f"{name}.output", tx.commits_topic(f"{name}.output")
     create_missing_topics(bootstrap, {out: 2, marks: 8}, configs={marks: COMMITS_TOPIC_CONFIG})
-    t = tx.TxnTarget(bootstrap=bootstrap, job=name, operator="keycount", store_id="s", commits_topic=marks)
+    t = txs.TxnTarget(bootstrap=bootstrap, job=name, operator="keycount", store_id="s", commits_topic=marks)
     recs: list[tx.Record] = [(out, b"user-%06d" % i, b"%d" % i, [("ballast-id", b"1:0:%d" % i)]) for i in range(n)]
 
     def ms(f: object) -> float:
@@ -81,12 +82,12 @@ def parts(bootstrap: str, n: int = 2000) -> None:
         f()  # type: ignore[operator]
         return (time.perf_counter() - t0) * 1000
 
-    tid = tx.transactional_id(name, "keycount", 0)
+    tid = txs.transactional_id(name, "keycount", 0)
     init, read, txn, plain = [], [], [], []
     for _ in range(10):
-        tx._drop(tid)
-        init.append(ms(lambda: tx._slot(t, 0)))
-        read.append(ms(lambda: tx.read_last_marker(t, 0)))
+        txs.drop(tid)
+        init.append(ms(lambda: txs.slot(t, 0)))
+        read.append(ms(lambda: txs.read_last_marker(t, 0)))
     for e in range(100, 120):
         txn.append(ms(lambda: tx.commit_outputs(t, e, 0, recs)))  # noqa: B023
     p = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5, batch_size=512 * 1024)
@@ -99,7 +100,7 @@ def parts(bootstrap: str, n: int = 2000) -> None:
     for _ in range(20):
         plain.append(ms(send_all))
     p.close()
-    tx._drop(tid)
+    txs.drop(tid)
     print(f"new producer (init_transactions + marker read) {statistics.median(init):.0f} ms; marker read "
           f"{statistics.median(read):.1f} ms; transaction of {n} records {statistics.median(txn):.0f} ms; "
           f"the same records by a plain producer {statistics.median(plain):.0f} ms")

@@ -29,7 +29,8 @@ from spark_jobs.routing import route
 from spark_jobs.run_config import RunConfig
 from spark_jobs.stateless import StatelessOperator
 from spark_jobs.timers import EpochClock, TimerSchedule
-from spark_jobs.txn_output import TRANSACTIONAL, TxnTarget, commits_topic, ensure_commit_partitions
+from spark_jobs.txn_output import TRANSACTIONAL, commits_topic, ensure_commit_partitions
+from spark_jobs.txn_slots import TxnTarget
 from spark_jobs.worker import ApplyConfig, make_apply_fn
 
 log = logging.getLogger("ballast.runner")

@@ -105,6 +105,10 @@ def make_apply_fn(cfg: ApplyConfig) -> Callable[[Iterator[Any]], Iterator[Any]]:
         t_task, w_task = time.perf_counter(), time.time()
         ctx = TaskContext.get()
         worker = ctx.partitionId()  # type: ignore[union-attr]
+        if cfg.txn is not None:  # a head start for a commit at the end, while the shuffle is read
+            from spark_jobs.txn_slots import prepare
+
+            prepare(cfg.txn, worker, (cfg.output_topic, cfg.dlq_topic))
         rbs = list(batches)  # waiting on the shuffle: not useful time
         table = pa.Table.from_batches(rbs) if rbs else None
         t_useful, w_useful = time.perf_counter(), time.time()

@@ -13,9 +13,11 @@ from kafka.errors import KafkaError
 
 from ballast.topics import create_missing_topics
 from spark_jobs import txn_output as tx
+from spark_jobs import txn_slots as txs
 from spark_jobs.output import ID_HEADER, output_records, scan_topic
 from spark_jobs.run_config import COMMITS_TOPIC_CONFIG
-from spark_jobs.txn_output import Marker, TxnTarget, commits_topic, transactional_id
+from spark_jobs.txn_output import commits_topic
+from spark_jobs.txn_slots import Marker, TxnTarget, transactional_id
 
 
 def test_transactional_id_and_marker_topic_names() -> None:
@@ -82,10 +84,10 @@ def _target(bootstrap: str, name: str, marks: str, store: str = "store-A") -> Tx
 def _fresh_slots():
     """Every test starts with no producer or marker consumer cached in this process, and closes the
     ones it made (before the session's broker stops: an open client logs connection errors to the end)."""
-    tx.close_clients()
+    txs.close_clients()
     yield
-    tx.close_clients()
-    assert not tx._slots and not tx._consumers
+    txs.close_clients()
+    assert not txs._slots and not txs._consumers
 
 
 def test_a_zombie_attempt_is_fenced_and_its_records_never_visible(kafka_bootstrap, unique_name):
@@ -112,11 +114,11 @@ def test_a_zombie_attempt_is_fenced_and_its_records_never_visible(kafka_bootstra
     assert (b"k", b"zombie") in _read(kafka_bootstrap, out, "read_uncommitted")
     assert _fresh_attempts_marker(t, 1) == Marker("store-A", 5, 1)
     # a replay of the epoch (a new process: nothing cached) finds the marker and writes nothing
-    tx._drop(tid)
+    txs.drop(tid)
     assert tx.commit_outputs(t, 5, 1, recs) is False
     assert _read(kafka_bootstrap, out, "read_committed") == [(b"k", b"live")]
     # another deployment under the same job name (a new store) is not covered by the old marker
-    tx._drop(tid)
+    txs.drop(tid)
     assert tx.commit_outputs(_target(kafka_bootstrap, unique_name, marks, "store-B"), 5, 1,
                              [(out, b"k", b"new", [])]) is True
     assert _read(kafka_bootstrap, out, "read_committed") == [(b"k", b"live"), (b"k", b"new")]
@@ -141,10 +143,10 @@ def test_a_cached_producer_fenced_by_another_process_retries_and_writes_once(kaf
     other.send(marks, key=m2.key(), value=m2.value(), partition=0)
     other.commit_transaction()
     other.close()
-    retries = tx.stats["retries"]
+    retries = txs.stats["retries"]
     caplog.set_level(logging.WARNING, logger="ballast.txn_output")
     assert tx.commit_outputs(t, 2, 0, rec[2]) is False  # fenced, re-initialised, found epoch 2's marker
-    assert tx.stats["retries"] == retries + 1
+    assert txs.stats["retries"] == retries + 1
     # the one warning a zombie's late commit leaves (the cluster's zombie-executor test looks for it)
     assert [r.getMessage() for r in caplog.records if "was fenced" in r.getMessage()] == [
         "transactional output of epoch 2 worker 0: this attempt was fenced and another attempt committed the "
@@ -155,14 +157,14 @@ def test_a_cached_producer_fenced_by_another_process_retries_and_writes_once(kaf
     assert [Marker.decode(v).epoch for _, v in _read(kafka_bootstrap, marks, "read_committed")] == [1, 2, 3]
     # a process on this host that takes the slot leaves its token in the owner file: the cached
     # producer is replaced before it tries a transaction the broker would refuse
-    neighbour = tx._Slot(t, 0)  # what another Python worker process's first task of the slot does
+    neighbour = txs._Slot(t, 0)  # what another Python worker process's first task of the slot does
     assert neighbour.last == Marker("store-A", 3, 0)
-    assert tx._slots[transactional_id(unique_name, "keycount", 0)].superseded()
-    retries = tx.stats["retries"]
-    assert tx.commit_outputs(t, 3, 0, rec[3]) is False and tx.stats["retries"] == retries
+    assert txs._slots[transactional_id(unique_name, "keycount", 0)].superseded()
+    retries = txs.stats["retries"]
+    assert tx.commit_outputs(t, 3, 0, rec[3]) is False and txs.stats["retries"] == retries
     assert not [r for r in caplog.records if "was fenced" in r.getMessage()], "not fenced: a plain skip, no warning"
     neighbour.close()
-    tx._drop(transactional_id(unique_name, "keycount", 0))
+    txs.drop(transactional_id(unique_name, "keycount", 0))
     assert _fresh_attempts_marker(t, 0) == Marker("store-A", 3, 0)
     assert _read(kafka_bootstrap, out, "read_committed") == [(b"k", b"1"), (b"k", b"2"), (b"k", b"3")]
 
@@ -173,7 +175,7 @@ def test_the_last_marker_is_found_behind_many_aborted_attempts(kafka_bootstrap, 
     out, marks = _topics(kafka_bootstrap, unique_name)
     t = _target(kafka_bootstrap, unique_name, marks)
     assert tx.commit_outputs(t, 1, 2, [(out, b"k", b"1", [])]) is True
-    tx._drop(transactional_id(unique_name, "keycount", 2))
+    txs.drop(transactional_id(unique_name, "keycount", 2))
     p = KafkaProducer(bootstrap_servers=kafka_bootstrap, transactional_id=transactional_id(unique_name,
                                                                                             "keycount", 2))
     p.init_transactions()
@@ -182,8 +184,8 @@ def test_the_last_marker_is_found_behind_many_aborted_attempts(kafka_bootstrap, 
         p.send(marks, key=b"w2", value=Marker("store-A", e, 2).value(), partition=2)
         p.abort_transaction()
     p.close()
-    assert tx.read_last_marker(t, 2) == Marker("store-A", 1, 2)
-    assert tx.read_last_marker(t, 3) is None  # a slot that never committed
+    assert txs.read_last_marker(t, 2) == Marker("store-A", 1, 2)
+    assert txs.read_last_marker(t, 3) is None  # a slot that never committed
 
 
 def _fresh_attempts_marker(t: TxnTarget, worker: int) -> Marker | None:
@@ -191,11 +193,11 @@ def _fresh_attempts_marker(t: TxnTarget, worker: int) -> Marker | None:
     just committed: Kafka writes the commit's markers after the commit call returns, so a
     read_committed reader may not see them a moment before) and then the last marker."""
     tid = transactional_id(t.job, t.operator, worker)
-    tx._drop(tid)
+    txs.drop(tid)
     try:
-        return tx._slot(t, worker).last
+        return txs.slot(t, worker).last
     finally:
-        tx._drop(tid)
+        txs.drop(tid)
 
 
 def test_the_marker_topic_grows_a_partition_per_task_slot(kafka_bootstrap, unique_name):

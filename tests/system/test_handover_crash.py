@@ -58,7 +58,7 @@ from spark_jobs.output import read_output, scan_topic
 from spark_jobs.runner import ensure_job_topics
 from spark_jobs.ship import job_archive
 from spark_jobs.storage import Location
-from spark_jobs.txn_output import Marker
+from spark_jobs.txn_slots import Marker
 from tests.helpers.cluster import JobDriver
 from tests.helpers.control import live_step, send_control
 from tests.helpers.dp_helpers import check_migration_property, checkpoints, consumed_rows, produce

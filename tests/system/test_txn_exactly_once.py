@@ -18,7 +18,8 @@ import pytest
 from spark_jobs.offsets import committed_epochs, epoch_ranges, read_end_offsets
 from spark_jobs.output import parse_id, record_id, scan_topic
 from spark_jobs.runner import ensure_job_topics
-from spark_jobs.txn_output import Marker, commits_topic
+from spark_jobs.txn_output import commits_topic
+from spark_jobs.txn_slots import Marker
 from tests.helpers.dp_helpers import check_state, plan_maps, produce, read_topic, steps_from_maps, zipf_keys
 from tests.helpers.kill_runs import StepSender, check_plan_applied, cli_env, final_run, killed_runs
 
