@@ -158,10 +158,11 @@ def prepare(t: TxnTarget, worker: int, topics: Iterable[str]) -> None:
     tid = transactional_id(t.job, t.operator, worker)
     pid = os.getpid()
     with _lock:
-        if _holds(tid, pid) or _prepared.get(tid, (None,))[0] == pid or tid in _preparing:
-            return
-        th = _preparing[tid] = threading.Thread(target=_build, args=(t, tid, tuple(topics), pid), daemon=True,
-                                                name=f"ballast-prepare-{tid}")
+        if _holds(tid, pid) or _prepared.get(tid, (None,))[0] == pid or _preparing.get(tid, (None,))[0] == pid:
+            return  # (an entry of another pid was inherited by a fork: its thread is not in this process)
+        th = threading.Thread(target=_build, args=(t, tid, tuple(topics), pid), daemon=True,
+                              name=f"ballast-prepare-{tid}")
+        _preparing[tid] = (pid, th)
     th.start()
 
 
@@ -227,7 +228,7 @@ def _owner_file(tid: str) -> Path:
 
 _slots: dict[str, _Slot] = {}  # transactional id -> this process's producer (Python workers are reused)
 _prepared: dict[str, tuple[int, Any]] = {}  # transactional id -> (pid, a producer `prepare` made, not initialised)
-_preparing: dict[str, threading.Thread] = {}  # transactional id -> the thread making its prepared producer
+_preparing: dict[str, tuple[int, threading.Thread]] = {}  # transactional id -> (pid, the thread making one)
 _lock = threading.Lock()  # _prepared and _preparing, between a task and its prepare thread
 _consumers: dict[tuple[str, str], Any] = {}  # (pid, bootstrap) -> a read_committed consumer for marker reads
 stats: dict[str, int] = {"inits": 0, "commits": 0, "skips": 0, "retries": 0, "prepared": 0}
@@ -317,8 +318,9 @@ def close_clients() -> None:
     or their background threads log connection errors until the interpreter exits."""
     for tid in list(_slots):
         drop(tid)
-    for th in list(_preparing.values()):
-        th.join(timeout=60)
+    for pid, th in list(_preparing.values()):
+        if pid == os.getpid():
+            th.join(timeout=60)
     with _lock:
         prepared = list(_prepared.values())
         _prepared.clear()
