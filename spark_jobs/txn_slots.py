@@ -100,12 +100,14 @@ class _Slot:
     def __init__(self, t: TxnTarget, worker: int, topics: Iterable[str] = ()) -> None:
         self.tid = transactional_id(t.job, t.operator, worker)
         self.timeout_s = _timeout_ms(t) / 1000  # what a flush or a commit may wait for the broker
-        self.producer = _take_prepared(self.tid) or _producer(t, self.tid)
+        prepared = _take_prepared(self.tid)  # its metadata is on the way already (`prepare`)
+        self.producer = prepared or _producer(t, self.tid)
         self.last: Marker | None = None
         self.pid = os.getpid()
         self.token = f"{self.pid}:{uuid.uuid4().hex}"
         try:
-            _request_metadata(self.producer, {t.commits_topic, *topics})
+            if prepared is None:
+                _request_metadata(self.producer, {t.commits_topic, *topics})
             self.producer.init_transactions()  # fences every earlier producer of the id
             _owner_file(self.tid).write_text(self.token)
             self.last = read_last_marker(t, worker)
@@ -122,10 +124,7 @@ class _Slot:
             return False
 
     def close(self) -> None:
-        try:
-            self.producer.close(timeout=0)
-        except Exception:
-            pass
+        _close_quietly(self.producer)
 
 
 def _timeout_ms(t: TxnTarget) -> int:
@@ -201,6 +200,7 @@ def _take_prepared(tid: str) -> Any:
 
 
 def _close_quietly(p: Any) -> None:
+    """Closes a producer without waiting; one that cannot say goodbye is gone all the same."""
     try:
         p.close(timeout=0)
     except Exception:  # noqa: BLE001 - closing a client that was never used
@@ -297,7 +297,7 @@ def _close_consumer(key: tuple[str, str]) -> None:
 def slot(t: TxnTarget, worker: int, topics: Iterable[str] = ()) -> _Slot:
     tid = transactional_id(t.job, t.operator, worker)
     s = _slots.get(tid)
-    if s is not None and (s.pid != os.getpid() or s.superseded()):  # forked, or fenced by a neighbour
+    if s is not None and not _holds(tid, os.getpid()):  # forked, or fenced by a neighbour
         drop(tid)
         s = None
     if s is None:

@@ -201,7 +201,7 @@ def text(drv: Any, css: str) -> str:
 
 
 def links(drv: Any, css: str) -> list[dict[str, str]]:
-    """Text, href and target of every link under css, read in one script call (see text)."""
+    """Text and href of every link under css, read in one script call (see text)."""
     return list(drv.execute_script(
         "return [...document.querySelectorAll(arguments[0] + ' a')]"
-        ".map(a => ({text: a.innerText, href: a.href, target: a.target}))", css))
+        ".map(a => ({text: a.innerText, href: a.href}))", css))
