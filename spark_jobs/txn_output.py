@@ -37,6 +37,8 @@ import random
 import time
 from typing import Any
 
+from kafka.partitioner.default import murmur2
+
 from spark_jobs.txn_slots import NULL_KEY, RETRY_BACKOFF_MS, Marker, TxnTarget, drop, slot, stats, transactional_id
 
 log = logging.getLogger("ballast.txn_output")
@@ -79,9 +81,11 @@ def commit_outputs(t: TxnTarget, epoch: int, worker: int, records: list[Record])
                                 "attempt committed the epoch; its %d records stay aborted", epoch, worker, len(records))
                 return False
             p = s.producer
+            counts = {topic: len(p.partitions_for(topic)) for topic in {r[0] for r in records}}
             p.begin_transaction()
             sent = [p.send(topic, key=NULL_KEY if key is None and value is None else key, value=value,
-                           headers=headers) for topic, key, value, headers in records]
+                           headers=headers, partition=key_partition(key, counts[topic]))
+                    for topic, key, value, headers in records]
             mark = Marker(t.store_id, epoch, worker)
             sent.append(p.send(t.commits_topic, key=mark.key(), value=mark.value(), partition=worker))
             p.flush(timeout=s.timeout_s)
@@ -114,6 +118,17 @@ def commit_outputs(t: TxnTarget, epoch: int, worker: int, records: list[Record])
                 backoff = min(backoff * 2, 5.0)
     faults.hit("worker_after_output_commit")
     return True
+
+
+def key_partition(key: bytes | None, partitions: int) -> int | None:
+    """The partition Kafka's default partitioner gives a keyed record (murmur2 of the key, as Spark's
+    sink and every Kafka client compute it); None for a record without a key (the producer picks).
+    Why not leave it to kafka-python: its partitioner looks the topic up in the metadata again for
+    every record, 20 % of a send (`python -m bench.txn_cost --parts`, docs/dataplane.md), and a
+    saturated key-count epoch sends thousands of records per task."""
+    if key is None:
+        return None
+    return (murmur2(key) & 0x7FFFFFFF) % partitions
 
 
 def _commit(p: Any, timeout_s: float) -> None:

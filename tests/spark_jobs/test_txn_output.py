@@ -64,6 +64,33 @@ def test_output_records_are_the_spark_rows() -> None:
     assert [(r["topic"], r["key"], r["value"], [(h["key"], h["value"]) for h in r["headers"]]) for r in rows] == recs
 
 
+def test_a_keyed_record_goes_where_kafkas_default_partitioner_puts_it() -> None:
+    """`key_partition` is the producer's own partitioner for keyed records (Spark's sink uses the same
+    murmur2), so transactional and at-least-once output put a key on the same partition."""
+    import random
+
+    from kafka.partitioner.default import DefaultPartitioner
+
+    class Cluster:  # the partitioner's view of the metadata: n partitions, all available
+        def __init__(self, n: int) -> None:
+            self.n = n
+
+        def topics(self) -> set[str]:
+            return {"t"}
+
+        def partitions_for_topic(self, topic: str) -> set[int]:
+            return set(range(self.n))
+
+        available_partitions_for_topic = partitions_for_topic
+
+    rnd = random.Random(7)
+    keys = [b"", b"k", b"user-000042", "ключ".encode()] + [rnd.randbytes(rnd.randrange(1, 40)) for _ in range(300)]
+    for n in (1, 2, 3, 8, 50):
+        for k in keys:
+            assert tx.key_partition(k, n) == DefaultPartitioner().partition("t", k, k, b"v", b"v", Cluster(n)), (k, n)
+    assert tx.key_partition(None, 8) is None  # the producer picks, as it did before
+
+
 def _topics(bootstrap: str, name: str) -> tuple[str, str]:
     out, marks = f"{name}.output", commits_topic(f"{name}.output")
     create_missing_topics(bootstrap, {out: 2, marks: 4}, configs={marks: COMMITS_TOPIC_CONFIG})
@@ -224,6 +251,18 @@ def test_a_record_with_neither_key_nor_value_is_written_as_such(kafka_bootstrap,
     assert sorted(((m.key, m.value) for m in got), key=repr) == sorted([(None, None), (b"k", None), (None, b"v")],
                                                                        key=repr)
     assert [dict(m.headers) for m in got if m.key is None and m.value is None] == [{"ballast-reason": b"null-key"}]
+
+
+def test_committed_records_land_on_their_keys_partitions(kafka_bootstrap, unique_name):
+    """What `commit_outputs` sends with the partition it computes is on that partition in the log
+    (the output topic has 2): 40 keys, so a wrong rule would put some of them elsewhere."""
+    out, marks = _topics(kafka_bootstrap, unique_name)
+    recs = [(out, b"key-%d" % i, b"%d" % i, []) for i in range(40)]
+    assert tx.commit_outputs(_target(kafka_bootstrap, unique_name, marks), 1, 0, recs) is True
+    got = list(scan_topic(kafka_bootstrap, out, 30.0, isolation_level="read_committed", consumer_timeout_ms=1000))
+    assert sorted(m.key for m in got) == sorted(r[1] for r in recs)
+    assert {m.partition for m in got} == {0, 1}
+    assert all(m.partition == tx.key_partition(m.key, 2) for m in got)
 
 
 def test_a_commit_the_coordinator_never_answers_times_out_instead_of_waiting_forever() -> None:
