@@ -3,7 +3,6 @@
 (spark_jobs.epoch_times):
 
     python -m bench.txn_cost --bootstrap 127.0.0.1:9092 [--records 200000] [--per-epoch 10000] [--rounds 2]
-    python -m bench.txn_cost --bootstrap 127.0.0.1:9092 --parts     # the parts alone, no Spark
 
 Prints, per mode and round, the medians over the epochs after the first two (start-up) of the
 epoch's time inside `foreachBatch` (the sum of its phases) and of its `spark` phase (the Spark job
@@ -60,52 +59,6 @@ def run_job(bootstrap: str, topic: str, mode: str, records: int, per_epoch: int,
             for e, (inside, _outside) in sorted(parse_log(log_path.read_text(errors="replace")).items())]
 
 
-def parts(bootstrap: str, n: int = 2000) -> None:
-    """Medians of what transactional output's parts cost, against the broker alone: a new producer
-    of a slot (init_transactions and the marker read), a marker read by the process's consumer, a
-    transaction of `n` records by a cached producer, and the same records by a plain producer."""
-    from kafka import KafkaProducer
-
-    from ballast.topics import create_missing_topics
-    from spark_jobs import txn_output as tx
-    from spark_jobs import txn_slots as txs
-    from spark_jobs.run_config import COMMITS_TOPIC_CONFIG
-
-    name = f"txnparts-{uuid.uuid4().hex[:6]}"
-    out, marks = f"{name}.output", tx.commits_topic(f"{name}.output")
-    create_missing_topics(bootstrap, {out: 2, marks: 8}, configs={marks: COMMITS_TOPIC_CONFIG})
-    t = txs.TxnTarget(bootstrap=bootstrap, job=name, operator="keycount", store_id="s", commits_topic=marks)
-    recs: list[tx.Record] = [(out, b"user-%06d" % i, b"%d" % i, [("ballast-id", b"1:0:%d" % i)]) for i in range(n)]
-
-    def ms(f: object) -> float:
-        t0 = time.perf_counter()
-        f()  # type: ignore[operator]
-        return (time.perf_counter() - t0) * 1000
-
-    tid = txs.transactional_id(name, "keycount", 0)
-    init, read, txn, plain = [], [], [], []
-    for _ in range(10):
-        txs.drop(tid)
-        init.append(ms(lambda: txs.slot(t, 0)))
-        read.append(ms(lambda: txs.read_last_marker(t, 0)))
-    for e in range(100, 120):
-        txn.append(ms(lambda: tx.commit_outputs(t, e, 0, recs)))  # noqa: B023
-    p = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5, batch_size=512 * 1024)
-
-    def send_all() -> None:
-        for topic, k, v, h in recs:
-            p.send(topic, key=k, value=v, headers=h)
-        p.flush()
-
-    for _ in range(20):
-        plain.append(ms(send_all))
-    p.close()
-    txs.drop(tid)
-    print(f"new producer (init_transactions + marker read) {statistics.median(init):.0f} ms; marker read "
-          f"{statistics.median(read):.1f} ms; transaction of {n} records {statistics.median(txn):.0f} ms; "
-          f"the same records by a plain producer {statistics.median(plain):.0f} ms")
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--bootstrap", required=True)
@@ -113,11 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keys", type=int, default=50_000)
     ap.add_argument("--per-epoch", type=int, default=10_000)
     ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--parts", action="store_true", help="time the parts alone (no Spark job)")
     a = ap.parse_args(argv)
-    if a.parts:
-        parts(a.bootstrap)
-        return 0
     import random
 
     from kafka import KafkaProducer

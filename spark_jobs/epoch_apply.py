@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from spark_jobs import faults, id_sink
+from spark_jobs import faults, id_sink, txn_output
 from spark_jobs.bins import bits_for
 from spark_jobs.control_state import ControlState
 from spark_jobs.durable import DurableState
@@ -109,12 +109,12 @@ class EpochApply:
             merged_from=work.merged_from, code=self.live_code.chain(st) if self.live_code is not None else (),
             shadow=self.live_code.shadow_chain(st, work.shadow) if self.live_code is not None else (),
             shadow_fields=tuple(work.shadow.get("fields", ())) if work.shadow else (),
-            probe=self.live_code.probe_chain() if self.live_code is not None else (),
-            txn=self._txn_target(tasks), handover=work.handover)
+            probe=self.live_code.probe_chain() if self.live_code is not None else (), handover=work.handover)
         out = route(keyed, k, st.assignment, tasks, make_apply_fn(acfg), work.handover,
                     CopyRule.of(getattr(self.op, "spec", None), work.clock), self.stream_plan.combine)
-        if acfg.txn is not None:  # each task commits its outputs itself (spark_jobs.txn_output): no sink
-            writer = out.write.format("noop").mode("overwrite")
+        txn = self._txn_target(tasks)
+        if txn is not None:  # each task commits its outputs in a Kafka transaction (spark_jobs.txn_output)
+            writer = txn_output.writer(out, epoch, txn, self._clients.spark_kafka_options(source=False))
         else:
             writer = out.write.format("kafka").option("kafka.bootstrap.servers", cfg.bootstrap).options(
                 **self._clients.spark_kafka_options(source=False))

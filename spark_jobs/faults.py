@@ -51,7 +51,7 @@ def hit(point: str) -> None:
     _counts[point] = _counts.get(point, 0) + 1
     stop = False
     with open(path, "r+") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
+        fcntl.lockf(f, fcntl.LOCK_EX)  # POSIX locks: the JVM's writer (io.ballast.sink.Faults) takes the same
         lines = [ln.split() for ln in f.read().splitlines() if ln.strip()]
         for i, parts in enumerate(lines):
             if parts[0] == point and int(parts[1]) <= _counts[point]:

@@ -16,12 +16,13 @@ logged in `ballast/handoff/<epoch>.json`; a replay uses the mark of the newest e
 it filters exactly as the first run did. Copies inside one batch: the lowest offset is kept.
 
 The mark is observed in the epoch's own Spark job where it can be (`observe`: a keyed operator with
-transactional output, whose job ends in Spark's `noop` sink, where an `Observation` reports): one
-`max` per (topic, partition, upstream worker) the marks already know, and the set of groups the
-batch holds; `after_job` writes it before the epoch's manifest. A batch with a group the marks do
-not know yet (the first epochs, an upstream that scaled out) or a job that ends in Kafka's sink
-(where an Observation never reports) reads the batch once more for its mark, before the job (a
-`collect`: a second Spark job per epoch, which the trace shows in the driver's `plan`).
+transactional output, whose job ends in Ballast's transactional writer, a data source whose write
+an `Observation` reports): one `max` per (topic, partition, upstream worker) the marks already
+know, and the set of groups the batch holds; `after_job` writes it before the epoch's manifest.
+A batch with a group the marks do not know yet (the first epochs, an upstream that scaled out) or
+a job that ends in Kafka's sink (where an Observation never reports) reads the batch once more for
+its mark, before the job (a `collect`: a second Spark job per epoch, which the trace shows in the
+driver's `plan`).
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ class InputRows:
         self.topics = list(topics)
         self.handoff = [t for t in handoff if t in topics]
         self.dir = journal_dir / "handoff"
-        self.observe = observe  # the epoch's job ends in Spark's noop sink: its mark is observed there
+        self.observe = observe  # the epoch's job ends in a data source write: its mark is observed there
         self._observed: _Observed | None = None
         self.collects = 0  # marks read by a collect of their own (a second job): tests and logs
         if self.handoff:

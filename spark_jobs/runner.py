@@ -33,7 +33,7 @@ from ballast.protocol import Settings, acks_topic, control_topic, message_key, u
 from ballast.store import writer as mx
 from ballast.store.fencing import Fence, Fenced
 from ballast.topics import create_missing_topics
-from spark_jobs import faults, prom_metrics
+from spark_jobs import faults, prom_metrics, txn_output
 from spark_jobs.binding import bind_state, check_job_row, job_row_config
 from spark_jobs.bins import bits_for
 from spark_jobs.control import has_due_step, tick_message
@@ -85,8 +85,8 @@ class JobRunner:
         self.cfg = cfg
         self.op = get_operator(cfg.path)
         self.journal = Journal(cfg.checkpoint_dir)
-        # a keyed operator with transactional output ends its epoch's job in Spark's noop sink, where
-        # the hand-off's mark can be observed (spark_jobs.inputs)
+        # a keyed operator with transactional output ends its epoch's job in Ballast's transactional
+        # writer, where the hand-off's mark can be observed (spark_jobs.inputs)
         self.inputs = InputRows(cfg.input_topics, cfg.handoff_inputs, self.journal.dir,
                                 observe=cfg.output_mode == TRANSACTIONAL and not isinstance(self.op, StatelessOperator))
         self.read_topics = read_topics(cfg.input_topics, self.op.sources(), cfg.operator)
@@ -235,6 +235,8 @@ class JobRunner:
             time.sleep(0.05)
         if self.query is not None:
             self.query.stop()
+        if self.applier.transactional:  # its writer's clients in this JVM (local mode: the executors')
+            txn_output.close_clients(self.spark)
         if not self.tail.join(timeout_s=30):
             log.warning("the last epoch's work after its commit still runs after 30 s; stopping without it")
         try:

@@ -22,10 +22,10 @@ It never trusts local files it did not check:
    The commit is conditional by construction: whatever the cache held, the result is the durable
    state of e-1 plus this epoch's rows, so two attempts of one epoch write identical objects and
    a late attempt of e-1 cannot move anything back (it finds e-1's object and only re-emits).
-Outputs are written after that, with the id `epoch:worker:seq` in a header: by the task itself in
-one Kafka transaction with the slot's commit marker (transactional output, the default:
-spark_jobs.txn_output; a slot whose marker already covers the epoch writes nothing), or yielded as
-rows for Spark's Kafka sink (`--output-mode at-least-once`).
+Outputs are yielded after that, with the id `epoch:worker:seq` in a header, as rows the same task
+writes in the JVM: in one Kafka transaction with the slot's commit marker (transactional output,
+the default: spark_jobs.txn_output; a slot whose marker already covers the epoch writes nothing),
+or by Spark's Kafka sink (`--output-mode at-least-once`).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from typing import Any
 from spark_jobs import handover
 from spark_jobs.history import History
 from spark_jobs.objects import DEAD_LETTER, OUTPUT
-from spark_jobs.output import kafka_rows, output_records
+from spark_jobs.output import kafka_rows
 from spark_jobs.records import (
     OPERATOR_ERROR,
     dead_note,
@@ -77,9 +77,6 @@ class ApplyConfig:
     base_bits: int | None = None  # k of the job's first map (`--bins`): the k of a cache that never recorded one
     split: bool = False  # this epoch applies a split (k rose): processors re-file their timer index
     merged_from: int | None = None  # this epoch applies a merge: the k before it (processors re-file too)
-    # transactional output (spark_jobs.txn_output): the task commits its outputs itself and yields
-    # nothing; None: it yields them as rows for Spark's Kafka sink (at least once, ids deduplicate)
-    txn: Any = None
     # after an upgrade step: the job's processor versions, (version, ref) from the command line's on;
     # the last runs (spark_jobs.operator_loader.live_operator). Empty: `operator` as it was started
     code: tuple[tuple[str, str], ...] = ()
@@ -105,10 +102,6 @@ def make_apply_fn(cfg: ApplyConfig) -> Callable[[Iterator[Any]], Iterator[Any]]:
         t_task, w_task = time.perf_counter(), time.time()
         ctx = TaskContext.get()
         worker = ctx.partitionId()  # type: ignore[union-attr]
-        if cfg.txn is not None:  # a head start for a commit at the end, while the shuffle is read
-            from spark_jobs.txn_slots import prepare
-
-            prepare(cfg.txn, worker, (cfg.output_topic, cfg.dlq_topic))
         rbs = list(batches)  # waiting on the shuffle: not useful time
         table = pa.Table.from_batches(rbs) if rbs else None
         t_useful, w_useful = time.perf_counter(), time.time()
@@ -124,12 +117,7 @@ def make_apply_fn(cfg: ApplyConfig) -> Callable[[Iterator[Any]], Iterator[Any]]:
                 lambda cache, txn, note: _run(cfg, cache, txn, worker, table, n, attempt, t_task, t_useful, note,
                                               walls=(w_task, w_useful)),
                 lambda: _done_outputs(cfg, worker))
-        if outputs and cfg.txn is not None:
-            from spark_jobs.txn_output import commit_outputs
-
-            commit_outputs(cfg.txn, cfg.epoch, worker,
-                           output_records(cfg.epoch, worker, outputs, cfg.output_topic, cfg.dlq_topic))
-        elif outputs:
+        if outputs:
             yield kafka_rows(cfg.epoch, worker, outputs, cfg.output_topic, cfg.dlq_topic)
 
     return apply_partition

@@ -1,23 +1,26 @@
-"""Transactional output (spark_jobs.txn_output): marker encoding and naming (pure), and against the
-real broker: a zombie attempt of a slot is fenced and its records never become visible to
-read_committed; a replay of a committed (epoch, worker) writes nothing; a producer a newer one
-fenced finds out at its commit and the retry reads the marker instead of writing twice."""
+"""Transactional output (spark_jobs.txn_output, the JVM writer io.ballast.sink.TxnKafkaSink):
+marker encoding and naming (pure), and through the test session's local Spark against the real
+broker: a zombie attempt of a slot is fenced and its records never become visible to
+read_committed; a replay of a committed (epoch, worker) writes nothing; an executor's kept
+producer that another one fenced finds out at its commit and the retry reads the marker instead of
+writing twice; a slot without records writes no marker."""
 
 from __future__ import annotations
-
-import logging
 
 import pytest
 from kafka import KafkaProducer
 from kafka.errors import KafkaError
+from kafka.partitioner.default import murmur2
 
 from ballast.topics import create_missing_topics
 from spark_jobs import txn_output as tx
 from spark_jobs import txn_slots as txs
-from spark_jobs.output import ID_HEADER, output_records, scan_topic
+from spark_jobs.output import ID_HEADER, OUTPUT_SCHEMA, output_records, scan_topic
 from spark_jobs.run_config import COMMITS_TOPIC_CONFIG
 from spark_jobs.txn_output import commits_topic
 from spark_jobs.txn_slots import Marker, TxnTarget, transactional_id
+
+Rec = tuple[str, bytes | None, bytes | None, list[tuple[str, bytes]]]
 
 
 def test_transactional_id_and_marker_topic_names() -> None:
@@ -26,15 +29,6 @@ def test_transactional_id_and_marker_topic_names() -> None:
     assert transactional_id("a", "op", 0) != transactional_id("b", "op", 0)
     assert commits_topic("orders.output") == "orders.output.commits"
     assert commits_topic("orders.enrich.out") == "orders.enrich.out.commits"  # a chain's hand-off
-
-
-def test_record_batches_are_checksummed_in_c() -> None:
-    """kafka-python computes each batch's CRC-32C with the `crc32c` package when it is installed, else in
-    pure Python at a few MB/s (requirements.txt): every task's transactional output pays that."""
-    from kafka.record import util
-
-    assert util.crc32c_c is not None, "pip install the crc32c package (requirements.txt)"
-    assert util.calc_crc32c(b"123456789") == 0xE3069283  # CRC-32C's check value
 
 
 def test_marker_round_trip_and_what_it_covers() -> None:
@@ -64,31 +58,18 @@ def test_output_records_are_the_spark_rows() -> None:
     assert [(r["topic"], r["key"], r["value"], [(h["key"], h["value"]) for h in r["headers"]]) for r in rows] == recs
 
 
-def test_a_keyed_record_goes_where_kafkas_default_partitioner_puts_it() -> None:
-    """`key_partition` is the producer's own partitioner for keyed records (Spark's sink uses the same
-    murmur2), so transactional and at-least-once output put a key on the same partition."""
-    import random
+@pytest.fixture(autouse=True)
+def _close_kept_clients(request):  # type: ignore[no-untyped-def]
+    """The producers the local JVM kept for each test's slots are closed after it (before the
+    session's broker stops: a kept client logs connection errors until the JVM ends)."""
+    yield
+    if "spark" in request.fixturenames:
+        tx.close_clients(request.getfixturevalue("spark"))
 
-    from kafka.partitioner.default import DefaultPartitioner
 
-    class Cluster:  # the partitioner's view of the metadata: n partitions, all available
-        def __init__(self, n: int) -> None:
-            self.n = n
-
-        def topics(self) -> set[str]:
-            return {"t"}
-
-        def partitions_for_topic(self, topic: str) -> set[int]:
-            return set(range(self.n))
-
-        available_partitions_for_topic = partitions_for_topic
-
-    rnd = random.Random(7)
-    keys = [b"", b"k", b"user-000042", "ключ".encode()] + [rnd.randbytes(rnd.randrange(1, 40)) for _ in range(300)]
-    for n in (1, 2, 3, 8, 50):
-        for k in keys:
-            assert tx.key_partition(k, n) == DefaultPartitioner().partition("t", k, k, b"v", b"v", Cluster(n)), (k, n)
-    assert tx.key_partition(None, 8) is None  # the producer picks, as it did before
+def _stats(spark) -> dict[str, int]:  # type: ignore[no-untyped-def]
+    """The local JVM's writer counters (io.ballast.sink.TxnKafkaSink.stats)."""
+    return {str(k): int(v) for k, v in dict(spark._jvm.io.ballast.sink.TxnKafkaSink.stats()).items()}
 
 
 def _topics(bootstrap: str, name: str) -> tuple[str, str]:
@@ -98,8 +79,8 @@ def _topics(bootstrap: str, name: str) -> tuple[str, str]:
 
 
 def _read(bootstrap: str, topic: str, isolation: str) -> list[tuple[bytes | None, bytes | None]]:
-    return sorted((m.key, m.value) for m in scan_topic(bootstrap, topic, 30.0, isolation_level=isolation,
-                                                      consumer_timeout_ms=1000))
+    return sorted(((m.key, m.value) for m in scan_topic(bootstrap, topic, 30.0, isolation_level=isolation,
+                                                       consumer_timeout_ms=1000)), key=repr)
 
 
 def _target(bootstrap: str, name: str, marks: str, store: str = "store-A") -> TxnTarget:
@@ -107,21 +88,23 @@ def _target(bootstrap: str, name: str, marks: str, store: str = "store-A") -> Tx
                      outage_s=20.0)
 
 
-@pytest.fixture(autouse=True)
-def _fresh_slots():
-    """Every test starts with no producer or marker consumer cached in this process, and closes the
-    ones it made (before the session's broker stops: an open client logs connection errors to the end)."""
-    txs.close_clients()
-    yield
-    txs.close_clients()
-    assert not txs._slots and not txs._consumers
+def _write(spark, t: TxnTarget, epoch: int, by_slot: dict[int, list[Rec]]) -> None:  # type: ignore[no-untyped-def]
+    """One epoch's write as the keyed stage makes it: task (partition) w holds worker slot w's records."""
+    slots = max(by_slot) + 1
+    rows = {w: [(topic, key, value, [{"key": k, "value": v} for k, v in headers])
+                for topic, key, value, headers in recs] for w, recs in by_slot.items()}
+    rdd = spark.sparkContext.parallelize(range(slots), slots).flatMap(lambda w: rows.get(w, []))
+    tx.writer(spark.createDataFrame(rdd, OUTPUT_SCHEMA), epoch, t, {}).save()
 
 
-def test_a_zombie_attempt_is_fenced_and_its_records_never_visible(kafka_bootstrap, unique_name):
+
+@pytest.mark.dataplane
+@pytest.mark.services
+def test_a_zombie_attempt_is_fenced_and_its_records_never_visible(spark, kafka_bootstrap, unique_name):
     """Attempt A of (epoch 5, worker 1) starts its transaction and pauses; attempt B of the same slot
-    initialises the same transactional id (fencing A), finds no marker, commits. A's commit fails
-    with a fencing error; read_committed shows B's records and marker once, A's never (a
-    read_uncommitted reader does see A's copy: the test is not vacuous)."""
+    (the JVM writer) initialises the same transactional id (fencing A), finds no marker, commits.
+    A's commit fails with a fencing error; read_committed shows B's records and marker once, A's
+    never (a read_uncommitted reader does see A's copy: the test is not vacuous)."""
     out, marks = _topics(kafka_bootstrap, unique_name)
     tid = transactional_id(unique_name, "keycount", 1)
     a = KafkaProducer(bootstrap_servers=kafka_bootstrap, transactional_id=tid, acks="all")
@@ -131,38 +114,38 @@ def test_a_zombie_attempt_is_fenced_and_its_records_never_visible(kafka_bootstra
     a.send(marks, key=b"w1", value=Marker("store-A", 5, 1).value(), partition=1)
     a.flush()  # A's records are in the log, its transaction open: a paused attempt
     t = _target(kafka_bootstrap, unique_name, marks)
-    recs = [(out, b"k", b"live", [(ID_HEADER, b"5:1:0")])]
-    assert tx.commit_outputs(t, 5, 1, recs) is True  # B: init fenced A (and aborted its transaction)
+    recs: list[Rec] = [(out, b"k", b"live", [(ID_HEADER, b"5:1:0")])]
+    _write(spark, t, 5, {1: recs})  # B: its init fenced A (and aborted A's transaction)
     with pytest.raises(KafkaError) as err:
         a.commit_transaction()
-    assert tx.is_fenced(err.value), repr(err.value)
+    assert "ProducerFenced" in repr(err.value) or "InvalidProducerEpoch" in repr(err.value), repr(err.value)
     a.close(timeout=0)
     assert _read(kafka_bootstrap, out, "read_committed") == [(b"k", b"live")]
     assert (b"k", b"zombie") in _read(kafka_bootstrap, out, "read_uncommitted")
-    assert _fresh_attempts_marker(t, 1) == Marker("store-A", 5, 1)
-    # a replay of the epoch (a new process: nothing cached) finds the marker and writes nothing
-    txs.drop(tid)
-    assert tx.commit_outputs(t, 5, 1, recs) is False
+    assert txs.read_last_marker(t, 1) == Marker("store-A", 5, 1)
+    # a replay of the epoch (the executor kept the slot: it knows its marker) writes nothing
+    _write(spark, t, 5, {1: [(out, b"k", b"replayed", [(ID_HEADER, b"5:1:0")])]})
     assert _read(kafka_bootstrap, out, "read_committed") == [(b"k", b"live")]
     # another deployment under the same job name (a new store) is not covered by the old marker
-    txs.drop(tid)
-    assert tx.commit_outputs(_target(kafka_bootstrap, unique_name, marks, "store-B"), 5, 1,
-                             [(out, b"k", b"new", [])]) is True
+    _write(spark, _target(kafka_bootstrap, unique_name, marks, "store-B"), 5, {1: [(out, b"k", b"new", [])]})
     assert _read(kafka_bootstrap, out, "read_committed") == [(b"k", b"live"), (b"k", b"new")]
+    assert txs.read_last_marker(t, 1) == Marker("store-B", 5, 1)
 
 
-def test_a_cached_producer_fenced_by_another_process_retries_and_writes_once(kafka_bootstrap, unique_name, caplog):
-    """Slot 0's producer is cached in this process after epoch 1. Another process (here: another
-    producer of the id) takes the slot and commits epoch 2. This process's producer, asked for
-    epoch 2 again, believes the slot at epoch 1: the broker refuses its transaction (fenced), it
+@pytest.mark.dataplane
+@pytest.mark.services
+def test_a_kept_producer_fenced_by_another_attempt_retries_and_writes_once(spark, kafka_bootstrap, unique_name):
+    """Slot 0's producer is kept by the executor after epoch 1. Another attempt (here: another
+    producer of the id) takes the slot and commits epoch 2. The kept producer, asked for epoch 2
+    again, believes the slot at epoch 1: the broker refuses its transaction (fenced), the writer
     starts over with a new producer, reads the marker (epoch 2) and writes nothing. Epoch 3 then
     commits once. read_committed: each epoch's record once, the markers in epoch order."""
     out, marks = _topics(kafka_bootstrap, unique_name)
     t = _target(kafka_bootstrap, unique_name, marks)
     rec = {e: [(out, b"k", b"%d" % e, [(ID_HEADER, b"%d:0:0" % e)])] for e in (1, 2, 3)}
-    assert tx.commit_outputs(t, 1, 0, rec[1]) is True
-    other = KafkaProducer(bootstrap_servers=kafka_bootstrap, transactional_id=transactional_id(unique_name,
-                                                                                                "keycount", 0))
+    _write(spark, t, 1, {0: rec[1]})
+    other = KafkaProducer(bootstrap_servers=kafka_bootstrap,
+                          transactional_id=transactional_id(unique_name, "keycount", 0))
     other.init_transactions()
     other.begin_transaction()
     other.send(out, key=b"k", value=b"2", headers=[(ID_HEADER, b"2:0:0")])
@@ -170,42 +153,29 @@ def test_a_cached_producer_fenced_by_another_process_retries_and_writes_once(kaf
     other.send(marks, key=m2.key(), value=m2.value(), partition=0)
     other.commit_transaction()
     other.close()
-    retries = txs.stats["retries"]
-    caplog.set_level(logging.WARNING, logger="ballast.txn_output")
-    assert tx.commit_outputs(t, 2, 0, rec[2]) is False  # fenced, re-initialised, found epoch 2's marker
-    assert txs.stats["retries"] == retries + 1
-    # the one warning a zombie's late commit leaves (the cluster's zombie-executor test looks for it)
-    assert [r.getMessage() for r in caplog.records if "was fenced" in r.getMessage()] == [
-        "transactional output of epoch 2 worker 0: this attempt was fenced and another attempt committed the "
-        "epoch; its 1 records stay aborted"]
-    caplog.clear()
-    assert tx.commit_outputs(t, 3, 0, rec[3]) is True
+    before = _stats(spark)
+    _write(spark, t, 2, {0: [(out, b"k", b"2-again", [(ID_HEADER, b"2:0:0")])]})
+    after = _stats(spark)
+    assert {k: after[k] - before[k] for k in after} == {"inits": 1, "commits": 0, "skips": 1, "retries": 0,
+                                                       "fenced": 1}, "not fenced, re-initialised and skipped"
+    _write(spark, t, 3, {0: rec[3]})
     assert _read(kafka_bootstrap, out, "read_committed") == [(b"k", b"1"), (b"k", b"2"), (b"k", b"3")]
-    assert [Marker.decode(v).epoch for _, v in _read(kafka_bootstrap, marks, "read_committed")] == [1, 2, 3]
-    # a process on this host that takes the slot leaves its token in the owner file: the cached
-    # producer is replaced before it tries a transaction the broker would refuse
-    neighbour = txs._Slot(t, 0)  # what another Python worker process's first task of the slot does
-    assert neighbour.last == Marker("store-A", 3, 0)
-    assert txs._slots[transactional_id(unique_name, "keycount", 0)].superseded()
-    retries = txs.stats["retries"]
-    assert tx.commit_outputs(t, 3, 0, rec[3]) is False and txs.stats["retries"] == retries
-    assert not [r for r in caplog.records if "was fenced" in r.getMessage()], "not fenced: a plain skip, no warning"
-    neighbour.close()
-    txs.drop(transactional_id(unique_name, "keycount", 0))
-    assert _fresh_attempts_marker(t, 0) == Marker("store-A", 3, 0)
-    assert _read(kafka_bootstrap, out, "read_committed") == [(b"k", b"1"), (b"k", b"2"), (b"k", b"3")]
+    assert [Marker.decode(v).epoch for _, v in _read(kafka_bootstrap, marks, "read_committed")  # type: ignore[union-attr]
+            ] == [1, 2, 3]
 
 
-def test_the_last_marker_is_found_behind_many_aborted_attempts(kafka_bootstrap, unique_name):
-    """Aborted transactions leave records only read_uncommitted sees: the marker read widens its
-    window past them to the last committed marker."""
+@pytest.mark.dataplane
+@pytest.mark.services
+def test_the_last_marker_is_found_behind_many_aborted_attempts(spark, kafka_bootstrap, unique_name):
+    """Aborted transactions leave records only read_uncommitted sees: the marker read (the writer's,
+    after a fence, and the driver's) widens its window past them to the last committed marker, so a
+    replay of the committed epoch still writes nothing."""
     out, marks = _topics(kafka_bootstrap, unique_name)
     t = _target(kafka_bootstrap, unique_name, marks)
-    assert tx.commit_outputs(t, 1, 2, [(out, b"k", b"1", [])]) is True
-    txs.drop(transactional_id(unique_name, "keycount", 2))
+    _write(spark, t, 1, {2: [(out, b"k", b"1", [])]})
     p = KafkaProducer(bootstrap_servers=kafka_bootstrap, transactional_id=transactional_id(unique_name,
                                                                                             "keycount", 2))
-    p.init_transactions()
+    p.init_transactions()  # fences the executor's kept producer
     for e in range(2, 32):  # 30 aborted attempts: 60 offsets after the committed marker
         p.begin_transaction()
         p.send(marks, key=b"w2", value=Marker("store-A", e, 2).value(), partition=2)
@@ -213,116 +183,77 @@ def test_the_last_marker_is_found_behind_many_aborted_attempts(kafka_bootstrap, 
     p.close()
     assert txs.read_last_marker(t, 2) == Marker("store-A", 1, 2)
     assert txs.read_last_marker(t, 3) is None  # a slot that never committed
+    _write(spark, t, 1, {2: [(out, b"k", b"1-again", [])]})
+    assert _read(kafka_bootstrap, out, "read_committed") == [(b"k", b"1")]
 
 
-def _fresh_attempts_marker(t: TxnTarget, worker: int) -> Marker | None:
-    """What a new attempt of the slot reads: its init_transactions (which completes the transaction
-    just committed: Kafka writes the commit's markers after the commit call returns, so a
-    read_committed reader may not see them a moment before) and then the last marker."""
-    tid = transactional_id(t.job, t.operator, worker)
-    txs.drop(tid)
-    try:
-        return txs.slot(t, worker).last
-    finally:
-        txs.drop(tid)
-
-
-def test_the_marker_topic_grows_a_partition_per_task_slot(kafka_bootstrap, unique_name):
+@pytest.mark.dataplane
+@pytest.mark.services
+def test_the_marker_topic_grows_a_partition_per_task_slot(spark, kafka_bootstrap, unique_name):
     """An epoch with more task slots than the marker topic has partitions (a pre-copy warming a new
-    worker, a W raised past 8) gets them before its tasks run, and the new slot commits there."""
+    worker, a W raised past 8) gets them before its tasks run, and the new slot commits there; a
+    slot with no records writes no marker (its replay has none either)."""
     out, marks = _topics(kafka_bootstrap, unique_name)  # 4 partitions
     # enough already: nothing is created (a just-created topic's metadata may list fewer: a lower bound)
     assert 3 <= tx.ensure_commit_partitions(kafka_bootstrap, marks, 3, {}) <= 4
     assert tx.ensure_commit_partitions(kafka_bootstrap, marks, 10, {}) == 10
     t = _target(kafka_bootstrap, unique_name, marks)
-    assert tx.commit_outputs(t, 1, 9, [(out, b"k", b"1", [])]) is True
-    assert _fresh_attempts_marker(t, 9) == Marker("store-A", 1, 9)
+    _write(spark, t, 1, {9: [(out, b"k", b"1", [])], 3: []})
+    assert txs.read_last_marker(t, 9) == Marker("store-A", 1, 9)
+    assert [Marker.decode(v) for _, v in _read(kafka_bootstrap, marks, "read_uncommitted")] == [Marker("store-A", 1, 9)]
 
 
-def test_a_record_with_neither_key_nor_value_is_written_as_such(kafka_bootstrap, unique_name):
-    """The dead letter of a (null, null) record, or of one too large to carry its payload, has no
-    key and no value; kafka-python's send refuses that, Kafka does not: it lands null and null,
-    with its headers, beside an ordinary record."""
+@pytest.mark.dataplane
+@pytest.mark.services
+def test_records_are_written_as_given_on_their_keys_partitions(spark, kafka_bootstrap, unique_name):
+    """A record with neither key nor value (the dead letter of a (null, null) record, or of one too
+    large to carry its payload) lands null and null with its headers; keyed records land on the
+    partition Kafka's default partitioner gives (murmur2, as Spark's sink and kafka-python compute
+    it: the at-least-once mode's choice), 40 keys over 2 partitions."""
     out, marks = _topics(kafka_bootstrap, unique_name)
-    t = _target(kafka_bootstrap, unique_name, marks)
-    recs = [(out, None, None, [("ballast-reason", b"null-key")]), (out, b"k", None, []), (out, None, b"v", [])]
-    assert tx.commit_outputs(t, 1, 0, recs) is True
+    recs: list[Rec] = [(out, None, None, [("ballast-reason", b"null-key")]), (out, b"k", None, []),
+                       (out, None, b"v", [])]
+    recs += [(out, b"key-%d" % i, b"%d" % i, [(ID_HEADER, b"1:0:%d" % i)]) for i in range(40)]
+    _write(spark, _target(kafka_bootstrap, unique_name, marks), 1, {0: recs})
     got = list(scan_topic(kafka_bootstrap, out, 30.0, isolation_level="read_committed", consumer_timeout_ms=1000))
-    assert sorted(((m.key, m.value) for m in got), key=repr) == sorted([(None, None), (b"k", None), (None, b"v")],
-                                                                       key=repr)
+    assert sorted(((m.key, m.value) for m in got), key=repr) == sorted(((r[1], r[2]) for r in recs), key=repr)
     assert [dict(m.headers) for m in got if m.key is None and m.value is None] == [{"ballast-reason": b"null-key"}]
+    keyed = [m for m in got if m.key is not None and m.key.startswith(b"key-")]
+    assert {m.partition for m in keyed} == {0, 1}
+    assert all(m.partition == (murmur2(m.key) & 0x7FFFFFFF) % 2 for m in keyed)
+    assert all(dict(m.headers)[ID_HEADER] == b"1:0:" + m.value for m in keyed)
 
 
-def test_committed_records_land_on_their_keys_partitions(kafka_bootstrap, unique_name):
-    """What `commit_outputs` sends with the partition it computes is on that partition in the log
-    (the output topic has 2): 40 keys, so a wrong rule would put some of them elsewhere."""
+@pytest.mark.dataplane
+@pytest.mark.services
+def test_rows_the_writer_cannot_write_are_refused_saying_what_is_missing(spark, kafka_bootstrap, unique_name):
     out, marks = _topics(kafka_bootstrap, unique_name)
-    recs = [(out, b"key-%d" % i, b"%d" % i, []) for i in range(40)]
-    assert tx.commit_outputs(_target(kafka_bootstrap, unique_name, marks), 1, 0, recs) is True
-    got = list(scan_topic(kafka_bootstrap, out, 30.0, isolation_level="read_committed", consumer_timeout_ms=1000))
-    assert sorted(m.key for m in got) == sorted(r[1] for r in recs)
-    assert {m.partition for m in got} == {0, 1}
-    assert all(m.partition == tx.key_partition(m.key, 2) for m in got)
+    rows = spark.range(1).selectExpr("'t' AS topic", "CAST('v' AS BINARY) AS value")
+    with pytest.raises(Exception, match="needs a column key"):
+        tx.writer(rows, 1, _target(kafka_bootstrap, unique_name, marks), {}).save()
 
 
-def test_a_commit_the_coordinator_never_answers_times_out_instead_of_waiting_forever() -> None:
-    """The bound that keeps a gone broker from holding a Python worker (and its Spark slot) for good:
-    kafka-python's own commit waits without a limit; ours raises, and commit_outputs retries."""
-    import time
-
-    from kafka.errors import KafkaTimeoutError
-    from kafka.producer.transaction_manager import TransactionalRequestResult
-
-    from spark_jobs.txn_output import _commit
-
-    class _Sender:
-        def wakeup(self) -> None:
-            pass
-
-    class _Tm:
-        def begin_commit(self) -> TransactionalRequestResult:
-            return TransactionalRequestResult()  # never completed: no coordinator answers
-
-    class _Producer:
-        _transaction_manager, _sender = _Tm(), _Sender()
-
-    t0 = time.monotonic()
-    with pytest.raises(KafkaTimeoutError, match="not answered within"):
-        _commit(_Producer(), 0.3)
-    assert time.monotonic() - t0 < 5
-
-
-def test_a_send_the_client_dropped_aborts_the_attempt_instead_of_committing_a_hole(
-        kafka_bootstrap, unique_name, monkeypatch, caplog):
-    """kafka-python fails the future of a batch it expired (or lost to an epoch bump around a broker
-    restart) without aborting the transaction: its commit would then succeed with that record
-    missing and the marker written, and no replay would ever write it (a CI run lost 69 outputs so
-    during a broker outage). Here the first attempt's send of one record fails that way (the fault
-    is the client's and cannot be caused on demand); the attempt must not commit: a new producer
-    aborts it and the retry commits every record once."""
-    from kafka import TopicPartition
-    from kafka.errors import KafkaTimeoutError
-    from kafka.producer.future import FutureProduceResult, FutureRecordMetadata
-
+@pytest.mark.dataplane
+@pytest.mark.services
+def test_a_transaction_with_a_failed_send_is_never_committed(spark, kafka_bootstrap, unique_name):
+    """One record of a task's transaction fails its send (larger than the producer takes: the
+    client refuses it, as it fails a batch it expired): the writer never commits that transaction
+    (a commit would show the marker with a record missing, and no replay would ever write it); it
+    starts over with new producers until the outage budget is spent, then fails the task saying
+    why. Nothing of the (epoch, worker) is visible to read_committed, its marker neither; the
+    epoch's replay without that record commits the others once."""
     out, marks = _topics(kafka_bootstrap, unique_name)
-    t = _target(kafka_bootstrap, unique_name, marks)
-    real_send = KafkaProducer.send
-    dropped: list[bytes] = []
-
-    def send(self, topic, value=None, key=None, **kw):  # type: ignore[no-untyped-def]
-        if value == b"2" and not dropped:
-            dropped.append(value)
-            batch = FutureProduceResult(TopicPartition(topic, 0))  # what the sender fails for an expired batch
-            record = FutureRecordMetadata(batch, 0, -1, None, 0, 0, 0)
-            batch.failure(KafkaTimeoutError("Expiring 1 record(s): 120000 ms has passed"))
-            return record
-        return real_send(self, topic, value=value, key=key, **kw)
-
-    monkeypatch.setattr(KafkaProducer, "send", send)
-    caplog.set_level(logging.WARNING, logger="ballast.txn_output")
-    recs = [(out, b"k%d" % i, b"%d" % i, [(ID_HEADER, b"3:0:%d" % i)]) for i in range(4)]
-    assert tx.commit_outputs(t, 3, 0, recs) is True
-    assert dropped == [b"2"], "the fault was not injected: the test would prove nothing"
-    assert _read(kafka_bootstrap, out, "read_committed") == [(b"k%d" % i, b"%d" % i) for i in range(4)]
-    assert _fresh_attempts_marker(t, 0) == Marker("store-A", 3, 0)
-    assert any("KafkaTimeoutError" in r.getMessage() for r in caplog.records), "the retry was not logged"
+    t = TxnTarget(bootstrap=kafka_bootstrap, job=unique_name, operator="keycount", store_id="store-A",
+                  commits_topic=marks, outage_s=1.0)
+    recs: list[Rec] = [(out, b"k%d" % i, b"%d" % i, []) for i in range(3)] + [(out, b"big", b"x" * 200_000, [])]
+    df = spark.createDataFrame(spark.sparkContext.parallelize([(*r[:3], []) for r in recs], 1), OUTPUT_SCHEMA)
+    before = _stats(spark)
+    with pytest.raises(Exception, match=r"transactional output of epoch 1 worker 0 failed for 1 s"):
+        tx.writer(df, 1, t, {"kafka.max.request.size": "100000"}).save()
+    after = _stats(spark)
+    assert after["commits"] == before["commits"] and after["retries"] > before["retries"]
+    assert _read(kafka_bootstrap, out, "read_committed") == []
+    assert _read(kafka_bootstrap, marks, "read_committed") == []
+    _write(spark, t, 1, {0: recs[:3]})
+    assert _read(kafka_bootstrap, out, "read_committed") == [(b"k%d" % i, b"%d" % i) for i in range(3)]
+    assert txs.read_last_marker(t, 0) == Marker("store-A", 1, 0)
