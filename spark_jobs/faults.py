@@ -5,14 +5,15 @@ that point is reached, the line is removed from the file (so a restarted job run
 process SIGKILLs itself. Points (docs/dataplane.md "Crash injection"): in the driver
 after_decision, after_apply, before_manifest, in_step_commit (inside the epoch's DB transaction,
 before it commits, of an epoch that answers a control step), before_acks; in a Spark Python worker
-worker_mid_move, worker_prepared, worker_before_commit, worker_before_output_commit (the task's Kafka
-transaction holds its records, not committed), worker_after_output_commit (committed, the task not
-yet returned: spark_jobs.txn_output); relocate_copied (spark_jobs.relocate,
-after each file copied). Unset: no-op.
+worker_mid_move, worker_prepared, worker_before_commit; in an executor's JVM (the transactional
+writer, io.ballast.sink.Faults: the same file and rules, so both sides take POSIX locks on it)
+worker_before_output_commit (the task's Kafka transaction holds its records, not committed) and
+worker_after_output_commit (committed, the task not yet returned: spark_jobs.txn_output);
+relocate_copied (spark_jobs.relocate, after each file copied). Unset: no-op.
 
 A line `<point> <n> stop` SIGSTOPs the process instead (it goes on where it stopped after a
-SIGCONT): how the zombie-executor test freezes a Python worker at an exact point of its task
-before it freezes the rest of the executor — a stop from outside at a random moment could not say
+SIGCONT): how the zombie-executor test freezes an executor at an exact point of its task
+before it freezes the rest of the host — a stop from outside at a random moment could not say
 where the task was.
 """
 

@@ -13,7 +13,7 @@ step ("handover: ...") and it has not applied — a process of the job is SIGKIL
   transactions, the epoch is not committed: its replay meets all of that), then, after a restart on
   the same checkpoint, at a random moment of a later overlap epoch; the journal and the clock log
   make each replay reuse the handover's timestamps;
-- an executor of the loopback standalone cluster: a Python worker of an overlap epoch stops itself
+- an executor of the loopback standalone cluster: its JVM stops itself in an overlap epoch's task
   at `worker_before_output_commit` (its changelog object durable, its cache committed, its Kafka
   transaction open with the epoch's outputs), and the test SIGKILLs that executor's JVM and every
   process under it; Spark runs the task again on the other executor, whose cache lacks the bins.
@@ -48,7 +48,7 @@ from ballast.protocol import Move
 from migrations_db import models as m
 from migrations_db.db import session_scope
 from scripts.spark_cluster import SparkCluster, spark_submit_cmd
-from scripts.spark_cluster_procs import cmdline, descendants, stat
+from scripts.spark_cluster_procs import descendants, stat
 from spark_jobs.bins import uniform_assignment
 from spark_jobs.handover import BinHandover, from_decision
 from spark_jobs.journal import Journal
@@ -344,14 +344,12 @@ def test_driver_sigkilled_in_the_overlap_restarts_and_the_handover_completes_exa
 
 
 # ---------------------------------------------------------------------- executor loss --------
-def stopped_python_worker(cluster: SparkCluster) -> tuple[Any, int] | None:
-    """(the executor, the pid of its Python worker) when a Python worker under one of the cluster's
-    executors has stopped itself (state T), None while there is none."""
+def stopped_executor(cluster: SparkCluster) -> Any:
+    """The executor whose JVM has stopped itself (state T) at the fault, None while there is none."""
     for ex in cluster.executors():
-        for pid in descendants(ex.pid):
-            st = stat(pid)
-            if st is not None and st[2] == "T" and any("python" in a for a in cmdline(pid)[:2]):
-                return ex, pid
+        st = stat(ex.pid)
+        if st is not None and st[2] == "T":
+            return ex
     return None
 
 
@@ -401,21 +399,22 @@ def test_executor_sigkilled_in_the_overlap_and_the_handover_completes_exactly_on
     t_up = time.monotonic() - t0
     killed: list[int] = []
     try:
-        # 1. once the step is queued, the next Python worker about to commit its Kafka transaction stops
+        # 1. once the step is queued, the next executor about to commit a task's Kafka transaction stops
         deadline = time.time() + 300
         found, armed = None, False
         while found is None:
-            assert time.time() < deadline, "no Python worker stopped in the overlap:\n" + \
+            assert time.time() < deadline, "no executor stopped in the overlap:\n" + \
                 driver.log.read_text(errors="replace")[-4000:]
             driver.alive()
             h.tick()
             if not armed and h.bins and h.queued():
                 faults.write_text("worker_before_output_commit 1 stop\n")
                 armed = True
-            found = stopped_python_worker(cluster)
+            found = stopped_executor(cluster)
             time.sleep(0.2)
-        # 2. SIGKILL its executor: the JVM, then everything under it (the stopped worker among them)
-        ex, py = found
+        # 2. SIGKILL the stopped executor: the JVM, then everything under it
+        ex = found
+        py = ex.pid
         killed = [ex.pid, *descendants(ex.pid)]
         cluster.kill_executor(ex.pid)
         for pid in killed[1:]:
@@ -463,6 +462,6 @@ def test_executor_sigkilled_in_the_overlap_and_the_handover_completes_exactly_on
     assert recovered_s is not None
     print(f"[timing] test {time.monotonic() - t_start:.0f}s (driver up {t_up:.0f}s, the frozen epoch committed "
           f"{recovered_s:.1f}s after the kill); {summary}; the killed attempt's (epoch, worker) {aborted} "
-          f"(worker 0 the old owner, 1 the new; Python worker pid {py}); the epoch's committed objects "
+          f"(worker 0 the old owner, 1 the new; executor pid {py}); the epoch's committed objects "
           f"(attempt, pid) by worker {retried}; epochs {len(committed_epochs(h.spark_ckpt))}, "
           f"windows {len(h.expected)}")

@@ -2,33 +2,33 @@
 retried elsewhere, thawed after the epoch committed; its late writes are fenced (issue 28, item 3).
 
 The key-count job (W = 2 on 2 one-core executors) runs a plan that moves bins between its workers.
-A fault line `worker_before_output_commit 3 stop` makes one Python worker SIGSTOP itself at an
-exact point: its changelog object durable, its cache committed, its Kafka transaction holding the
-epoch's outputs and marker, not committed. The test then SIGSTOPs the rest of that executor (the
-JVM, the PySpark daemon, its other workers) and its Spark worker daemon: the host is frozen
-mid-epoch, as a paused VM would be. Without heartbeats for 15 s the driver declares the executor
-lost and the task runs again on the other executor; that attempt's `init_transactions` fences the
-frozen producer. Once the frozen epoch and the next one are committed, the Python worker is thawed
-alone and goes on with its commit (the test reads its stdout and stderr pipes, which its frozen
-JVM would drain); once its commit is refused, the rest of the host is thawed. (Freezing
-the executor without its worker daemon lets the daemon kill the executor's JVM, and the JVM's end
-SIGHUPs its stopped Python processes: the zombie never runs again, and nothing is tested.)
+A fault line `worker_before_output_commit 3 stop` makes one executor's JVM SIGSTOP itself at an
+exact point of a task's transactional writer (io.ballast.sink.TxnWriter): the task's changelog
+object durable, its cache committed, its Kafka transaction holding the epoch's outputs and marker,
+not committed. The test then SIGSTOPs the rest of that host (the PySpark daemon, its Python
+workers) and its Spark worker daemon: the host is frozen mid-epoch, as a paused VM would be.
+Without heartbeats for 15 s the driver declares the executor lost and the task runs again on the
+other executor; that attempt's `initTransactions` fences the frozen producer. Once the frozen epoch
+and the next one are committed, the JVM is thawed alone and goes on with its commit (the test reads
+its stdout and stderr pipes, which its frozen worker daemon would drain); once its commit is
+refused, the rest of the host is thawed. (Freezing the executor without its worker daemon lets the
+daemon kill the executor's JVM once the driver gives it up: the zombie never runs again, and
+nothing is tested.)
 
 Speculation is on too (`spark.speculation`), but on a loopback cluster it cannot place a copy:
 every executor's host is 127.0.0.1 and Spark never speculates a task on a host where an attempt of
 it runs (the driver logs "Marking task ... as speculatable" and nothing more). The executor-loss
 path is what retries the task here; a speculative copy on another host meets the same fencing.
 
-Oracle: the frozen task really was mid-transaction (its process in state T, the fault's line);
-the epoch committed while it was frozen; its late commit was refused (the worker's line "fenced
-and another attempt committed" for that epoch) and its records are in the topic as aborted copies
-(read_uncommitted sees them twice, read_committed once); its worker's changelog object of the epoch
-is the one it wrote before the freeze (the retry re-emitted it), named by the manifest, and it
-wrote no other; every output once for a plain read_committed consumer; durable state, outputs,
-checkpoints and acks exactly as a pure-Python run.
+Oracle: the frozen task really was mid-transaction (its JVM in state T, the fault's line); the
+epoch committed while it was frozen; its late commit was refused (the writer's line "this attempt
+was fenced" for that epoch) and its records are in the topic as aborted copies (read_uncommitted
+sees them twice, read_committed once); its worker's changelog object of the epoch is the one it
+wrote before the freeze (the retry re-emitted it), named by the manifest, and it wrote no other;
+every output once for a plain read_committed consumer; durable state, outputs, checkpoints and
+acks exactly as a pure-Python run.
 Measured: docs/dataplane.md, "Zombie executors".
 """
-
 from __future__ import annotations
 
 import json
@@ -44,7 +44,7 @@ from pathlib import Path
 import pytest
 
 from scripts.spark_cluster import SparkCluster, spark_submit_cmd, submit_env
-from scripts.spark_cluster_procs import cmdline, descendants, stat
+from scripts.spark_cluster_procs import descendants, stat
 from spark_jobs.bins import uniform_assignment
 from spark_jobs.offsets import committed_epochs, read_end_offsets
 from spark_jobs.output import parse_id, read_output, record_id, scan_topic
@@ -82,14 +82,13 @@ def swap_maps(bins: int) -> list[tuple[int, list[int]]]:
     return maps
 
 
-def frozen_worker(cluster: SparkCluster) -> tuple[int, int] | None:
-    """(pid of the Spark worker daemon, pid of the Python worker) when a Python worker of one of the
-    worker's executors stopped itself (state T), None while there is none."""
+def frozen_executor(cluster: SparkCluster) -> tuple[int, int] | None:
+    """(pid of the Spark worker daemon, pid of the executor's JVM) when an executor's JVM stopped
+    itself (state T) at the fault, None while there is none."""
     for ex in cluster.executors():
-        for pid in descendants(ex.pid):
-            st = stat(pid)
-            if st is not None and st[2] == "T" and any("python" in a for a in cmdline(pid)[:2]):
-                return cluster.workers[ex.worker_index].pid, pid
+        st = stat(ex.pid)
+        if st is not None and st[2] == "T":
+            return cluster.workers[ex.worker_index].pid, ex.pid
     return None
 
 
@@ -100,7 +99,7 @@ def executor_logs(cluster: SparkCluster) -> str:
 
 class PipeTap:
     """Reads what a process writes to its stdout and stderr pipes (opened through /proc), while the
-    JVM that normally drains them is frozen: a full pipe would block the zombie at its first log line."""
+    worker daemon that normally drains them is frozen: a full pipe would block the zombie at its first log line."""
 
     def __init__(self, pid: int) -> None:
         self.fds: list[int] = []
@@ -184,23 +183,22 @@ def test_a_frozen_executors_late_writes_are_fenced(spark_cluster, kafka_bootstra
 
     frozen: list[int] = []
     try:
-        # 1. a Python worker stops itself mid-transaction; freeze the rest of its host
+        # 1. an executor's JVM stops itself mid-transaction; freeze the rest of its host
         deadline = time.time() + 300
         found = None
         while found is None:
-            assert time.time() < deadline, "no Python worker stopped at the fault:\n" + \
+            assert time.time() < deadline, "no executor stopped at the fault:\n" + \
                 log.read_text(errors="replace")[-4000:]
             alive()
             sender()
-            found = frozen_worker(cluster)
+            found = frozen_executor(cluster)
             time.sleep(0.2)
         # the whole host freezes (a VM pause): the worker daemon too, or it would kill the executor's
-        # JVM once the driver gives it up, and the JVM's end hangs up its Python processes (SIGHUP to
-        # an orphaned process group with stopped members): nothing of the zombie would run again
-        host, py = found
-        frozen = [host, *(p for p in descendants(host) if p != py)]
+        # JVM once the driver gives it up: nothing of the zombie would run again
+        host, jvm = found
+        frozen = [host, *(p for p in descendants(host) if p != jvm)]
         signal_all(frozen, signal.SIGSTOP)
-        frozen.append(py)
+        frozen.append(jvm)
         t_frozen = time.monotonic()
         eps = committed_epochs(spark_ckpt)
         last_before = eps[-1] if eps else -1
@@ -214,18 +212,17 @@ def test_a_frozen_executors_late_writes_are_fenced(spark_cluster, kafka_bootstra
             sender()
             time.sleep(0.3)
         # frozen throughout: no process of the host ran or ended meanwhile (Z: ended before the freeze)
-        assert stat(py) is not None and stat(py)[2] == "T", "the zombie Python worker ran or ended"
+        assert stat(jvm) is not None and stat(jvm)[2] == "T", "the zombie executor ran or ended"
         assert all(stat(p) is not None and stat(p)[2] in "TZ" for p in frozen), "the host was not frozen throughout"
         frozen_s = time.monotonic() - t_frozen
         objects, manifest = epoch_objects(ckpt / "durable", last_before + 1)  # before the zombie runs again
-        # 3. thaw the Python worker alone and let it finish its late commit, then the rest of the host
-        # (a woken JVM, which the driver gave up, exits, and its end would SIGHUP the zombie)
-        tap = PipeTap(py)
-        signal_all([py], signal.SIGCONT)
+        # 3. thaw the executor's JVM alone and let it try its late commit, then the rest of the host
+        tap = PipeTap(jvm)
+        signal_all([jvm], signal.SIGCONT)
         t_thawed = time.monotonic()
         deadline = time.time() + 90
-        while not FENCED.search(tap.read()) and stat(py) is not None and stat(py)[2] not in "ZX":
-            assert time.time() < deadline, f"the thawed zombie (pid {py}, state {stat(py)}) neither logged nor " \
+        while not FENCED.search(tap.read()) and stat(jvm) is not None and stat(jvm)[2] not in "ZX":
+            assert time.time() < deadline, f"the thawed zombie (pid {jvm}, state {stat(jvm)}) neither logged nor " \
                 f"ended; its output:\n{tap.text[-3000:]}"
             alive()
             sender()
@@ -261,7 +258,7 @@ def test_a_frozen_executors_late_writes_are_fenced(spark_cluster, kafka_bootstra
 
     # the freeze hit a task mid-transaction, and its late commit was refused
     logs = executor_logs(cluster)
-    assert f"[ballast-fault] stopping pid {py} at worker_before_output_commit" in logs
+    assert f"[ballast-fault] stopping pid {jvm} at worker_before_output_commit" in logs
     fenced = {(int(e), int(w)) for e, w in FENCED.findall(zombie_out)}
     assert (last_before + 1) in {e for e, _ in fenced}, f"no fenced late commit of epoch {last_before + 1}: {fenced}"
     zombie = next((e, w) for e, w in fenced if e == last_before + 1)

@@ -72,12 +72,18 @@ final class Faults {
     System.out.flush();
     String group = System.getenv("BALLAST_FAULTS_KILL_GROUP");
     boolean wholeGroup = group != null && List.of("1", "true", "yes", "on").contains(group.toLowerCase());
+    // sh is dash here: its kill takes `-<pgid>` for a group and knows no `--`; a group kill that
+    // failed still ends this process (the second kill)
     String cmd = action.equals("stop") ? "kill -STOP " + pid
-        : wholeGroup ? "kill -KILL -- -$(ps -o pgid= -p " + pid + " | tr -d ' ')" : "kill -KILL " + pid;
+        : wholeGroup ? "kill -KILL -$(ps -o pgid= -p " + pid + " | tr -d ' '); kill -KILL " + pid
+        : "kill -KILL " + pid;
     try {
       new ProcessBuilder("sh", "-c", cmd).inheritIO().start().waitFor(); // returns after a SIGCONT
     } catch (IOException | InterruptedException e) {
       throw new IllegalStateException("crash injection: `" + cmd + "` failed", e);
+    }
+    if (!action.equals("stop")) {
+      Runtime.getRuntime().halt(137); // not reached unless the kill failed: never go on past a kill point
     }
   }
 

@@ -235,16 +235,19 @@ final class TxnWriter implements DataWriter<InternalRow> {
         throw new IOException("transactional output of epoch " + t.epoch + " worker " + worker + ": " + e, e);
       }
       boolean fenced = fenced(e);
-      if (fenced && !wasFenced) { // a zombie's late commit, or a losing copy: the line that says so
+      if (fenced) { // a zombie's late commit, a losing copy, or a slot another executor took since: say so
         LOG.warn("transactional output of epoch {} worker {}: this attempt was fenced ({}); its transaction "
             + "stays aborted, a new producer reads the slot's marker", t.epoch, worker, e.getClass().getSimpleName());
-      } else if (!fenced) {
+      } else {
         LOG.warn("transactional output of epoch {} worker {}: {}; retrying with a new producer", t.epoch, worker,
             e.toString());
       }
-      wasFenced |= fenced;
       count(fenced ? "fenced" : "retries");
-      long wait = fenced ? ThreadLocalRandom.current().nextLong(100) : backoff;
+      // a first fence is mostly a kept producer whose slot another executor ran since (that task is
+      // done): start over at once; a fence after that is a live rival (a speculative copy), and both
+      // must not keep fencing each other: a random moment
+      long wait = fenced ? (wasFenced ? ThreadLocalRandom.current().nextLong(100) : 0) : backoff;
+      wasFenced |= fenced;
       if (System.currentTimeMillis() + wait > deadline) {
         throw new IOException("transactional output of epoch " + t.epoch + " worker " + worker + " failed for "
             + t.outageMs / 1000 + " s (the job's Kafka outage budget): " + e, e);
