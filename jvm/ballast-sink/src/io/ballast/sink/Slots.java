@@ -78,6 +78,11 @@ final class Slots {
     return open(t, worker, key);
   }
 
+  /** A new producer for the slot, whatever this JVM kept (a retry's: the kept one failed). */
+  static Slot fresh(TxnTarget t, int worker) {
+    return open(t, worker, List.of(t.transactionalId(worker), t.producerConfig));
+  }
+
   /** A new producer for the slot: its init fences every earlier one; then the slot's last marker. */
   static Slot open(TxnTarget t, int worker, List<Object> key) {
     Properties props = new Properties();

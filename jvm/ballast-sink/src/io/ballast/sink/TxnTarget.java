@@ -31,6 +31,7 @@ final class TxnTarget implements Serializable {
     timeoutMs = Math.max(Math.min(outageMs, 120_000), 10_000);
     Map<String, String> kafka = Producers.config(options);
     producerConfig = new HashMap<>(kafka);
+    producerConfig.remove("default.api.timeout.ms"); // a consumer's setting (Spark's options share it)
     producerConfig.put("acks", "all");
     producerConfig.put("enable.idempotence", "true");
     producerConfig.put("transaction.timeout.ms", Integer.toString(TRANSACTION_TIMEOUT_MS));

@@ -73,7 +73,8 @@ final class TxnWriter implements DataWriter<InternalRow> {
   private Slots.Slot slot;
   private boolean skip, open, done;
   private volatile Exception failed;
-  private final Callback callback = this::acked;
+  private volatile int attempt; // a send's callback counts only for the attempt that made it
+  private Callback callback = callbackOf(0);
 
   /** Where the rows' columns are: topic, key, value, headers (spark_jobs.output.kafka_arrow_schema). */
   static final class Cols implements java.io.Serializable {
@@ -125,10 +126,14 @@ final class TxnWriter implements DataWriter<InternalRow> {
     this.pending = Slots.take(t, worker); // a head start for the init and the marker read
   }
 
-  private void acked(RecordMetadata m, Exception e) {
-    if (e != null && failed == null) {
-      failed = e;
-    }
+  /** The callback of attempt `a`'s sends: a late failure of an attempt given up (its producer
+   *  closed, its batches aborted) must not fail the next one. */
+  private Callback callbackOf(int a) {
+    return (RecordMetadata m, Exception e) -> {
+      if (e != null && a == attempt && failed == null) {
+        failed = e;
+      }
+    };
   }
 
   @Override
@@ -173,10 +178,8 @@ final class TxnWriter implements DataWriter<InternalRow> {
       }
       slot.producer.beginTransaction();
       open = true;
-    } catch (ExecutionException e) {
-      failed = e.getCause() instanceof Exception ? (Exception) e.getCause() : e;
     } catch (Exception e) {
-      failed = e;
+      failed = cause(e);
     }
   }
 
@@ -230,6 +233,7 @@ final class TxnWriter implements DataWriter<InternalRow> {
     boolean wasFenced = false;
     Exception e = first;
     while (true) {
+      e = cause(e);
       discard();
       if (e instanceof AuthorizationException || e instanceof AuthenticationException || e instanceof ConfigException) {
         throw new IOException("transactional output of epoch " + t.epoch + " worker " + worker + ": " + e, e);
@@ -256,9 +260,11 @@ final class TxnWriter implements DataWriter<InternalRow> {
       if (!fenced) {
         backoff = Math.min(backoff * 2, 5_000);
       }
+      attempt++;
+      callback = callbackOf(attempt);
       failed = null;
       try {
-        slot = Slots.takeNow(t, worker);
+        slot = Slots.fresh(t, worker); // a new init: it fences, aborts, and the marker read says what is committed
         if (slot.last != null && slot.last.covers(t.store, t.epoch)) {
           count("skips");
           if (wasFenced) {
@@ -277,9 +283,14 @@ final class TxnWriter implements DataWriter<InternalRow> {
         finish(p);
         return;
       } catch (Exception next) {
-        e = next instanceof ExecutionException && next.getCause() instanceof Exception ? (Exception) next.getCause() : next;
+        e = next;
       }
     }
+  }
+
+  /** The exception inside a future's ExecutionException (what the client or the slot's opener threw). */
+  private static Exception cause(Exception e) {
+    return e instanceof ExecutionException && e.getCause() instanceof Exception ? (Exception) e.getCause() : e;
   }
 
   static boolean fenced(Throwable e) {
