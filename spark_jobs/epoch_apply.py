@@ -112,7 +112,7 @@ class EpochApply:
             probe=self.live_code.probe_chain() if self.live_code is not None else (), handover=work.handover)
         out = route(keyed, k, st.assignment, tasks, make_apply_fn(acfg), work.handover,
                     CopyRule.of(getattr(self.op, "spec", None), work.clock), self.stream_plan.combine)
-        txn = self._txn_target(tasks)
+        txn = self.txn_target(tasks)
         if txn is not None:  # each task commits its outputs in a Kafka transaction (spark_jobs.txn_output)
             writer = txn_output.writer(out, epoch, txn, self._clients.spark_kafka_options(source=False))
         else:
@@ -134,7 +134,7 @@ class EpochApply:
         times.lap("manifest")
         return docs
 
-    def _txn_target(self, tasks: int) -> TxnTarget | None:
+    def txn_target(self, tasks: int) -> TxnTarget | None:
         """The tasks' transactional output, with a marker partition for each of the epoch's `tasks` slots."""
         if not self.transactional:
             return None

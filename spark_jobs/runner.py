@@ -201,7 +201,7 @@ class JobRunner:
                                         self._batch, self.journal.spark_checkpoint, self._in_batch, self._stopping)
         src = self.streaming.build(effective)
         self.warmup.workers(workers, cache_dir, self.durable.store_id)
-        self.warmup.plan(src.schema, self.k, workers)
+        self.warmup.plan(src.schema, self.k, workers, self.applier.txn_target(workers))
         self.streaming.start(src, effective)
         log.info("%s: job %s", QUERY_STARTED, cfg.job + (f" operator {cfg.operator}" if cfg.siblings else ""))
         threading.Thread(target=self._ticker, name="ballast-ticker", daemon=True).start()

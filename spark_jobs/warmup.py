@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 from ballast.protocol import message_key, utcnow
-from spark_jobs import id_sink
+from spark_jobs import id_sink, txn_output
 from spark_jobs.control import tick_message
 from spark_jobs.handover import BinHandover, CopyRule
 from spark_jobs.job_clients import JobClients
@@ -59,7 +59,7 @@ class WarmUp:
                  (time.perf_counter() - t0) * 1000)
         return pids
 
-    def plan(self, source_schema: Any, k: int, workers: int) -> None:
+    def plan(self, source_schema: Any, k: int, workers: int, txn: Any = None) -> None:
         """Spark's own first job on a fresh JVM pays class loading and code generation (most of the
         cold first epoch's ~10 s is outside our Python task). Run the epoch's plan once before the
         query starts: the input filter, the operator's keying, the routing columns, the shuffle by
@@ -67,6 +67,10 @@ class WarmUp:
         applies nothing and emits one tick per worker, written by Spark's Kafka sink with the job's
         own producer options: the producer Spark caches per executor is then open when the first
         epoch writes its outputs. Ticks go to `<job>.control.ticks`, which every reader skips.
+        With transactional output (`txn`, a spark_jobs.txn_slots.TxnTarget) the routed rows go to
+        the epochs' writer instead, told to write nothing (`warm`): each task opens its slot's
+        producer (its init and marker read) and the executor keeps it for the first epoch, which
+        after a restart otherwise paid them at its end.
         An operator that declares its windows routes the row once more through a synthetic handover
         (`_warm_handover`), into Spark's no-op sink. Hand-off inputs are skipped (their deduplication
         reads the journal). `k`: bits of the map in force. A failure is only logged."""
@@ -96,8 +100,12 @@ class WarmUp:
             tick = (tick_topic(self.cfg.job), message_key(self.cfg.job, self.cfg.operator),
                     tick_message(self.cfg.job, self.cfg.operator, utcnow()))
             routed = route(rows, k, [0] * (1 << k), workers, _emit_tick(*tick), combine=plan.combine)
-            routed.write.format("kafka").option("kafka.bootstrap.servers", self.cfg.bootstrap).options(
-                **self._clients.spark_kafka_options(source=False)).save()
+            if txn is not None:
+                txn_output.writer(routed, -1, txn, self._clients.spark_kafka_options(source=False)).option(
+                    "warm", "true").save()
+            else:
+                routed.write.format("kafka").option("kafka.bootstrap.servers", self.cfg.bootstrap).options(
+                    **self._clients.spark_kafka_options(source=False)).save()
             log.info("warmed Spark's epoch plan (code generation, shuffle, Arrow) in %.0f ms",
                      (time.perf_counter() - t0) * 1000)
             if self._hands_over():

@@ -44,7 +44,7 @@ def test_keyed_queries_write_in_transactions_unless_at_least_once_and_stateless_
     assert _apply(keyed).transactional
     assert not _apply(keyed, "at-least-once").transactional
     assert not _apply(StatelessOperator(Q1)).transactional, "Spark's Kafka sink writes a stateless query's outputs"
-    assert _apply(keyed, "at-least-once")._txn_target(2) is None
+    assert _apply(keyed, "at-least-once").txn_target(2) is None
 
 
 def test_a_stateless_epochs_rows_and_time_are_spread_evenly_over_the_workers():

@@ -257,3 +257,24 @@ def test_a_transaction_with_a_failed_send_is_never_committed(spark, kafka_bootst
     _write(spark, t, 1, {0: recs[:3]})
     assert _read(kafka_bootstrap, out, "read_committed") == [(b"k%d" % i, b"%d" % i) for i in range(3)]
     assert txs.read_last_marker(t, 0) == Marker("store-A", 1, 0)
+
+
+@pytest.mark.dataplane
+@pytest.mark.services
+def test_a_warm_up_write_opens_the_slots_and_writes_nothing(spark, kafka_bootstrap, unique_name):
+    """The job's warm-up routes a row per worker into the writer with `warm`: every slot's producer
+    is opened (init, marker read) and kept, nothing is written, no marker either; the first epoch
+    then commits on the kept producers, opening none."""
+    out, marks = _topics(kafka_bootstrap, unique_name)
+    t = _target(kafka_bootstrap, unique_name, marks)
+    before = _stats(spark)
+    rows = spark.createDataFrame(spark.sparkContext.parallelize([(out, b"k", b"tick", [])] * 2, 2), OUTPUT_SCHEMA)
+    tx.writer(rows, -1, t, {}).option("warm", "true").save()
+    warmed = _stats(spark)
+    assert warmed["inits"] - before["inits"] == 2 and warmed["commits"] == before["commits"]
+    assert _read(kafka_bootstrap, out, "read_uncommitted") == []
+    assert _read(kafka_bootstrap, marks, "read_uncommitted") == []
+    _write(spark, t, 1, {0: [(out, b"a", b"1", [])], 1: [(out, b"b", b"1", [])]})
+    after = _stats(spark)
+    assert after["inits"] == warmed["inits"] and after["commits"] - warmed["commits"] == 2
+    assert _read(kafka_bootstrap, out, "read_committed") == [(b"a", b"1"), (b"b", b"1")]

@@ -19,6 +19,8 @@ final class TxnTarget implements Serializable {
   final HashMap<String, String> consumerConfig;
   final String job, operator, store, commitsTopic;
   final long epoch, outageMs, timeoutMs;
+  // a warm-up's write (`warm`): each task opens its slot's producer and keeps it, writing nothing
+  final boolean warm;
 
   TxnTarget(Map<String, String> options) {
     job = required(options, "job");
@@ -27,6 +29,7 @@ final class TxnTarget implements Serializable {
     commitsTopic = required(options, "commits.topic");
     epoch = Long.parseLong(required(options, "epoch"));
     outageMs = Long.parseLong(options.getOrDefault("outage.ms", "300000"));
+    warm = Boolean.parseBoolean(options.getOrDefault("warm", "false"));
     // what one init, flush, commit or marker read may wait for the broker
     timeoutMs = Math.max(Math.min(outageMs, 120_000), 10_000);
     Map<String, String> kafka = Producers.config(options);

@@ -138,6 +138,9 @@ final class TxnWriter implements DataWriter<InternalRow> {
 
   @Override
   public void write(InternalRow row) throws IOException {
+    if (t.warm) {
+      return;
+    }
     ProducerRecord<byte[], byte[]> r = record(row);
     records.add(r);
     if (records.size() == 1) {
@@ -186,6 +189,18 @@ final class TxnWriter implements DataWriter<InternalRow> {
   @Override
   public WriterCommitMessage commit() throws IOException {
     done = true;
+    if (t.warm) { // the job's warm-up: the slot's producer open (and the marker read) before epoch 1
+      try {
+        slot = pending.get(t.timeoutMs + 30_000, TimeUnit.MILLISECONDS);
+        pending = null;
+        release();
+      } catch (Exception e) {
+        LOG.info("warming the transactional producer of worker {} failed ({}); the first epoch opens it", worker,
+            cause(e).toString());
+        discard();
+      }
+      return null;
+    }
     if (records.isEmpty()) {
       release();
       return null;
