@@ -17,6 +17,7 @@ from spark_jobs import timers
 from spark_jobs.bins import decode_entry
 from spark_jobs.durable import read_state
 from spark_jobs.offsets import committed_epochs
+from spark_jobs.runner import QUERY_STARTED
 from tests.helpers.control import send_control
 from tests.helpers.dp_helpers import check_migration_property, checkpoints
 from tests.helpers.procs import killpg
@@ -50,13 +51,25 @@ def killed_runs(cmd: list[str], env: dict[str, str], logs: Path, faults_file: Pa
     faults_file.write_text("")
 
 
+def wait_started(proc: subprocess.Popen[bytes], log_path: Path, deadline: float) -> None:
+    """Until the job logs that its streaming query runs: before that its SIGTERM handler may not be
+    in place (a job whose killed runs had already done all the work got a SIGTERM at once, exit -15)."""
+    while QUERY_STARTED.encode() not in log_path.read_bytes():
+        assert proc.poll() is None, log_path.read_text(errors="replace")[-3000:]
+        assert time.time() < deadline, "the job never started its query:\n" + \
+            log_path.read_text(errors="replace")[-3000:]
+        time.sleep(0.3)
+
+
 def final_run(cmd: list[str], env: dict[str, str], log_path: Path, done: Callable[[], bool],
               timeout_s: float = 600, linger_s: float = 0.0) -> None:
-    """Run until `done()` (polled every 0.5 s), `linger_s` more, then SIGTERM; exit code 0 required."""
+    """Run until `done()` (polled every 0.5 s, once the query runs), `linger_s` more, then SIGTERM;
+    exit code 0 required."""
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         try:
             deadline = time.time() + timeout_s
+            wait_started(proc, log_path, deadline)
             while time.time() < deadline:
                 assert proc.poll() is None, log_path.read_text(errors="replace")[-3000:]
                 if done():

@@ -44,3 +44,13 @@ def test_the_sources_consumers_do_not_wait_out_kafkas_default_fetch_wait() -> No
     assert clients.spark_kafka_options(source=True)["kafka.fetch.max.wait.ms"] == str(SOURCE_FETCH_WAIT_MS)
     assert SOURCE_FETCH_WAIT_MS <= 50
     assert "kafka.fetch.max.wait.ms" not in clients.spark_kafka_options(source=False)
+
+
+def test_record_batches_are_checksummed_in_c() -> None:
+    """kafka-python computes each batch's CRC-32C with the `crc32c` package when it is installed, else in
+    pure Python at a few MB/s (requirements.txt): the job's acks and control, the emitter and the load
+    generators pay that on every batch."""
+    from kafka.record import util
+
+    assert util.crc32c_c is not None, "pip install the crc32c package (requirements.txt)"
+    assert util.calc_crc32c(b"123456789") == 0xE3069283  # CRC-32C's check value

@@ -42,6 +42,7 @@ from tests.helpers.dp_helpers import (
     steps_from_maps,
     zipf_keys,
 )
+from tests.helpers.kill_runs import wait_started
 from tests.helpers.procs import killpg
 
 pytestmark = [pytest.mark.dataplane, pytest.mark.slow]
@@ -145,6 +146,7 @@ def test_sigkill_anywhere_then_restart_is_exactly_once(kafka_bootstrap, make_top
         proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         try:
             deadline = time.time() + 600
+            wait_started(proc, logs / "final.log", deadline)
             while time.time() < deadline and not done():
                 assert proc.poll() is None, (logs / "final.log").read_text()[-3000:]
                 control_tick()
