@@ -1,6 +1,8 @@
 """A worker slot's transactional identity: its Kafka transactional id, its commit marker, and what
-a task needs to write (`TxnTarget`). The writer is the JVM's (spark_jobs.txn_output); the driver
-and the tests read markers with `read_last_marker`, the same read the writer makes."""
+a task needs to write (`TxnTarget`). The writer is the JVM's (spark_jobs.txn_output); the tests
+(and an operator inspecting a slot) read markers with `read_last_marker`, a second implementation
+of the writer's read (io.ballast.sink.Marker.readLast) on purpose: it checks the JVM's markers from
+outside."""
 
 from __future__ import annotations
 

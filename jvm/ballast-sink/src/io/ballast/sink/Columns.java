@@ -29,22 +29,24 @@ final class Columns implements Serializable {
     return c;
   }
 
-  private static int optional(StructType s, String name, DataType type) {
+  /** Column `name`'s index in `s` (-1: absent), refused if it is not of `type` (null: any type). */
+  static int optional(StructType s, String name, DataType type) {
     if (!Arrays.asList(s.fieldNames()).contains(name)) {
       return -1;
     }
     int i = s.fieldIndex(name);
-    if (!s.fields()[i].dataType().equals(type)) {
+    if (type != null && !s.fields()[i].dataType().equals(type)) {
       throw new IllegalArgumentException("column " + name + " is " + s.fields()[i].dataType().simpleString()
-          + ", the Ballast id sink needs " + type.simpleString());
+          + ", Ballast's Kafka writer needs " + type.simpleString());
     }
     return i;
   }
 
-  private static int required(StructType s, String name, DataType type) {
+  static int required(StructType s, String name, DataType type) {
     int i = optional(s, name, type);
     if (i < 0) {
-      throw new IllegalArgumentException("the Ballast id sink needs a column " + name + " (" + type.simpleString()
+      throw new IllegalArgumentException("Ballast's Kafka writer needs a column " + name + " ("
+          + (type == null ? "any type" : type.simpleString())
           + "); the rows have " + String.join(", ", s.fieldNames()));
     }
     return i;

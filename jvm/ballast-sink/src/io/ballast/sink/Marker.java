@@ -110,8 +110,4 @@ final class Marker {
     return b.append('"').toString();
   }
 
-  @Override
-  public String toString() {
-    return "Marker(" + store + ", epoch " + epoch + ", worker " + worker + ")";
-  }
 }

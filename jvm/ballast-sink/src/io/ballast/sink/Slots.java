@@ -66,8 +66,12 @@ final class Slots {
     return CompletableFuture.supplyAsync(() -> takeNow(t, worker), OPENER);
   }
 
+  private static List<Object> key(TxnTarget t, int worker) {
+    return List.of(t.transactionalId(worker), t.producerConfig);
+  }
+
   static Slot takeNow(TxnTarget t, int worker) {
-    List<Object> key = List.of(t.transactionalId(worker), t.producerConfig);
+    List<Object> key = key(t, worker);
     synchronized (Slots.class) {
       closeIdle(key);
       Slot s = IDLE.remove(key);
@@ -80,7 +84,7 @@ final class Slots {
 
   /** A new producer for the slot, whatever this JVM kept (a retry's: the kept one failed). */
   static Slot fresh(TxnTarget t, int worker) {
-    return open(t, worker, List.of(t.transactionalId(worker), t.producerConfig));
+    return open(t, worker, key(t, worker));
   }
 
   /** A new producer for the slot: its init fences every earlier one; then the slot's last marker. */

@@ -81,26 +81,13 @@ final class TxnWriter implements DataWriter<InternalRow> {
     final int topic, key, value, headers;
 
     Cols(StructType s) {
-      topic = index(s, "topic", DataTypes.StringType);
-      key = index(s, "key", DataTypes.BinaryType);
-      value = index(s, "value", DataTypes.BinaryType);
-      headers = index(s, "headers", null);
+      topic = Columns.required(s, "topic", DataTypes.StringType);
+      key = Columns.required(s, "key", DataTypes.BinaryType);
+      value = Columns.required(s, "value", DataTypes.BinaryType);
+      headers = Columns.required(s, "headers", null);
       if (!(s.fields()[headers].dataType() instanceof ArrayType)) {
         throw new IllegalArgumentException("column headers must be an array of (key string, value binary)");
       }
-    }
-
-    private static int index(StructType s, String name, org.apache.spark.sql.types.DataType type) {
-      if (!java.util.Arrays.asList(s.fieldNames()).contains(name)) {
-        throw new IllegalArgumentException("the Ballast transactional sink needs a column " + name
-            + "; the rows have " + String.join(", ", s.fieldNames()));
-      }
-      int i = s.fieldIndex(name);
-      if (type != null && !s.fields()[i].dataType().equals(type)) {
-        throw new IllegalArgumentException("column " + name + " is " + s.fields()[i].dataType().simpleString()
-            + ", the Ballast transactional sink needs " + type.simpleString());
-      }
-      return i;
     }
   }
 
