@@ -41,6 +41,9 @@ from ballast.signing import SigningKey, signed_step
 from ballast.topics import create_missing_topics
 
 log = logging.getLogger(__name__)
+# how long one attempt to reach the broker waits: a shorter outage is ridden out inside the attempt,
+# a longer one surfaces as EmitError and EmitPlanOperator retries it with backoff
+BOOTSTRAP_TIMEOUT_S = 10.0
 
 
 class EmitError(BallastError, RuntimeError):
@@ -118,7 +121,7 @@ class ControlEmitter:
                 linger_ms=0,
                 max_block_ms=15000,
                 request_timeout_ms=10000,
-                bootstrap_timeout_ms=10000,  # kafka-python 3.0 name of api_version_auto_timeout_ms
+                bootstrap_timeout_ms=int(BOOTSTRAP_TIMEOUT_S * 1000),  # kafka-python 3.0's api_version_auto_timeout_ms
                 **client_kwargs(security),
             )
         except Exception as exc:  # NoBrokersAvailable and friends

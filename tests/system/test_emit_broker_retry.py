@@ -17,14 +17,15 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from ballast import controller, store
 from ballast.config import get_job
-from ballast.emitter import ensure_control_topics
+from ballast.emitter import BOOTSTRAP_TIMEOUT_S, ensure_control_topics
 from ballast.tasks import EmitPlanOperator
 from tests.helpers.procs import free_port
 from tests.helpers.stepapplier import StepApplier, seed_job
 from tests.helpers.xdist_groups import OUTAGES
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.faults, pytest.mark.slow, OUTAGES]
-DOWN_S = 8.0
+# longer than one attempt to reach the broker (which rides out a shorter outage and retries nothing)
+DOWN_S = BOOTSTRAP_TIMEOUT_S + 5
 
 
 @pytest.fixture
@@ -85,7 +86,7 @@ def test_emit_waits_out_a_broker_restart(broker, planned, db_url, unique_name):
 
 
 def test_broker_down_past_the_deadline_fails_the_plan(broker, planned, db_url, unique_name):
-    plan_id = planned(margin_s=15)  # room for one retry after the first 10 s bootstrap attempt
+    plan_id = planned(margin_s=BOOTSTRAP_TIMEOUT_S + 5)  # room for one retry after the first attempt
     broker.down()
     t0 = time.monotonic()
     with pytest.raises(AirflowFailException, match="stayed unreachable until the plan's deadline"):

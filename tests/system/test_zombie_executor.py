@@ -260,7 +260,8 @@ def test_a_frozen_executors_late_writes_are_fenced(spark_cluster, kafka_bootstra
     logs = executor_logs(cluster)
     assert f"[ballast-fault] stopping pid {jvm} at worker_before_output_commit" in logs
     fenced = {(int(e), int(w)) for e, w in FENCED.findall(zombie_out)}
-    assert (last_before + 1) in {e for e, _ in fenced}, f"no fenced late commit of epoch {last_before + 1}: {fenced}"
+    assert (last_before + 1) in {e for e, _ in fenced}, \
+        f"no fenced late commit of epoch {last_before + 1}: {fenced}; the thawed zombie wrote:\n{zombie_out[-4000:]}"
     zombie = next((e, w) for e, w in fenced if e == last_before + 1)
     # its state: the object it wrote before the freeze is the epoch's one (the retry found it and
     # re-emitted it instead of writing a second), the manifest names it, and it wrote no other
