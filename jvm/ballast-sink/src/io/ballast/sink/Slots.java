@@ -10,8 +10,10 @@ import java.util.List;
 import java.util.Map;
 import java.util.Properties;
 import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ExecutionException;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
+import java.util.concurrent.TimeUnit;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.common.serialization.ByteArrayDeserializer;
@@ -80,6 +82,25 @@ final class Slots {
       }
     }
     return open(t, worker, key);
+  }
+
+  /**
+   * The producer's flush, bounded: a transactional producer whose broker went away while it was
+   * adding a partition to its transaction never expires its batches (its sender waits for the
+   * transactional request first), so KafkaProducer.flush can wait forever. Past `timeoutMs` this
+   * throws TimeoutException; the caller discards the producer, whose close aborts the batches and
+   * ends the flush left waiting.
+   */
+  static void flush(KafkaProducer<byte[], byte[]> p, long timeoutMs) throws Exception {
+    CompletableFuture<Void> f = CompletableFuture.runAsync(p::flush, OPENER);
+    try {
+      f.get(Math.max(timeoutMs, 1), TimeUnit.MILLISECONDS);
+    } catch (java.util.concurrent.TimeoutException e) {
+      throw new org.apache.kafka.common.errors.TimeoutException(
+          "the producer's records were not acknowledged within " + timeoutMs + " ms");
+    } catch (ExecutionException e) {
+      throw e.getCause() instanceof Exception ? (Exception) e.getCause() : e;
+    }
   }
 
   /** A new producer for the slot, whatever this JVM kept (a retry's: the kept one failed). */

@@ -198,23 +198,26 @@ final class TxnWriter implements DataWriter<InternalRow> {
       release();
       return null;
     }
+    // the outage budget counts from here: an outage that made the flush wait began before it ended
+    long deadline = System.currentTimeMillis() + t.outageMs;
     if (open && failed == null) {
       try {
-        finish(slot.producer);
+        finish(slot.producer, deadline);
         return null;
       } catch (Exception e) {
         failed = e;
       }
     }
-    retry(failed);
+    retry(failed, deadline);
     return null;
   }
 
-  /** The marker, a flush, every send acknowledged, then the commit (the fault points around it). */
-  private void finish(KafkaProducer<byte[], byte[]> p) throws Exception {
+  /** The marker, a flush, every send acknowledged, then the commit (the fault points around it).
+   *  The flush waits at most the client's blocking bound, and not past the outage budget. */
+  private void finish(KafkaProducer<byte[], byte[]> p, long deadline) throws Exception {
     Marker mark = new Marker(t.store, t.epoch, worker);
     Future<RecordMetadata> last = p.send(new ProducerRecord<>(t.commitsTopic, worker, mark.key(), mark.value()), callback);
-    p.flush();
+    Slots.flush(p, Math.min(t.timeoutMs, Math.max(deadline - System.currentTimeMillis(), 1_000)));
     last.get(0, TimeUnit.MILLISECONDS);
     if (failed != null) { // a commit now would show the marker without a record that failed
       throw failed;
@@ -228,9 +231,9 @@ final class TxnWriter implements DataWriter<InternalRow> {
     Faults.hit(Faults.AFTER_COMMIT);
   }
 
-  /** Starts over with a new producer until the outputs are committed (by this or another attempt). */
-  private void retry(Exception first) throws IOException {
-    long deadline = System.currentTimeMillis() + t.outageMs;
+  /** Starts over with a new producer until the outputs are committed (by this or another attempt)
+   *  or the outage budget, counted from the commit's start, is spent. */
+  private void retry(Exception first, long deadline) throws IOException {
     long backoff = 200;
     boolean wasFenced = false;
     Exception e = first;
@@ -282,7 +285,7 @@ final class TxnWriter implements DataWriter<InternalRow> {
         for (ProducerRecord<byte[], byte[]> r : records) {
           p.send(r, callback);
         }
-        finish(p);
+        finish(p, deadline);
         return;
       } catch (Exception next) {
         e = next;
