@@ -11,7 +11,10 @@ Without heartbeats for 15 s the driver declares the executor lost and the task r
 other executor; that attempt's `initTransactions` fences the frozen producer. Once the frozen epoch
 and the next one are committed, the JVM is thawed alone and goes on with its commit (the test reads
 its stdout and stderr pipes, which its frozen worker daemon would drain); once its commit is
-refused, the rest of the host is thawed. (Freezing the executor without its worker daemon lets the
+refused, the rest of the host is thawed. While the zombie's commit runs, the driver's JVM is paused
+for a few seconds: a thawed executor's first heartbeat would make it re-register, and Spark's executor
+exits when the driver refuses a removed executor (BlockManager's re-registration failure), which
+could end the zombie before its late commit. (Freezing the executor without its worker daemon lets the
 daemon kill the executor's JVM once the driver gives it up: the zombie never runs again, and
 nothing is tested.)
 
@@ -67,6 +70,7 @@ pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[2]
 BINS = 16
 N_RECORDS = 16_000
+DRIVER_PAUSE_S = 6.0  # the longest the driver's JVM is paused while the zombie is thawed
 FENCED = re.compile(r"transactional output of epoch (\d+) worker (\d+): this attempt was fenced")
 
 
@@ -90,6 +94,18 @@ def frozen_executor(cluster: SparkCluster) -> tuple[int, int] | None:
         if st is not None and st[2] == "T":
             return cluster.workers[ex.worker_index].pid, ex.pid
     return None
+
+
+def spark_driver_jvm(submit_pid: int) -> int:
+    """The driver's JVM (Spark's SparkSubmit) among spark-submit's process and its descendants."""
+    for pid in [submit_pid, *descendants(submit_pid)]:
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"org.apache.spark.deploy.SparkSubmit" in cmd:
+            return pid
+    raise AssertionError(f"no SparkSubmit JVM under pid {submit_pid}")
 
 
 def executor_logs(cluster: SparkCluster) -> str:
@@ -216,17 +232,28 @@ def test_a_frozen_executors_late_writes_are_fenced(spark_cluster, kafka_bootstra
         assert all(stat(p) is not None and stat(p)[2] in "TZ" for p in frozen), "the host was not frozen throughout"
         frozen_s = time.monotonic() - t_frozen
         objects, manifest = epoch_objects(ckpt / "durable", last_before + 1)  # before the zombie runs again
-        # 3. thaw the executor's JVM alone and let it try its late commit, then the rest of the host
+        # 3. thaw the executor's JVM alone and let it try its late commit, then the rest of the host.
+        # The driver's JVM is paused meanwhile (a few seconds at most, well inside the 15 s the driver
+        # allows the live executor's heartbeats): the thawed JVM's first heartbeat is answered "re-register",
+        # and Spark's executor exits when the driver refuses a removed executor's re-registration —
+        # a race with the writer's late commit that the exit won on a loaded machine (CI of 6e30db0)
+        driver_jvm = spark_driver_jvm(proc.pid)
         tap = PipeTap(jvm)
-        signal_all([jvm], signal.SIGCONT)
-        t_thawed = time.monotonic()
-        deadline = time.time() + 90
-        while not FENCED.search(tap.read()) and stat(jvm) is not None and stat(jvm)[2] not in "ZX":
-            assert time.time() < deadline, f"the thawed zombie (pid {jvm}, state {stat(jvm)}) neither logged nor " \
-                f"ended; its output:\n{tap.text[-3000:]}"
-            alive()
-            sender()
-            time.sleep(0.3)
+        signal_all([driver_jvm], signal.SIGSTOP)
+        try:
+            signal_all([jvm], signal.SIGCONT)
+            t_thawed = time.monotonic()
+            deadline = time.time() + 90
+            while not FENCED.search(tap.read()) and stat(jvm) is not None and stat(jvm)[2] not in "ZX":
+                assert time.time() < deadline, f"the thawed zombie (pid {jvm}, state {stat(jvm)}) neither logged " \
+                    f"nor ended; its output:\n{tap.text[-3000:]}"
+                if time.monotonic() - t_thawed > DRIVER_PAUSE_S:
+                    signal_all([driver_jvm], signal.SIGCONT)
+                alive()
+                sender()
+                time.sleep(0.1)
+        finally:
+            signal_all([driver_jvm], signal.SIGCONT)
         late_s = time.monotonic() - t_thawed
         zombie_out = tap.read()
         tap.close()
