@@ -10,7 +10,6 @@ import java.util.List;
 import java.util.Map;
 import java.util.Properties;
 import java.util.concurrent.CompletableFuture;
-import java.util.concurrent.ExecutionException;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.TimeUnit;
@@ -89,17 +88,15 @@ final class Slots {
    * adding a partition to its transaction never expires its batches (its sender waits for the
    * transactional request first), so KafkaProducer.flush can wait forever. Past `timeoutMs` this
    * throws TimeoutException; the caller discards the producer, whose close aborts the batches and
-   * ends the flush left waiting.
+   * ends the flush left waiting. A flush that failed throws its ExecutionException, which the
+   * writer's retry unwraps as it does the slot opener's.
    */
   static void flush(KafkaProducer<byte[], byte[]> p, long timeoutMs) throws Exception {
-    CompletableFuture<Void> f = CompletableFuture.runAsync(p::flush, OPENER);
     try {
-      f.get(Math.max(timeoutMs, 1), TimeUnit.MILLISECONDS);
+      CompletableFuture.runAsync(p::flush, OPENER).get(timeoutMs, TimeUnit.MILLISECONDS);
     } catch (java.util.concurrent.TimeoutException e) {
       throw new org.apache.kafka.common.errors.TimeoutException(
           "the producer's records were not acknowledged within " + timeoutMs + " ms");
-    } catch (ExecutionException e) {
-      throw e.getCause() instanceof Exception ? (Exception) e.getCause() : e;
     }
   }
 
