@@ -39,9 +39,16 @@ class ExecutorScaler:
         return self.sc._jsc.sc()
 
     def executor_ids(self) -> list[str]:
-        """Executors registered with the driver now (the driver itself excluded)."""
-        seq = self._jvm_sc().getExecutorIds()
-        return sorted((str(seq.apply(i)) for i in range(seq.size())), key=lambda s: (len(s), s))
+        """Executors registered with the driver now and not on their way out (the driver itself
+        excluded). An executor being killed, or whose loss the driver awaits the reason of, is still
+        registered for a while: counted, it looked like a surplus beside its replacement, and the
+        replacement was killed in turn, epoch after epoch (the cluster test saw a new executor
+        every ~4 s for minutes after a lost one)."""
+        sc = self._jvm_sc()
+        seq = sc.getExecutorIds()
+        ids = [str(seq.apply(i)) for i in range(seq.size())]
+        backend = sc.schedulerBackend()  # a CoarseGrainedSchedulerBackend on every managed cluster
+        return sorted((i for i in ids if backend.isExecutorActive(i)), key=lambda s: (len(s), s))
 
     def executors_for(self, workers: int) -> int:
         slots = max(1, self.cores // self.task_cpus)
@@ -67,7 +74,7 @@ class ExecutorScaler:
                 jl.add(i)
             sc.killExecutors(utils.toSeq(jl))
         ok = sc.requestTotalExecutors(target, 0, utils.toScalaMap(jvm.java.util.HashMap()))
-        if target != self._target:
+        if target != self._target or surplus:
             log.info("workers %d -> executors %d (had %d%s)%s", workers, target, len(ids),
                      f", released {surplus}" if surplus else "", "" if ok else " (the cluster manager refused)")
         self._target = target

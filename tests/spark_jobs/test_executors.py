@@ -1,5 +1,6 @@
 """spark_jobs.executors: on a cluster, W workers ask for ceil(W / task slots per executor)
-executors, the surplus is killed before the new total is requested; local mode asks for
+executors, the surplus is killed before the new total is requested, an executor being killed is no
+longer counted (its replacement is no surplus); local mode asks for
 nothing; the capacity is --max-workers, else the standalone master's alive cores."""
 
 from __future__ import annotations
@@ -28,8 +29,10 @@ class FakeSpark:
                  parallelism: int = 2) -> None:
         self.calls: list[tuple[Any, ...]] = []
         self.executors = executors
+        self.leaving: set[str] = set()  # killed, still registered until the driver has removed them
+        backend = SimpleNamespace(isExecutorActive=lambda i: i in self.executors and i not in self.leaving)
         jsc = SimpleNamespace(getExecutorIds=self._ids, killExecutors=self._kill,
-                              requestTotalExecutors=self._request)
+                              requestTotalExecutors=self._request, schedulerBackend=lambda: backend)
         utils = SimpleNamespace(toSeq=list, toScalaMap=dict)
         jvm = SimpleNamespace(org=SimpleNamespace(apache=SimpleNamespace(spark=SimpleNamespace(
             api=SimpleNamespace(python=SimpleNamespace(PythonUtils=utils))))),
@@ -44,6 +47,10 @@ class FakeSpark:
 
     def _kill(self, ids: list[str]) -> None:
         self.calls.append(("kill", list(ids)))
+        self.leaving |= set(ids)  # as Spark: a kill is asynchronous, the executor stays registered a while
+
+    def removed(self, *ids: str) -> None:
+        """The driver has processed these executors' loss: no longer registered."""
         self.executors = [e for e in self.executors if e not in ids]
 
     def _request(self, total: int, _locality: int, _hosts: dict) -> bool:
@@ -73,6 +80,18 @@ def test_fewer_workers_kill_the_surplus_before_requesting_the_new_total():
     s.scale_to(2)
     assert spark.calls == [("kill", ["3", "10"]), ("request", 2)]
     assert s.held() == 2
+
+
+def test_an_executor_on_its_way_out_is_not_counted_so_its_replacement_is_kept():
+    spark = FakeSpark("spark://m:7077", ["1", "2", "3"])
+    s = ExecutorScaler(spark)
+    s.scale_to(1)
+    assert spark.calls == [("kill", ["2", "3"]), ("request", 1)]
+    spark.removed("1")  # the executor it kept is lost in the same epoch...
+    spark.executors.append("4")  # ...and the cluster replaces it while 2 and 3 are still registered
+    s.scale_to(1)
+    assert spark.calls[2:] == [("request", 1)], "the replacement was killed as a surplus"
+    assert s.executor_ids() == ["4"] and s.held() == 1
 
 
 def test_more_workers_request_more_executors_and_kill_none():

@@ -150,9 +150,11 @@ def test_executors_follow_w_up_and_down_on_a_cluster(kafka_bootstrap, make_topic
             want = math.ceil(w / CORES_PER_EXECUTOR)
             hb = heartbeat()
             counts = (hb.executors if hb and hb.executors is not None else -1, *cluster_view(cluster, app_name))
+            last["counts"] = counts  # a timed-out wait says where it stood
             return counts if all(c == want for c in counts) else None
 
         measured: dict[str, Any] = {}
+        last: dict[str, Any] = {}
         t0 = time.monotonic()
         # the app first takes every free core (3 executors); W = 1 gives two back
         wait_until(lambda: len(committed_epochs(spark_ckpt)) >= 3, 240, "3 committed epochs", check=alive)
@@ -173,8 +175,12 @@ def test_executors_follow_w_up_and_down_on_a_cluster(kafka_bootstrap, make_topic
                 measured["killed"] = f"executor {kept[0].executor_id}, kept by {line.split(' INFO ')[0]}"
             wait_until(lambda: (step.plan_id, step.step) in checkpoints(db_url, job), 120,
                        f"checkpoint of step {step.step}", poll=0.5, check=alive)
-            counts = wait_until(lambda: settled(step.workers), 120, f"executors at W = {step.workers}",
-                                poll=1, check=alive)
+            try:
+                counts = wait_until(lambda: settled(step.workers), 120, f"executors at W = {step.workers}",
+                                    poll=1, check=alive)
+            except AssertionError as exc:  # say where it stood
+                raise AssertionError(f"{exc}: (heartbeat, master's cores, workers' executors, executor JVMs) were "
+                                     f"{last.get('counts')}; measured before: {measured}") from None
             measured[f"W={step.workers} (step {step.step})"] = (*counts, round(time.monotonic() - t_step, 1))
             with session_scope(db_url) as s:
                 latest = s.scalars(select(m.RoutingMap).where(m.RoutingMap.job == job)
