@@ -31,7 +31,7 @@ from spark_jobs.stateless import StatelessOperator
 from spark_jobs.timers import EpochClock, TimerSchedule
 from spark_jobs.txn_output import TRANSACTIONAL, commits_topic, ensure_commit_partitions
 from spark_jobs.txn_slots import TxnTarget
-from spark_jobs.worker import ApplyConfig, make_apply_fn
+from spark_jobs.worker import APPLY_PROPERTY, ApplyConfig, apply_task, encode_config
 
 log = logging.getLogger("ballast.runner")
 
@@ -110,7 +110,7 @@ class EpochApply:
             shadow=self.live_code.shadow_chain(st, work.shadow) if self.live_code is not None else (),
             shadow_fields=tuple(work.shadow.get("fields", ())) if work.shadow else (),
             probe=self.live_code.probe_chain() if self.live_code is not None else (), handover=work.handover)
-        out = route(keyed, k, st.assignment, tasks, make_apply_fn(acfg), work.handover,
+        out = route(keyed, k, st.assignment, tasks, apply_task, work.handover,
                     CopyRule.of(getattr(self.op, "spec", None), work.clock), self.stream_plan.combine)
         txn = self.txn_target(tasks)
         if txn is not None:  # each task commits its outputs in a Kafka transaction (spark_jobs.txn_output)
@@ -118,8 +118,13 @@ class EpochApply:
         else:
             writer = out.write.format("kafka").option("kafka.bootstrap.servers", cfg.bootstrap).options(
                 **self._clients.spark_kafka_options(source=False))
+        sc = keyed.sparkSession.sparkContext
+        sc.setLocalProperty(APPLY_PROPERTY, encode_config(acfg))  # what apply_task reads (spark_jobs.worker)
         times.lap("plan")
-        writer.save()
+        try:
+            writer.save()
+        finally:
+            sc.setLocalProperty(APPLY_PROPERTY, None)  # no later job of this thread carries it
         self.stream_plan.inputs.after_job(epoch)  # a hand-off's mark observed in the job, before the manifest
         times.lap("spark")
         faults.hit("before_manifest")

@@ -36,7 +36,7 @@ def route(keyed: Any, k: int, assignment: Any, tasks: int, fn: Any, handover: tu
         routed = routed.selectExpr(*cols, "worker")
     elif et:
         routed = routed.selectExpr(*cols, "worker")
-    return routed.repartitionById(tasks, "worker").mapInArrow(fn, output_type())
+    return map_in_arrow(routed.repartitionById(tasks, "worker"), fn)
 
 
 def _route_then_combine(marked: Any, k: int, assignment: Any, tasks: int, fn: Any, handover: tuple[Any, ...],
@@ -52,4 +52,29 @@ def _route_then_combine(marked: Any, k: int, assignment: Any, tasks: int, fn: An
     routed = marked.selectExpr("*", f"{h} AS {HASH}", f"{b} AS {BIN}", f"{w} AS {WORKER}")
     if (fan := fan_out(handover, len(assignment), BIN, WORKER)) is not None:
         routed = routed.selectExpr(f"* EXCEPT ({WORKER})", f"{fan} AS (__copy, {WORKER})")
-    return combine(routed.repartitionById(tasks, WORKER)).mapInArrow(fn, output_type())
+    return map_in_arrow(combine(routed.repartitionById(tasks, WORKER)), fn)
+
+
+def map_in_arrow(df: Any, fn: Any) -> Any:
+    """`df.mapInArrow(fn, output_type())`; for the epoch's own task (spark_jobs.worker.apply_task, the
+    same function in every epoch) the Python UDF is made once per SparkContext and column list and
+    only applied to each epoch's rows: PySpark's `mapInArrow` pickles and registers the function
+    and resolves each column by a Py4J call, every time (~40 calls, ~10 ms of an epoch's plan). Any
+    module-level function marked `static_task` is made once the same way."""
+    if not getattr(fn, "static_task", False):
+        return df.mapInArrow(fn, output_type())
+    from pyspark.sql import DataFrame
+    from pyspark.sql import functions as F
+    from pyspark.sql.pandas.functions import pandas_udf
+    from pyspark.util import PythonEvalType
+
+    sc = df.sparkSession.sparkContext
+    made: dict[tuple[Any, ...], Any] = sc.__dict__.setdefault("_ballast_task_udfs", {})  # gone with its context
+    cols = tuple(df.columns)
+    key = (fn.__module__, fn.__qualname__, cols)
+    jc = made.get(key)
+    if jc is None:
+        udf = pandas_udf(fn, returnType=output_type(),  # type: ignore[call-overload]  # as pyspark calls it
+                         functionType=PythonEvalType.SQL_MAP_ARROW_ITER_UDF)
+        jc = made[key] = udf(*[F.col(f"`{c}`") for c in cols])._jc
+    return DataFrame(df._jdf.mapInArrow(jc, False, None), df.sparkSession)

@@ -89,6 +89,42 @@ class ApplyConfig:
     handover: tuple[Any, ...] = ()
 
 
+#: the Spark local property that carries an epoch's ApplyConfig to its tasks: set by the driver
+#: around the epoch's job (spark_jobs.epoch_apply), read by `apply_task`
+APPLY_PROPERTY = "ballast.apply"
+
+
+def encode_config(cfg: ApplyConfig) -> str:
+    """`cfg` as `APPLY_PROPERTY`'s text: cloudpickle (what a closure would ship), base64."""
+    import base64
+
+    from pyspark import cloudpickle
+
+    return base64.b64encode(cloudpickle.dumps(cfg)).decode("ascii")
+
+
+def apply_task(batches: Iterator[Any]) -> Iterator[Any]:
+    """The epoch's task, one function for the job's whole life: its ApplyConfig comes with the task
+    (the local property `APPLY_PROPERTY`, which Spark ships with every task of the epoch's job and
+    of its retries), not inside the function. Why: a function made per epoch is a new Python UDF
+    the driver pickles and registers in every epoch (~40 Py4J calls); this one is registered once
+    (spark_jobs.routing.map_in_arrow)."""
+    import base64
+    import pickle
+
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    text = ctx.getLocalProperty(APPLY_PROPERTY) if ctx is not None else None
+    if not text:
+        raise RuntimeError(f"an epoch task without its configuration (Spark local property {APPLY_PROPERTY!r}): "
+                           "its job was started outside the epoch (spark_jobs.epoch_apply sets it)")
+    yield from make_apply_fn(pickle.loads(base64.b64decode(text)))(batches)
+
+
+apply_task.static_task = True  # type: ignore[attr-defined]  # spark_jobs.routing.map_in_arrow makes its UDF once
+
+
 def make_apply_fn(cfg: ApplyConfig) -> Callable[[Iterator[Any]], Iterator[Any]]:
     def apply_partition(batches: Iterator[Any]) -> Iterator[Any]:
         import pyarrow as pa

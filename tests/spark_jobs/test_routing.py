@@ -59,3 +59,21 @@ def test_a_bin_in_an_open_handover_reaches_both_owners(spark):
     assert sorted(s[0] for s in in_bin) == sorted([src, 1 - src] * (len(in_bin) // 2)) and in_bin
     assert all(s[0] == s[2] for s in seen)  # the worker column says which copy a task got
     assert sorted(s for s in seen if s[3] != moved) == sorted(s for s in plain if s[3] != moved)
+
+
+def test_a_static_task_is_made_once_and_reads_its_epoch_from_the_task(spark):
+    from spark_jobs.routing import map_in_arrow
+    from tests.helpers.static_tasks import PROPERTY, told_task
+
+    sc = spark.sparkContext
+    got = []
+    for epoch in (1, 2):
+        df = spark.createDataFrame([(b"k%d" % i, epoch) for i in range(6)], "key binary, epoch int")
+        sc.setLocalProperty(PROPERTY, f"epoch {epoch}")
+        try:
+            got.append(sorted((r["key"], r["value"]) for r in map_in_arrow(df.repartition(2), told_task).collect()))
+        finally:
+            sc.setLocalProperty(PROPERTY, None)
+    assert got == [sorted((b"k%d" % i, f"epoch {e}".encode()) for i in range(6)) for e in (1, 2)]
+    made = [k for k in sc.__dict__["_ballast_task_udfs"] if k[1] == "told_task"]
+    assert made == [("tests.helpers.static_tasks", "told_task", ("key", "epoch"))]  # one UDF for both epochs

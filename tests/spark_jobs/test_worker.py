@@ -314,3 +314,16 @@ def test_a_finished_attempts_outputs_are_found_and_re_emitted(tmp_path):
     assert _done_outputs(cfg, 0) is None
     outs = hz.task(cfg, 0, keys_of(50, 1), "exec-a")
     assert outs and _done_outputs(cfg, 0) == outs and _done_outputs(cfg, 1) is None
+
+
+def test_an_epochs_config_travels_as_text_and_a_task_without_it_says_why(tmp_path):
+    import base64
+    import pickle
+
+    from spark_jobs.worker import APPLY_PROPERTY, apply_task, encode_config
+
+    h = Harness(tmp_path, workers=2)
+    cfg = h.cfg(moving_in={1: (2,)}, snapshot=True)
+    assert pickle.loads(base64.b64decode(encode_config(cfg))) == cfg  # what each task of the epoch decodes
+    with pytest.raises(RuntimeError, match=APPLY_PROPERTY):  # no Spark task here, so no local property
+        list(apply_task(iter([])))
