@@ -1,0 +1,93 @@
+"""What the driver spends building a keyed epoch's plan (issue 22, item 4): the epoch's per-epoch
+expressions (a pre-aggregating query's late filter and combine), the routing and the worker's task,
+as spark_jobs.epoch_apply builds them, with the task made two ways:
+
+    python -m bench.plan_build [--rows 2000] [--builds 25] [--rounds 2]
+
+- `closure`: a new Python function per epoch holding the epoch's configuration (the runner before
+  2026-12-01): PySpark's `mapInArrow` pickles and registers it and resolves each column by a Py4J call;
+- `static`: the runner's task now, `spark_jobs.worker.apply_task`, one function whose UDF is made once
+  (spark_jobs.routing.map_in_arrow); the configuration travels as a Spark local property.
+Only the building is timed (no job runs): on one local Spark over a cached batch of NEXMark bids, for
+Q7 and Q5, `--builds` builds per variant per round, the variants alternating by round; prints each
+variant's median after each round's first five builds, and the ratio static ÷ closure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from bench.parse_width import _batch
+
+VARIANTS = ("closure", "static")
+
+
+def _closure(epoch: int, assignment: list[int]) -> Callable[[Iterator[Any]], Iterator[Any]]:
+    """A task made per epoch, over that epoch's configuration, as the runner's was."""
+    conf = {"epoch": epoch, "assignment": tuple(assignment)}
+
+    def task(batches: Iterator[Any], conf: dict[str, Any] = conf) -> Iterator[Any]:
+        yield from ()
+
+    return task
+
+
+def build(op: Any, prepared: Any, epoch: int, variant: str, assignment: list[int]) -> Any:
+    """One epoch's plan, built and not run."""
+    from spark_jobs.routing import route
+    from spark_jobs.timers import EpochClock
+    from spark_jobs.worker import apply_task
+
+    clock = EpochClock(epoch, 2_000_000_000_000, 0)  # nothing late, nothing ahead
+    fn = apply_task if variant == "static" else _closure(epoch, assignment)
+    return route(op.key(prepared, clock), 8, assignment, 2, fn, combine=op.combine)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="bench.plan_build", description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", type=int, default=2_000, help="bids in the cached batch (building reads none)")
+    ap.add_argument("--builds", type=int, default=25, help="builds per variant per round (the first five not counted)")
+    ap.add_argument("--rounds", type=int, default=2)
+    a = ap.parse_args(argv)
+    from pyspark.sql import SparkSession
+
+    from spark_jobs.inputs import InputRows
+    from spark_jobs.nexmark import topics
+    from spark_jobs.nexmark.windows import Q5, Q7
+    from spark_jobs.processing import ProcessorOperator
+    from spark_jobs.storage import Location
+
+    spark = (SparkSession.builder.master("local[2]").appName("bench.plan_build")
+             .config("spark.sql.shuffle.partitions", "2").config("spark.ui.enabled", "false")
+             .config("spark.ui.showConsoleProgress", "false").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    src = InputRows(topics("n").split(","), (), Location.of("/nonexistent-no-hand-off")).rows(_batch(spark, a.rows), -1)
+    assignment = [0, 1] * 128  # 256 bins over 2 workers
+    skip = min(5, a.builds - 1)
+    print(f"{a.builds} builds per variant per round, {a.rounds} rounds, medians after each round's first {skip}")
+    for name, q in (("q7", Q7), ("q5", Q5)):
+        op = ProcessorOperator(q)
+        prepared = op.prepare(src)
+        times: dict[str, list[float]] = {v: [] for v in VARIANTS}
+        for r in range(a.rounds):
+            for v in (VARIANTS if r % 2 == 0 else tuple(reversed(VARIANTS))):
+                for i in range(a.builds):
+                    t0 = time.perf_counter()
+                    build(op, prepared, r * a.builds + i, v, assignment)
+                    if i >= skip:
+                        times[v].append((time.perf_counter() - t0) * 1000)
+        med = {v: statistics.median(ts) for v, ts in times.items()}
+        for v in VARIANTS:
+            print(f"{name}  {v:8s} {med[v]:6.1f} ms", flush=True)
+        print(f"{name}  static / closure {med['static'] / med['closure']:.3f}", flush=True)
+    spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
