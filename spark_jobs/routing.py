@@ -57,10 +57,10 @@ def _route_then_combine(marked: Any, k: int, assignment: Any, tasks: int, fn: An
 
 def map_in_arrow(df: Any, fn: Any) -> Any:
     """`df.mapInArrow(fn, output_type())`; for the epoch's own task (spark_jobs.worker.apply_task, the
-    same function in every epoch) the Python UDF is made once per SparkContext and column list and
-    only applied to each epoch's rows: PySpark's `mapInArrow` pickles and registers the function
-    and resolves each column by a Py4J call, every time (~40 calls, ~10 ms of an epoch's plan). Any
-    module-level function marked `static_task` is made once the same way."""
+    same function in every epoch) the Python UDF is made once per SparkContext, column list and set
+    of shipped Python files, and only applied to each epoch's rows: PySpark's `mapInArrow` pickles
+    and registers the function and resolves each column by a Py4J call, every time (~40 calls,
+    ~10 ms of an epoch's plan). Any module-level function marked `static_task` is made once the same way."""
     if not getattr(fn, "static_task", False):
         return df.mapInArrow(fn, output_type())
     from pyspark.sql import DataFrame
@@ -71,7 +71,8 @@ def map_in_arrow(df: Any, fn: Any) -> Any:
     sc = df.sparkSession.sparkContext
     made: dict[tuple[Any, ...], Any] = sc.__dict__.setdefault("_ballast_task_udfs", {})  # gone with its context
     cols = tuple(df.columns)
-    key = (fn.__module__, fn.__qualname__, cols)
+    # the UDF carries the files `addPyFile` had shipped when it was made (a live upgrade ships more)
+    key = (fn.__module__, fn.__qualname__, cols, tuple(sc._python_includes or ()))
     jc = made.get(key)
     if jc is None:
         udf = pandas_udf(fn, returnType=output_type(),  # type: ignore[call-overload]  # as pyspark calls it
