@@ -59,8 +59,9 @@ def map_in_arrow(df: Any, fn: Any) -> Any:
     """`df.mapInArrow(fn, output_type())`; for the epoch's own task (spark_jobs.worker.apply_task, the
     same function in every epoch) the Python UDF is made once per SparkContext, column list and set
     of shipped Python files, and only applied to each epoch's rows: PySpark's `mapInArrow` pickles
-    and registers the function and resolves each column by a Py4J call, every time (~40 calls,
-    ~10 ms of an epoch's plan). Any module-level function marked `static_task` is made once the same way."""
+    and registers the function and resolves each column by a Py4J call, every time (~8 ms of a
+    NEXMark Q7 epoch's plan, docs/benchmarks.md). Any module-level function marked `static_task` is
+    made once the same way."""
     if not getattr(fn, "static_task", False):
         return df.mapInArrow(fn, output_type())
     from pyspark.sql import DataFrame
