@@ -32,6 +32,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from spark_jobs.sql_text import int_array
 from spark_jobs.storage import Location
 
 Mark = dict[str, list[int]]  # "topic|partition|worker" -> [epoch, seq]
@@ -70,10 +71,13 @@ class InputRows:
         """The batch's input rows: key, value, partition, offset (+ topic, __source) for `keyed`."""
         from pyspark.sql import functions as F
 
-        src = df.where(F.col("topic").isin(self.topics))
+        from spark_jobs.sql_text import text
+
+        names = ", ".join(text(t) for t in self.topics)
         n = len(self.topics)
-        source = F.array_position(F.array(*[F.lit(t) for t in self.topics]), F.col("topic")).cast("int") - 1
-        src = src.withColumn("__source", source)
+        # SQL text: a hand-off's rows are built every epoch, and each Column made in Python is a Py4J call
+        src = df.where(f"topic IN ({names})").selectExpr(
+            "*", f"CAST(array_position(array({names}), topic) AS INT) - 1 AS __source")
         if self.handoff:
             # the dedup's shuffles are query stages AQE may find empty (a batch of copies only, or a
             # step with no input): it must not drop the routing's W tasks with them
@@ -93,18 +97,19 @@ class InputRows:
         return dict(doc or {})
 
     def _deduplicate(self, src: Any, epoch: int) -> Any:
-        from pyspark.sql import Window
-        from pyspark.sql import functions as F
+        """The batch without the copies (module docstring), in five DataFrame steps of SQL text: the
+        driver analyses each step again in every epoch (a step per tag column, a marks DataFrame
+        joined in, and Python-built Columns took a chain's second operator 100-300 ms per epoch)."""
+        from spark_jobs.sql_text import text
 
-        rid = F.expr("filter(headers, h -> h.key = 'ballast-id')")[0]["value"].cast("string")
-        parts = F.split(F.col("__id"), ":")
-        tagged = (src.withColumn("__id", F.when(F.col("topic").isin(self.handoff), rid))
-                  .withColumn("__e", parts[0].cast("long")).withColumn("__w", parts[1].cast("long"))
-                  .withColumn("__s", parts[2].cast("long")))
+        handoff = ", ".join(text(t) for t in self.handoff)
+        rid = f"IF(topic IN ({handoff}), CAST(filter(headers, h -> h.key = 'ballast-id')[0].value AS STRING), NULL)"
         before = self.mark_before(epoch)
-        rows = [(k.split("|")[0], int(k.split("|")[1]), int(k.split("|")[2]), int(v[0]), int(v[1]))
-                for k, v in before.items()]
-        marks = src.sparkSession.createDataFrame(rows, "m_topic string, m_part int, m_w long, m_e long, m_s long")
+        worker = f"CAST(CAST(split({rid}, ':')[1] AS BIGINT) AS STRING)"
+        group = f"concat_ws('|', topic, CAST(partition AS STRING), {worker})"
+        tagged = src.selectExpr("*", f"{rid} AS __id", *[f"CAST(split({rid}, ':')[{i}] AS BIGINT) AS {c}"
+                                                        for i, c in enumerate(("__e", "__w", "__s"))],
+                                *self._marks_sql(before, group))
         self._observed = None
         observed = tagged
         if not (self.dir / f"{epoch}.json").exists():
@@ -113,14 +118,27 @@ class InputRows:
                 observed = self._observe(tagged, epoch, before, groups)
             else:
                 self._write_mark(tagged, before, epoch)
-        joined = observed.join(F.broadcast(marks), (F.col("topic") == F.col("m_topic"))
-                               & (F.col("partition") == F.col("m_part")) & (F.col("__w") == F.col("m_w")), "left")
-        new = (F.col("__id").isNull() | F.col("m_e").isNull() | (F.col("__e") > F.col("m_e"))
-               | ((F.col("__e") == F.col("m_e")) & (F.col("__s") > F.col("m_s"))))
-        first = Window.partitionBy("topic", "partition", "__id").orderBy("offset")
-        kept = (joined.where(new).withColumn("__n", F.row_number().over(first))
-                .where(F.col("__id").isNull() | (F.col("__n") == 1)))
-        return kept.drop("m_topic", "m_part", "m_w", "m_e", "m_s", "__n", "__id", "__e", "__w", "__s")
+        new = "__id IS NULL OR __me IS NULL OR __e > __me OR (__e = __me AND __s > __ms)"
+        return (observed.where(new)
+                .selectExpr("*", "row_number() OVER (PARTITION BY topic, partition, __id ORDER BY offset) AS __n")
+                .where("__id IS NULL OR __n = 1")  # copies inside the batch: the lowest offset is kept
+                .selectExpr("* EXCEPT (__me, __ms, __n, __id, __e, __w, __s)"))
+
+    @staticmethod
+    def _marks_sql(before: Mark, group: str) -> tuple[str, str]:
+        """`__me`, `__ms`: the mark's (epoch, seq) of the row's group, as SQL over map constants (null
+        for a group the mark does not hold). Keys are `topic|partition|worker`: Kafka topic names and
+        integers, so no comma or quote reaches the text; anything else is refused."""
+        if not before:
+            return "CAST(NULL AS BIGINT) AS __me", "CAST(NULL AS BIGINT) AS __ms"
+        keys = sorted(before)
+        bad = [k for k in keys if not re.fullmatch(r"[A-Za-z0-9._-]+\|\d+\|\d+", k)]
+        if bad:
+            raise ValueError(f"hand-off mark with unexpected groups {bad[:3]}: not topic|partition|worker")
+        ks = "split('" + ",".join(keys) + "', ',')"
+        me, ms = (f"map_from_arrays({ks}, {int_array((before[k][i] for k in keys), 'BIGINT')})[{group}]"
+                  for i in (0, 1))
+        return f"{me} AS __me", f"{ms} AS __ms"
 
     def _write_mark(self, tagged: Any, before: Mark, epoch: int) -> None:
         from pyspark.sql import functions as F
@@ -147,12 +165,14 @@ class InputRows:
         from pyspark.sql import Observation
         from pyspark.sql import functions as F
 
-        has_id = F.col("__id").isNotNull()
-        group = F.when(has_id, F.concat_ws("|", F.col("topic"), F.col("partition").cast("string"),
-                                          F.col("__w").cast("string")))
+        from spark_jobs.sql_text import text
+
+        group = ("CASE WHEN __id IS NOT NULL THEN "
+                 "concat_ws('|', topic, CAST(partition AS STRING), CAST(__w AS STRING)) END")
         obs = Observation(f"ballast_handoff_{epoch}_{uuid.uuid4().hex[:8]}")
-        aggs = [F.max(F.when(group == g, F.struct("__e", "__s"))).alias(f"g{i}") for i, g in enumerate(groups)]
-        observed = tagged.observe(obs, F.collect_set(group).alias("seen"), *aggs)
+        aggs = [F.expr(f"max(CASE WHEN {group} = {text(g)} THEN struct(__e, __s) END) AS g{i}")
+                for i, g in enumerate(groups)]
+        observed = tagged.observe(obs, F.expr(f"collect_set({group}) AS seen"), *aggs)
         self._observed = _Observed(epoch, before, groups, obs, tagged)
         return observed
 
