@@ -2,7 +2,7 @@
 expressions (a pre-aggregating query's late filter and combine), the routing and the worker's task,
 as spark_jobs.epoch_apply builds them, with the task made two ways:
 
-    python -m bench.plan_build [--rows 2000] [--builds 25] [--rounds 2]
+    python -m bench.plan_build [--rows 2000] [--builds 25] [--rounds 2] [--handoff-against REV]
 
 - `closure`: a new Python function per epoch holding the epoch's configuration (the runner before
   2026-12-01): PySpark's `mapInArrow` pickles and registers it and resolves each column by a Py4J call;
@@ -11,15 +11,25 @@ as spark_jobs.epoch_apply builds them, with the task made two ways:
 Only the building is timed (no job runs): on one local Spark over a cached batch of NEXMark bids, for
 Q7 and Q5, `--builds` builds per variant per round, the variants alternating by round; prints each
 variant's median after each round's first five builds, and the ratio static ÷ closure.
+
+`--handoff-against REV`: also a chain's second operator's input rows (`InputRows.rows`, the hand-off
+dedup, which such an operator builds every epoch), this checkout's against git revision REV's
+spark_jobs/inputs.py loaded beside it, alternating by round, over 200 hand-off records with ids and
+a mark of 8 groups; prints each one's median build time and the ratio this ÷ REV.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import json
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 from bench.parse_width import _batch
@@ -53,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rows", type=int, default=2_000, help="bids in the cached batch (building reads none)")
     ap.add_argument("--builds", type=int, default=25, help="builds per variant per round (the first five not counted)")
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--handoff-against", metavar="REV", help="also time the hand-off dedup against this git revision's")
     a = ap.parse_args(argv)
     from pyspark.sql import SparkSession
 
@@ -85,8 +96,57 @@ def main(argv: list[str] | None = None) -> int:
         for v in VARIANTS:
             print(f"{name}  {v:8s} {med[v]:6.1f} ms", flush=True)
         print(f"{name}  static / closure {med['static'] / med['closure']:.3f}", flush=True)
+    if a.handoff_against:
+        handoff(spark, a.handoff_against, a.builds, a.rounds, skip)
     spark.stop()
     return 0
+
+
+def _inputs_at(rev: str) -> Any:
+    """spark_jobs/inputs.py as it was at git revision `rev`, loaded as a module of its own."""
+    from bench.infra import REPO
+
+    src = subprocess.run(["git", "show", f"{rev}:spark_jobs/inputs.py"], cwd=REPO, check=True,
+                         capture_output=True, text=True).stdout
+    path = Path(tempfile.mkdtemp(prefix="plan-build-")) / "inputs_at_rev.py"
+    path.write_text(src)
+    spec = importlib.util.spec_from_file_location("inputs_at_rev", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["inputs_at_rev"] = mod  # its dataclasses look their module up
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def handoff(spark: Any, rev: str, builds: int, rounds: int, skip: int) -> None:
+    """`--handoff-against` (module docstring)."""
+    import spark_jobs.inputs as this
+    from spark_jobs.storage import Location
+
+    topic = "p.winners.out"
+    rows = [(b"k", b"v%d" % i, topic, i % 4, i, [("ballast-id", f"{i % 5}:{i % 2}:{i}".encode())]) for i in range(200)]
+    df = spark.createDataFrame(rows, "key binary, value binary, topic string, partition int, offset long, "
+                                     "headers array<struct<key:string,value:binary>>")
+    mods = {"this": this, rev: _inputs_at(rev)}
+    times: dict[str, list[float]] = {v: [] for v in mods}
+    taken: dict[str, list[bytes]] = {}
+    for r in range(rounds):
+        for v in (list(mods) if r % 2 == 0 else list(reversed(mods))):
+            journal = Path(tempfile.mkdtemp(prefix="plan-build-journal-"))
+            inputs = mods[v].InputRows([topic], (topic,), Location.of(str(journal)), observe=True)
+            mark = {f"{topic}|{p}|{w}": [1, 10] for p in range(4) for w in range(2)}
+            (journal / "handoff" / "0.json").write_text(json.dumps(mark))
+            for i in range(builds):
+                t0 = time.perf_counter()
+                out = inputs.rows(df, 1 + i)
+                if i >= skip:
+                    times[v].append((time.perf_counter() - t0) * 1000)
+            taken[v] = sorted(bytes(x["value"]) for x in out.collect())
+    med = {v: statistics.median(ts) for v, ts in times.items()}
+    print(f"handoff  same rows taken: {taken['this'] == taken[rev]} ({len(taken['this'])} of {len(rows)})")
+    for v in mods:
+        print(f"handoff  {v:8s} {med[v]:6.1f} ms", flush=True)
+    print(f"handoff  this / {rev} {med['this'] / med[rev]:.3f}", flush=True)
 
 
 if __name__ == "__main__":
