@@ -45,6 +45,23 @@ def _batch(spark: Any, rows: int) -> Any:
     return df
 
 
+def bid_rows(app: str, rows: int) -> tuple[Any, Any]:
+    """A local Spark for a build or plan benchmark (2 cores, 2 shuffle partitions, no UI) and a cached
+    batch of `rows` bids as an epoch's input rows (spark_jobs.inputs, no hand-off): (spark, rows)."""
+    from pyspark.sql import SparkSession
+
+    from spark_jobs.inputs import InputRows
+    from spark_jobs.nexmark import topics
+    from spark_jobs.storage import Location
+
+    spark = (SparkSession.builder.master("local[2]").appName(app)
+             .config("spark.sql.shuffle.partitions", "2").config("spark.ui.enabled", "false")
+             .config("spark.ui.showConsoleProgress", "false").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark, InputRows(topics("n").split(","), (), Location.of("/nonexistent-no-hand-off")).rows(
+        _batch(spark, rows), -1)
+
+
 def _native(raw: Any, q: str) -> Any:
     from pyspark.sql import functions as F
 

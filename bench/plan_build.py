@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from bench.parse_width import _batch
+from bench.parse_width import bid_rows
 
 VARIANTS = ("closure", "static")
 
@@ -65,19 +65,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--handoff-against", metavar="REV", help="also time the hand-off dedup against this git revision's")
     a = ap.parse_args(argv)
-    from pyspark.sql import SparkSession
-
-    from spark_jobs.inputs import InputRows
-    from spark_jobs.nexmark import topics
     from spark_jobs.nexmark.windows import Q5, Q7
     from spark_jobs.processing import ProcessorOperator
-    from spark_jobs.storage import Location
 
-    spark = (SparkSession.builder.master("local[2]").appName("bench.plan_build")
-             .config("spark.sql.shuffle.partitions", "2").config("spark.ui.enabled", "false")
-             .config("spark.ui.showConsoleProgress", "false").getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
-    src = InputRows(topics("n").split(","), (), Location.of("/nonexistent-no-hand-off")).rows(_batch(spark, a.rows), -1)
+    spark, src = bid_rows("bench.plan_build", a.rows)
     assignment = [0, 1] * 128  # 256 bins over 2 workers
     skip = min(5, a.builds - 1)
     print(f"{a.builds} builds per variant per round, {a.rounds} rounds, medians after each round's first {skip}")

@@ -23,7 +23,7 @@ import statistics
 import sys
 from typing import Any
 
-from bench.parse_width import _batch, _timed
+from bench.parse_width import _timed, bid_rows
 
 VARIANTS = ("two shuffles", "one shuffle")
 
@@ -58,18 +58,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rows", type=int, default=20_000, help="bids per epoch (the full profile's batch)")
     ap.add_argument("--rounds", type=int, default=16)
     a = ap.parse_args(argv)
-    from pyspark.sql import SparkSession
-
-    from spark_jobs.inputs import InputRows
-    from spark_jobs.nexmark import topics
     from spark_jobs.nexmark.windows import Q5, Q7
-    from spark_jobs.storage import Location
 
-    spark = (SparkSession.builder.master("local[2]").appName("bench.route_combine")
-             .config("spark.sql.shuffle.partitions", "2").config("spark.ui.enabled", "false")
-             .config("spark.ui.showConsoleProgress", "false").getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
-    src = InputRows(topics("n").split(","), (), Location.of("/nonexistent-no-hand-off")).rows(_batch(spark, a.rows), -1)
+    spark, src = bid_rows("bench.route_combine", a.rows)
     print(f"{a.rows} bid records, {a.rounds} rounds (the first not counted), medians")
     for name, q in (("q7", Q7), ("q5", Q5)):
         for v in VARIANTS:
