@@ -152,6 +152,16 @@ def epoch_objects(durable: Path, epoch: int) -> tuple[list[str], dict[str, str]]
             json.loads(m.read_text())["changelog"] if m.exists() else {})
 
 
+TELLING = re.compile(r"transactional output|Exception|ERROR|WARN|exit|[Ss]hut|[Dd]isassociat|[Rr]egister")
+
+
+def telling_lines(out: str, limit: int = 80) -> str:
+    """The lines of a thawed zombie's output that say what became of its commit and why it ended: its
+    whole output is mostly Kafka clients closing, and a tail of it can miss the cause."""
+    lines = [line for line in out.splitlines() if TELLING.search(line)]
+    return "\n".join(lines[:limit]) + (f"\n... {len(lines) - limit} more" if len(lines) > limit else "")
+
+
 def signal_all(pids: list[int], sig: int) -> None:
     for pid in pids:
         try:
@@ -257,6 +267,7 @@ def test_a_frozen_executors_late_writes_are_fenced(spark_cluster, kafka_bootstra
         late_s = time.monotonic() - t_thawed
         zombie_out = tap.read()
         tap.close()
+        (tmp_path / "zombie.out").write_text(zombie_out)  # the whole of it: a failure below shows only lines
         objects_after, _ = epoch_objects(ckpt / "durable", last_before + 1)
         signal_all(frozen, signal.SIGCONT)
         frozen = []
@@ -288,7 +299,8 @@ def test_a_frozen_executors_late_writes_are_fenced(spark_cluster, kafka_bootstra
     assert f"[ballast-fault] stopping pid {jvm} at worker_before_output_commit" in logs
     fenced = {(int(e), int(w)) for e, w in FENCED.findall(zombie_out)}
     assert (last_before + 1) in {e for e, _ in fenced}, \
-        f"no fenced late commit of epoch {last_before + 1}: {fenced}; the thawed zombie wrote:\n{zombie_out[-4000:]}"
+        f"no fenced late commit of epoch {last_before + 1}: {fenced}; what the thawed zombie wrote of its " \
+        f"transactions and its end (all of it in {tmp_path / 'zombie.out'}):\n{telling_lines(zombie_out)}"
     zombie = next((e, w) for e, w in fenced if e == last_before + 1)
     # its state: the object it wrote before the freeze is the epoch's one (the retry found it and
     # re-emitted it instead of writing a second), the manifest names it, and it wrote no other
