@@ -14,7 +14,9 @@ relocate_copied (spark_jobs.relocate, after each file copied). Unset: no-op.
 A line `<point> <n> stop` SIGSTOPs the process instead (it goes on where it stopped after a
 SIGCONT): how the zombie-executor test freezes an executor at an exact point of its task
 before it freezes the rest of the host — a stop from outside at a random moment could not say
-where the task was.
+where the task was. While `<file>.hold` exists, a process that stopped at a point stays at it after
+it runs again (the JVM's self-stop was seen to take hold only after its task had gone on and
+committed: the test stops it from outside too, and removes the file when the task may go on).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from __future__ import annotations
 import fcntl
 import os
 import signal
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -72,3 +75,6 @@ def hit(point: str) -> None:
     if stop:  # after the file's lock is released: the other processes' points must not wait on it
         print(f"[ballast-fault] stopping pid {os.getpid()} at {point}", flush=True)
         os.kill(os.getpid(), signal.SIGSTOP)  # returns after a SIGCONT
+        hold = path.with_name(path.name + ".hold")
+        while hold.exists():  # a stop's hold (module docstring): the point's next step waits for the test
+            time.sleep(0.02)

@@ -8,6 +8,10 @@ import os
 import signal
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
@@ -98,27 +102,53 @@ def test_a_stop_line_stops_the_process_there_and_a_sigcont_resumes_it(tmp_path):
 
     f = tmp_path / "faults"
     f.write_text("after_apply 2 stop\nbefore_acks 1\n")
-    env = {k: v for k, v in os.environ.items() if k not in ("BALLAST_FAULTS_FILE", "BALLAST_FAULTS_KILL_GROUP")}
-    child = subprocess.Popen([sys.executable, "-c", CHILD], stdout=subprocess.PIPE, text=True,
-                             env={**env, "BALLAST_FAULTS_FILE": str(f)}, start_new_session=True)
-    try:
-        wait_until(lambda: _state(child.pid) == "T", 30, "the child to stop itself", poll=0.1)
+    with _stopped_child(f) as child:
         assert f.read_text() == "before_acks 1\n", "the stop line is consumed, the others stay"
         with open(f) as fh:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)  # raises if the frozen process held the lock
         os.kill(child.pid, signal.SIGCONT)
         out, _ = child.communicate(timeout=30)
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
     assert child.returncode == 0
     lines = out.splitlines()
     assert lines[:2] == ["1", "2"] and lines[2].endswith(" at after_apply") and "stopping pid" in lines[2]
     assert lines[3:] == ["3", "4", "5", "survived"], "resumed where it stopped, and stops only once"
 
 
+@contextmanager
+def _stopped_child(faults_file: Path) -> Iterator[subprocess.Popen[str]]:
+    """CHILD under `faults_file`, once it has stopped itself; killed on the way out if still there."""
+    env = {k: v for k, v in os.environ.items() if k not in ("BALLAST_FAULTS_FILE", "BALLAST_FAULTS_KILL_GROUP")}
+    child = subprocess.Popen([sys.executable, "-c", CHILD], stdout=subprocess.PIPE, text=True,
+                             env={**env, "BALLAST_FAULTS_FILE": str(faults_file)}, start_new_session=True)
+    try:
+        wait_until(lambda: _state(child.pid) == "T", 30, "the child to stop itself", poll=0.1)
+        yield child
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+
+
 def _state(pid: int) -> str:
     with open(f"/proc/{pid}/stat") as st:
         raw = st.read()
     return raw[raw.rindex(")") + 2:].split()[0]
+
+
+def test_a_stopped_process_stays_at_its_point_while_the_hold_file_exists(tmp_path):
+    """`<file>.hold`: after the SIGCONT the process does not go past the point until the file is gone,
+    so a test decides when the stopped step goes on even if the stop itself took hold late."""
+    f = tmp_path / "faults"
+    f.write_text("after_apply 1 stop\n")
+    hold = tmp_path / "faults.hold"
+    hold.touch()
+    with _stopped_child(f) as child:
+        os.kill(child.pid, signal.SIGCONT)
+        wait_until(lambda: _state(child.pid) in "SR", 30, "the child to run again", poll=0.1)
+        time.sleep(0.5)
+        assert child.poll() is None, "the held child went on past its point"
+        hold.unlink()
+        out, _ = child.communicate(timeout=30)
+    assert child.returncode == 0
+    lines = out.splitlines()
+    assert lines[0] == "1" and "stopping pid" in lines[1] and lines[2:] == ["2", "3", "4", "5", "survived"]

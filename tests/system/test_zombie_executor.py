@@ -5,7 +5,9 @@ The key-count job (W = 2 on 2 one-core executors) runs a plan that moves bins be
 A fault line `worker_before_output_commit 3 stop` makes one executor's JVM SIGSTOP itself at an
 exact point of a task's transactional writer (io.ballast.sink.TxnWriter): the task's changelog
 object durable, its cache committed, its Kafka transaction holding the epoch's outputs and marker,
-not committed. The test then SIGSTOPs the rest of that host (the PySpark daemon, its Python
+not committed; a hold file keeps that task at the point until the test removes it (the JVM's own
+stop was seen to take hold only after the task had committed), and the test stops the JVM too.
+The test then SIGSTOPs the rest of that host (the PySpark daemon, its Python
 workers) and its Spark worker daemon: the host is frozen mid-epoch, as a paused VM would be.
 Without heartbeats for 15 s the driver declares the executor lost and the task runs again on the
 other executor; that attempt's `initTransactions` fences the frozen producer. Once the frozen epoch
@@ -87,11 +89,13 @@ def swap_maps(bins: int) -> list[tuple[int, list[int]]]:
 
 
 def frozen_executor(cluster: SparkCluster) -> tuple[int, int] | None:
-    """(pid of the Spark worker daemon, pid of the executor's JVM) when an executor's JVM stopped
-    itself (state T) at the fault, None while there is none."""
+    """(pid of the Spark worker daemon, pid of the executor's JVM) when an executor's JVM reached the
+    fault: stopped itself (state T), or said so (its stop line; held there by the hold file even if the
+    stop has not taken hold yet). None while there is none."""
+    said = "\n".join(p.read_text(errors="replace") for p in cluster.base_dir.rglob("stdout") if p.is_file())
     for ex in cluster.executors():
         st = stat(ex.pid)
-        if st is not None and st[2] == "T":
+        if (st is not None and st[2] == "T") or f"[ballast-fault] stopping pid {ex.pid} " in said:
             return cluster.workers[ex.worker_index].pid, ex.pid
     return None
 
@@ -184,6 +188,10 @@ def test_a_frozen_executors_late_writes_are_fenced(spark_cluster, kafka_bootstra
     spark_ckpt = ckpt / "spark"
     faults = tmp_path / "faults"
     faults.write_text("worker_before_output_commit 3 stop\n")
+    # the stopped task stays at the point until this file goes (io.ballast.sink.Faults): its JVM's own
+    # SIGSTOP was seen to take hold only after the task had committed, so the test stops it too
+    hold = Path(f"{faults}.hold")
+    hold.touch()
     cmd = spark_submit_cmd(
         cluster, str(REPO / "spark_jobs" / "main.py"),
         ["run", "--job", job, "--input-topic", topic, "--bins", str(BINS), "--workers", "2",
@@ -222,6 +230,7 @@ def test_a_frozen_executors_late_writes_are_fenced(spark_cluster, kafka_bootstra
         # the whole host freezes (a VM pause): the worker daemon too, or it would kill the executor's
         # JVM once the driver gives it up: nothing of the zombie would run again
         host, jvm = found
+        signal_all([jvm], signal.SIGSTOP)  # the fault's own stop may not have taken hold yet
         frozen = [host, *(p for p in descendants(host) if p != jvm)]
         signal_all(frozen, signal.SIGSTOP)
         frozen.append(jvm)
@@ -252,6 +261,7 @@ def test_a_frozen_executors_late_writes_are_fenced(spark_cluster, kafka_bootstra
         signal_all([driver_jvm], signal.SIGSTOP)
         try:
             signal_all([jvm], signal.SIGCONT)
+            hold.unlink()  # the held task goes on to its late commit
             t_thawed = time.monotonic()
             deadline = time.time() + 90
             while not FENCED.search(tap.read()) and stat(jvm) is not None and stat(jvm)[2] not in "ZX":

@@ -6,6 +6,7 @@ import java.nio.channels.FileChannel;
 import java.nio.channels.FileLock;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
+import java.nio.file.Path;
 import java.nio.file.Paths;
 import java.util.ArrayList;
 import java.util.HashMap;
@@ -61,14 +62,21 @@ final class Faults {
       throw new IllegalStateException("crash injection: cannot use " + file, e);
     }
     if (action != null) { // after the file's lock is released: other processes' points must not wait on it
-      fire(point, action);
+      fire(point, action, n, file);
     }
   }
 
-  private static void fire(String point, String action) {
+  private static void fire(String point, String action, int n, String file) {
     long pid = ProcessHandle.current().pid();
     System.out.println("[ballast-fault] " + (action.equals("stop") ? "stopping" : "killing") + " pid " + pid
         + " at " + point);
+    // where: the hit's count in this JVM, its thread and its caller, so a test can tell which task's
+    // write reached the point (a count spread over tasks, and two writers of one JVM, are easy to misjudge)
+    System.out.println("[ballast-fault] hit " + n + " of " + point + " on thread " + Thread.currentThread().getName()
+        + " at " + System.currentTimeMillis());
+    for (StackTraceElement e : Thread.currentThread().getStackTrace()) {
+      System.out.println("[ballast-fault]   at " + e);
+    }
     System.out.flush();
     String group = System.getenv("BALLAST_FAULTS_KILL_GROUP");
     boolean wholeGroup = group != null && List.of("1", "true", "yes", "on").contains(group.toLowerCase());
@@ -84,6 +92,19 @@ final class Faults {
     }
     if (!action.equals("stop")) {
       Runtime.getRuntime().halt(137); // not reached unless the kill failed: never go on past a kill point
+    }
+    // A stop's hold: while `<faults file>.hold` exists this thread stays here, even if the JVM runs again.
+    // Why: a self-SIGSTOP was seen to take hold only after the task had committed and finished (the
+    // zombie test, 2026-12-01), so what follows the point must not depend on the signal alone; the test
+    // stops the JVM from outside too and removes the file when the late commit may go on.
+    Path hold = Paths.get(file + ".hold");
+    try {
+      while (Files.exists(hold)) {
+        Thread.sleep(20);
+      }
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+      throw new IllegalStateException("crash injection: interrupted while held at " + point, e);
     }
   }
 
