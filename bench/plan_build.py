@@ -99,13 +99,14 @@ def _inputs_at(rev: str) -> Any:
 
     src = subprocess.run(["git", "show", f"{rev}:spark_jobs/inputs.py"], cwd=REPO, check=True,
                          capture_output=True, text=True).stdout
-    path = Path(tempfile.mkdtemp(prefix="plan-build-")) / "inputs_at_rev.py"
-    path.write_text(src)
-    spec = importlib.util.spec_from_file_location("inputs_at_rev", path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["inputs_at_rev"] = mod  # its dataclasses look their module up
-    spec.loader.exec_module(mod)
+    with tempfile.TemporaryDirectory(prefix="plan-build-") as d:  # the module stays loaded, its file goes
+        path = Path(d) / "inputs_at_rev.py"
+        path.write_text(src)
+        spec = importlib.util.spec_from_file_location("inputs_at_rev", path)
+        assert spec is not None and spec.loader is not None
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules["inputs_at_rev"] = mod  # its dataclasses look their module up
+        spec.loader.exec_module(mod)
     return mod
 
 
@@ -121,9 +122,10 @@ def handoff(spark: Any, rev: str, builds: int, rounds: int, skip: int) -> None:
     mods = {"this": this, rev: _inputs_at(rev)}
     times: dict[str, list[float]] = {v: [] for v in mods}
     taken: dict[str, list[bytes]] = {}
+    journals = tempfile.TemporaryDirectory(prefix="plan-build-journal-")
     for r in range(rounds):
         for v in (list(mods) if r % 2 == 0 else list(reversed(mods))):
-            journal = Path(tempfile.mkdtemp(prefix="plan-build-journal-"))
+            journal = Path(tempfile.mkdtemp(dir=journals.name))
             inputs = mods[v].InputRows([topic], (topic,), Location.of(str(journal)), observe=True)
             mark = {f"{topic}|{p}|{w}": [1, 10] for p in range(4) for w in range(2)}
             (journal / "handoff" / "0.json").write_text(json.dumps(mark))
@@ -133,6 +135,7 @@ def handoff(spark: Any, rev: str, builds: int, rounds: int, skip: int) -> None:
                 if i >= skip:
                     times[v].append((time.perf_counter() - t0) * 1000)
             taken[v] = sorted(bytes(x["value"]) for x in out.collect())
+    journals.cleanup()
     med = {v: statistics.median(ts) for v, ts in times.items()}
     print(f"handoff  same rows taken: {taken['this'] == taken[rev]} ({len(taken['this'])} of {len(rows)})")
     for v in mods:

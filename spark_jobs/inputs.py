@@ -32,10 +32,15 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from spark_jobs.sql_text import int_array
+from spark_jobs.sql_text import int_array, text
 from spark_jobs.storage import Location
 
 Mark = dict[str, list[int]]  # "topic|partition|worker" -> [epoch, seq]
+
+
+def _group_sql(worker: str) -> str:
+    """A row's mark group `topic|partition|worker` as SQL, `worker` the SQL of its (BIGINT) worker."""
+    return f"concat_ws('|', topic, CAST(partition AS STRING), CAST({worker} AS STRING))"
 NO_EMPTY_PROPAGATION = "org.apache.spark.sql.execution.adaptive.AQEPropagateEmptyRelation"
 #: at most this many (topic, partition, upstream worker) groups are observed (one `max` each); more
 #: are read by the collect
@@ -71,8 +76,6 @@ class InputRows:
         """The batch's input rows: key, value, partition, offset (+ topic, __source) for `keyed`."""
         from pyspark.sql import functions as F
 
-        from spark_jobs.sql_text import text
-
         names = ", ".join(text(t) for t in self.topics)
         n = len(self.topics)
         # SQL text: a hand-off's rows are built every epoch, and each Column made in Python is a Py4J call
@@ -100,13 +103,10 @@ class InputRows:
         """The batch without the copies (module docstring), in five DataFrame steps of SQL text: the
         driver analyses each step again in every epoch (a step per tag column, a marks DataFrame
         joined in, and Python-built Columns took a chain's second operator 100-300 ms per epoch)."""
-        from spark_jobs.sql_text import text
-
         handoff = ", ".join(text(t) for t in self.handoff)
         rid = f"IF(topic IN ({handoff}), CAST(filter(headers, h -> h.key = 'ballast-id')[0].value AS STRING), NULL)"
         before = self.mark_before(epoch)
-        worker = f"CAST(CAST(split({rid}, ':')[1] AS BIGINT) AS STRING)"
-        group = f"concat_ws('|', topic, CAST(partition AS STRING), {worker})"
+        group = _group_sql(f"CAST(split({rid}, ':')[1] AS BIGINT)")
         tagged = src.selectExpr("*", f"{rid} AS __id", *[f"CAST(split({rid}, ':')[{i}] AS BIGINT) AS {c}"
                                                         for i, c in enumerate(("__e", "__w", "__s"))],
                                 *self._marks_sql(before, group))
@@ -165,10 +165,7 @@ class InputRows:
         from pyspark.sql import Observation
         from pyspark.sql import functions as F
 
-        from spark_jobs.sql_text import text
-
-        group = ("CASE WHEN __id IS NOT NULL THEN "
-                 "concat_ws('|', topic, CAST(partition AS STRING), CAST(__w AS STRING)) END")
+        group = f"CASE WHEN __id IS NOT NULL THEN {_group_sql('__w')} END"
         obs = Observation(f"ballast_handoff_{epoch}_{uuid.uuid4().hex[:8]}")
         aggs = [F.expr(f"max(CASE WHEN {group} = {text(g)} THEN struct(__e, __s) END) AS g{i}")
                 for i, g in enumerate(groups)]

@@ -89,3 +89,16 @@ def test_an_observed_mark_equals_the_collected_one_and_needs_no_job_of_its_own(s
         assert seen.mark_before(i + 2) == ref.mark_before(i + 2), i
         assert seen.collects - before == (1 if i < 2 else 0), f"batch {i}: a collect of its own"
     assert ref.mark_before(99) == {f"{topic}|0|0": [8, 0], f"{topic}|0|1": [7, 3]}
+
+
+def test_the_marks_sql_refuses_a_group_that_is_not_topic_partition_worker():
+    """The mark's groups reach SQL text unquoted (`InputRows._marks_sql`): a key with a comma or a quote
+    would change the query, so one that is not `topic|partition|worker` is refused; an empty mark is null."""
+    me, ms = InputRows._marks_sql({"p.winners.out|0|1": [3, 7], "p.winners.out|1|0": [2, 5]}, "g")
+    keys = "map_from_arrays(split('p.winners.out|0|1,p.winners.out|1|0', ','), "
+    assert me == keys + "CAST(split('3,2', ',') AS ARRAY<BIGINT>))[g] AS __me"
+    assert ms == keys + "CAST(split('7,5', ',') AS ARRAY<BIGINT>))[g] AS __ms"
+    assert InputRows._marks_sql({}, "g") == ("CAST(NULL AS BIGINT) AS __me", "CAST(NULL AS BIGINT) AS __ms")
+    for bad in ("a,b|0|1", "t'|0|1", "t|x|1", "t|0"):
+        with pytest.raises(ValueError, match="not topic\\|partition\\|worker"):
+            InputRows._marks_sql({bad: [1, 1]}, "g")
