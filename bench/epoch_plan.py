@@ -46,16 +46,16 @@ def run(mode: str, bootstrap: str, prefix: str, max_offsets: int) -> dict[str, A
 
     def write(rows: Any, epoch: int, t0: float) -> None:
         t1 = time.perf_counter()
-        id_sink.writer(rows, epoch, bootstrap, {}).save()  # the runner's writer
+        id_sink.writer(rows, epoch, bootstrap, {}, out, dlq).save()  # the runner's writer
         times.append(((t1 - t0) * 1000, (time.perf_counter() - t1) * 1000))
 
     if mode == "inside":
         def batch(df: Any, epoch: int) -> None:
             t0 = time.perf_counter()
-            write(op.rows(inputs.rows(df, epoch), topics, out, dlq).drop("__dead"), epoch, t0)
+            write(op.rows(inputs.rows(df, epoch), topics).drop("__dead"), epoch, t0)
         stream = src
     else:  # the runner's split (spark_jobs.stream_plan): the expressions once, on the stream; the epoch adds its ids
-        plan = StreamPlan(op, inputs, topics, out, dlq)
+        plan = StreamPlan(op, inputs, topics)
 
         def batch(df: Any, epoch: int) -> None:
             t0 = time.perf_counter()

@@ -101,7 +101,7 @@ def _ballast(raw: Any, q: str, union: bool) -> Any:
     if union:
         query = dataclasses.replace(query, input_schema=SCHEMA)
     op = StatelessOperator(query)
-    return op.finish(op.prepare(rows, names, "n.output", "n.dlq"), dead_column=False)
+    return op.finish(op.prepare(rows, names), dead_column=False)
 
 
 def _timed(df: Any) -> float:

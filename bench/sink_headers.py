@@ -11,6 +11,8 @@ header), what Spark's own query writes.
 
 Variants: `value` (no header); `ballast` (the data plane's own write, spark_jobs.id_sink: Ballast's
 Kafka writer makes the header `ballast-id` = `"<epoch>:<p>:<o>"` in the JVM from the id's columns);
+`ballast_topic` (the same with the topic in a column of every row, as the data plane's epoch had it
+until 2026-12-01: the output topic, or the dead-letter topic for a dead letter);
 `spark_sink` (the same header projected in SQL as an array of structs, written by Spark's sink: what
 the data plane did before the writer); `const` (one constant header: what the header itself costs,
 whatever its value); `binary` (the id as 20 bytes, epoch, partition and offset big-endian); and the
@@ -38,28 +40,38 @@ def _header(value: str) -> str:
     return f"array(named_struct('key', 'ballast-id', 'value', {value})) AS headers"
 
 
-def _ballast(df: Any) -> Any:
+def _ballast(df: Any, topic: str = "") -> Any:
     """The data plane's rows (StatelessOperator.prepare's columns, spark_jobs.id_sink.COLUMNS) for
-    records that are no dead letters; the topic is the write's option, as in the other variants."""
+    records that are no dead letters; the topic is the write's option, as in the other variants,
+    unless `topic` (SQL) gives each row its own, as the data plane's rows did until 2026-12-01."""
     from spark_jobs.stateless import StatelessOperator
 
-    rows = df.selectExpr("CAST(NULL AS STRING) AS topic", "CAST(NULL AS BINARY) AS key", "value", "__p", "__o",
-                         "CAST(NULL AS STRING) AS __reason", "CAST(NULL AS STRING) AS __detail",
-                         "CAST(NULL AS STRING) AS __source")
+    cols = ["CAST(NULL AS BINARY) AS key", "value", "__p", "__o", "CAST(NULL AS STRING) AS __reason",
+            "CAST(NULL AS STRING) AS __detail", "CAST(NULL AS STRING) AS __source"]
+    rows = df.selectExpr(*cols, *([f"{topic} AS topic"] if topic else []))
     return StatelessOperator.finish(rows, dead_column=False)
 
 
-#: each variant: what Spark's Kafka sink writes from the cached rows
-VARIANTS: dict[str, Callable[[Any], Any]] = {
-    "value": lambda df: df.select("value"),
-    "ballast": _ballast,
-    "spark_sink": lambda df: df.selectExpr("value", _header(_id())),
-    "const": lambda df: df.selectExpr("value", _header(f"CAST('{EPOCH}:0:0' AS BINARY)")),
-    "binary": lambda df: df.selectExpr("value", _header(
+#: the topic column the data plane's rows had until 2026-12-01: the output topic unless the row is a
+#: dead letter (none is here)
+ROW_TOPIC = "CASE WHEN __o < 0 THEN 'sinkh.dlq' ELSE '{topic}' END"
+
+
+#: each variant: what the sink writes from the cached rows, given the write's topic
+VARIANTS: dict[str, Callable[[Any, str], Any]] = {
+    "value": lambda df, topic: df.select("value"),
+    "ballast": lambda df, topic: _ballast(df),
+    "ballast_topic": lambda df, topic: _ballast(df, ROW_TOPIC.format(topic=topic)),
+    "spark_sink": lambda df, topic: df.selectExpr("value", _header(_id())),
+    "const": lambda df, topic: df.selectExpr("value", _header(f"CAST('{EPOCH}:0:0' AS BINARY)")),
+    "binary": lambda df, topic: df.selectExpr("value", _header(
         f"concat(unhex(lpad(hex({EPOCH}), 16, '0')), unhex(lpad(hex(__p), 8, '0')), unhex(lpad(hex(__o), 16, '0')))")),
-    "in_key": lambda df: df.selectExpr("value", f"{_id()} AS key"),
-    "in_value": lambda df: df.selectExpr(f"concat({_id()}, value) AS value"),
+    "in_key": lambda df, topic: df.selectExpr("value", f"{_id()} AS key"),
+    "in_value": lambda df, topic: df.selectExpr(f"concat({_id()}, value) AS value"),
 }
+
+#: the variants Ballast's own writer writes (the others: Spark's Kafka sink)
+OWN_WRITER = ("ballast", "ballast_topic")
 
 
 def _jvm_cpu_s(spark: Any) -> float:
@@ -87,10 +99,10 @@ def write(df: Any, variant: str, bootstrap: str, topic: str) -> float:
     """The driver JVM's CPU seconds for one write of `df` as `variant`."""
     from spark_jobs import id_sink
 
-    out = VARIANTS[variant](df)
+    out = VARIANTS[variant](df, topic)
     t0 = _jvm_cpu_s(df.sparkSession)
-    if variant == "ballast":
-        id_sink.writer(out, EPOCH, bootstrap, {}).option("topic", topic).save()
+    if variant in OWN_WRITER:
+        id_sink.writer(out, EPOCH, bootstrap, {}, topic, f"{topic}.dlq").save()
     else:
         out.write.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("topic", topic).save()
     return _jvm_cpu_s(df.sparkSession) - t0

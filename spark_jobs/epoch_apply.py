@@ -167,7 +167,7 @@ class EpochApply:
         t0 = time.perf_counter()
         times.lap("decide")
         writer = id_sink.writer(self.stream_plan.epoch(df, epoch), epoch, cfg.bootstrap,
-                                self._clients.spark_kafka_options(source=False))
+                                self._clients.spark_kafka_options(source=False), cfg.output_topic, dlq_topic(cfg.job))
         times.lap("plan")
         writer.save()
         times.lap("spark")

@@ -17,13 +17,22 @@ from typing import Any
 #: the writer's Spark data source (a class in the ballast-sink jar, spark_jobs.session.connector_jars)
 SINK_FORMAT = "io.ballast.sink.IdKafkaSink"
 
-#: the columns it reads: the record's topic, key and value, the id's routed input partition and
-#: offset, and a dead letter's reason (null: an output), error detail and source record
-COLUMNS = ("topic", "key", "value", "__p", "__o", "__reason", "__detail", "__source")
+#: the columns it reads: the record's key and value, the id's routed input partition and offset,
+#: and a dead letter's reason (null: an output), error detail and source record. A `topic` column
+#: is optional (the writer's `topic` and `dead-letter-topic` options otherwise): an epoch's rows have
+#: none, since a per-row topic cost ~7 % of the write (`python -m bench.sink_headers`, ballast_topic)
+COLUMNS = ("key", "value", "__p", "__o", "__reason", "__detail", "__source")
 
 
-def writer(rows: Any, epoch: int, bootstrap: str, kafka_options: dict[str, str]) -> Any:
-    """The DataFrameWriter that writes `rows` (COLUMNS) as epoch `epoch`'s records; `save()` it.
-    `kafka_options`: the producer's settings as Spark's sink takes them (`kafka.*`)."""
-    return (rows.write.format(SINK_FORMAT).mode("append").option("kafka.bootstrap.servers", bootstrap)
-            .options(**kafka_options).option("epoch", str(int(epoch))))
+def writer(rows: Any, epoch: int, bootstrap: str, kafka_options: dict[str, str], topic: str | None = None,
+           dead_letter_topic: str | None = None) -> Any:
+    """The DataFrameWriter that writes `rows` (COLUMNS) as epoch `epoch`'s records to `topic`, the
+    dead letters among them to `dead_letter_topic`; `save()` it. `kafka_options`: the producer's
+    settings as Spark's sink takes them (`kafka.*`). Without a topic, the rows must name theirs."""
+    w = (rows.write.format(SINK_FORMAT).mode("append").option("kafka.bootstrap.servers", bootstrap)
+         .options(**kafka_options).option("epoch", str(int(epoch))))
+    if topic is not None:
+        w = w.option("topic", topic)
+    if dead_letter_topic is not None:
+        w = w.option("dead-letter-topic", dead_letter_topic)
+    return w

@@ -90,7 +90,7 @@ class JobRunner:
         self.inputs = InputRows(cfg.input_topics, cfg.handoff_inputs, self.journal.dir,
                                 observe=cfg.output_mode == TRANSACTIONAL and not isinstance(self.op, StatelessOperator))
         self.read_topics = read_topics(cfg.input_topics, self.op.sources(), cfg.operator)
-        self.stream_plan = StreamPlan(self.op, self.inputs, cfg.input_topics, cfg.output_topic, dlq_topic(cfg.job))
+        self.stream_plan = StreamPlan(self.op, self.inputs, cfg.input_topics)
         spec = self.op.spec if isinstance(self.op, ProcessorOperator) else None
         # processors: the per-epoch clock (logged, reused on replay) and when timers come due
         self.clocks = ClockLog(self.journal.dir) if spec else None

@@ -81,16 +81,17 @@ class StatelessOperator(Operator):
     def fold(self, key: bytes, state: bytes | None, values: Sequence[bytes]) -> tuple[bytes | None, list[Output]]:
         raise TypeError("a stateless query runs in Spark's JVM (StatelessOperator.rows), not through a fold")
 
-    def rows(self, src: Any, topics: Sequence[str], output_topic: str, dlq_topic: str, ordered: bool = False) -> Any:
+    def rows(self, src: Any, topics: Sequence[str], ordered: bool = False) -> Any:
         """An epoch's rows for the writer (spark_jobs.id_sink.COLUMNS) plus `__dead` (1 for a dead
         letter, for a reader that counts), from the input rows (spark_jobs.inputs): `prepare` then
         `finish`, both in one plan (the runner applies `prepare` once, to the stream; spark_jobs.stream_plan)."""
-        return self.finish(self.prepare(src, topics, output_topic, dlq_topic, ordered))
+        return self.finish(self.prepare(src, topics, ordered))
 
-    def prepare(self, src: Any, topics: Sequence[str], output_topic: str, dlq_topic: str, ordered: bool = False) -> Any:
+    def prepare(self, src: Any, topics: Sequence[str], ordered: bool = False) -> Any:
         """Everything of the query that does not depend on the epoch: parse, filter, project, the
-        record's topic, key and value, and a dead letter's reason, detail and source. Columns: topic,
-        key, value, `__p`, `__o` (the id's partition and offset), `__reason`, `__detail`, `__source`.
+        record's key and value, and a dead letter's reason, detail and source. Columns: key, value,
+        `__p`, `__o` (the id's partition and offset), `__reason`, `__detail`, `__source`; no topic
+        (the writer's options: a dead letter is a row with a `__reason`).
         `ordered`: the input went through a shuffle (a chain's hand-off dedup): bring each input
         partition back into one task, in offset order, so that one id series reaches each output
         partition in seq order."""
@@ -125,7 +126,6 @@ class StatelessOperator(Operator):
             "(the source record is still in its topic)"))).otherwise(detail)
         dead = reason.isNotNull()
         return rows.select(
-            F.when(dead, F.lit(dlq_topic)).otherwise(F.lit(output_topic)).alias("topic"),
             F.when(dead, F.lit(None).cast("binary")).otherwise(F.col("__key")).alias("key"),
             F.when(big, F.lit(None).cast("binary")).when(dead, F.col("__raw")).otherwise(F.col("__value"))
             .alias("value"),

@@ -33,9 +33,8 @@ from spark_jobs.stateless import StatelessOperator
 class StreamPlan:
     """Splits an operator's JVM plan between the stream (once) and the epoch (module docstring)."""
 
-    def __init__(self, op: Any, inputs: InputRows, topics: list[str], output_topic: str, dlq_topic: str) -> None:
+    def __init__(self, op: Any, inputs: InputRows, topics: list[str]) -> None:
         self.op, self.inputs, self.topics = op, inputs, list(topics)
-        self.output_topic, self.dlq_topic = output_topic, dlq_topic
         #: whether the epoch-free expressions are applied to the stream: not with a hand-off's per-epoch dedup
         self.once = not inputs.handoff
         #: a processor whose keying reads no clock is keyed on the stream too (else per epoch)
@@ -64,7 +63,7 @@ class StreamPlan:
     def _front(self, rows: Any) -> Any:
         """The operator's expressions that do not depend on the epoch, over the selected input rows."""
         if isinstance(self.op, StatelessOperator):
-            return self.op.prepare(rows, self.topics, self.output_topic, self.dlq_topic, ordered=not self.once)
+            return self.op.prepare(rows, self.topics, ordered=not self.once)
         if isinstance(self.op, ProcessorOperator):
             prepared = self.op.prepare(rows)
             return self.op.key(prepared) if self.key_once else prepared

@@ -17,6 +17,7 @@ from spark_jobs.control import tick_message
 from spark_jobs.handover import BinHandover, CopyRule
 from spark_jobs.job_clients import JobClients
 from spark_jobs.journal import Journal
+from spark_jobs.output import dlq_topic
 from spark_jobs.run_config import RunConfig, tick_topic
 from spark_jobs.stateless import QueryRefused, StatelessOperator
 from spark_jobs.timers import EpochClock
@@ -93,7 +94,8 @@ class WarmUp:
             rows = plan.epoch(plan.stream(df), -1, dead_column=True)
             if isinstance(self.op, StatelessOperator):  # writing none of its one row
                 none = rows.where(F.col("__dead") < 0).drop("__dead")
-                id_sink.writer(none, -1, self.cfg.bootstrap, self._clients.spark_kafka_options(source=False)).save()
+                id_sink.writer(none, -1, self.cfg.bootstrap, self._clients.spark_kafka_options(source=False),
+                               self.cfg.output_topic, dlq_topic(self.cfg.job)).save()
                 log.info("warmed Spark's epoch plan (code generation, Kafka writer) in %.0f ms",
                          (time.perf_counter() - t0) * 1000)
                 return

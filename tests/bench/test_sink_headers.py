@@ -1,7 +1,7 @@
 """bench.sink_headers on a few records against the test broker, in the session's Spark: every variant
 is timed and its ratio given, and what each variant wrote is what it claims to carry (the data
-plane's id header from Ballast's writer and from Spark's sink, a constant one, a binary one, none,
-or the id as the key or in the value)."""
+plane's id header from Ballast's writer, the topic an option or a column, and from Spark's sink, a
+constant one, a binary one, none, or the id as the key or in the value)."""
 
 from __future__ import annotations
 
@@ -28,8 +28,8 @@ def test_every_variant_is_timed_and_writes_what_it_claims(spark, kafka_bootstrap
     ids = {record_id(m) for m in written["ballast"]}
     assert len(ids) == 2000 and all(i is not None and i.startswith(b"7:") and i.count(b":") == 2 for i in ids)
     # Ballast's writer and Spark's sink with the SQL projection write the same ids and values
-    same = [{(record_id(m), m.value) for m in written[n]} for n in ("ballast", "spark_sink")]
-    assert same[0] == same[1]
+    same = [{(record_id(m), m.value) for m in written[n]} for n in ("ballast", "ballast_topic", "spark_sink")]
+    assert same[0] == same[1] == same[2]
     assert record_id(first["const"]) == b"7:0:0"
     assert len({record_id(m) for m in written["binary"]}) == 2000 and len(record_id(first["binary"]) or b"") == 20
     assert record_id(first["in_key"]) is None and first["in_key"].key.startswith(b"7:")

@@ -27,3 +27,11 @@ def test_rows_without_an_id_column_are_refused_with_what_to_give(spark, kafka_bo
 def test_rows_without_a_topic_need_the_topic_option(spark, kafka_bootstrap):
     with pytest.raises(Exception, match="no topic: give the rows a `topic` column or the write a `topic` option"):
         id_sink.writer(_rows(spark, 10).drop("topic"), 1, kafka_bootstrap, {}).save()
+
+
+def test_dead_letters_without_a_topic_column_need_the_dead_letter_topic_option(spark, kafka_bootstrap):
+    """A row with a `__reason` is a dead letter: with no topic column and no `dead-letter-topic` it
+    would land among the outputs, so the write is refused before any record is sent."""
+    rows = _rows(spark, 10).drop("topic").selectExpr("*", "CAST(NULL AS STRING) AS __reason")
+    with pytest.raises(Exception, match="no topic for dead letters.*`dead-letter-topic` option"):
+        id_sink.writer(rows, 1, kafka_bootstrap, {}, "unused").save()

@@ -125,7 +125,7 @@ def test_an_empty_pre_aggregated_epoch_still_runs_every_workers_task(spark, tmp_
                                       "headers array<struct<key:string,value:binary>>")
     topics = ["p.person", "p.auction", "p.bid"]
     plan = StreamPlan(get_operator("spark_jobs.nexmark.windows:Q7"), InputRows(topics, (), Location.of(tmp_path)),
-                      topics, "p.out", "p.dlq")
+                      topics)
     keyed = plan.epoch(plan.stream(batch), 5, EpochClock(5, 2_000_000, 900_000))
     schema = kafka_arrow_schema()
 

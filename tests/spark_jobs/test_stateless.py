@@ -29,18 +29,17 @@ def _input(spark, values: list[bytes | None], partition: int = 1):  # type: igno
 
 @pytest.fixture
 def written(kafka_bootstrap, make_topics, unique_name):  # type: ignore[no-untyped-def]
-    """write(rows_of(output, dlq), epoch): the records Ballast's writer wrote for `rows` (the
-    query's rows for fresh output and dead-letter topics), read back from the broker in id order."""
+    """write(rows, epoch): the records Ballast's writer wrote for `rows` (the query's rows) to fresh
+    output and dead-letter topics, read back from the broker in id order."""
     n = [0]
 
-    def write(rows_of, epoch: int) -> list[dict]:  # type: ignore[no-untyped-def]
+    def write(rows, epoch: int) -> list[dict]:  # type: ignore[no-untyped-def]
         n[0] += 1
         out, dlq = f"{unique_name}-{n[0]}.o", f"{unique_name}-{n[0]}.d"
         make_topics({out: 2, dlq: 1})
-        rows = rows_of(out, dlq)
         assert tuple(rows.columns) == (*id_sink.COLUMNS, "__dead")  # what the writer reads, and the count
         dead = rows.where("__dead = 1").count()
-        id_sink.writer(rows.drop("__dead"), epoch, kafka_bootstrap, {}).save()
+        id_sink.writer(rows.drop("__dead"), epoch, kafka_bootstrap, {}, out, dlq).save()
         got = []
         for topic, name in ((out, "o"), (dlq, "d")):
             for m in scan_topic(kafka_bootstrap, topic, 60.0):
@@ -56,7 +55,7 @@ def test_outputs_and_dead_letters_come_from_the_jvm_with_ids(spark, written):
     op = StatelessOperator(Q)
     values = [b'{"auction": 7, "price": 50, "note": null}', b'{"auction": 8, "price": 5}', b"not json", None,
               b'{"auction": 9, "price": 11, "note": "x"}']
-    got = written(lambda o, d: op.rows(_input(spark, values), ["in"], o, d), 42)
+    got = written(op.rows(_input(spark, values), ["in"]), 42)
     by_offset = {int(g["headers"]["ballast-id"].split(":")[2]): g for g in got}
     assert sorted(by_offset) == [100, 102, 103, 104]  # 101 filtered out by `where`
     assert all(g["headers"]["ballast-id"].startswith("42:1:") for g in got)
@@ -76,15 +75,15 @@ def test_outputs_and_dead_letters_come_from_the_jvm_with_ids(spark, written):
 def test_a_replay_writes_the_same_records(spark, written):
     op = StatelessOperator(Q)
     values = [b'{"auction": %d, "price": %d}' % (i, 20 + i) for i in range(50)]
-    first = written(lambda o, d: op.rows(_input(spark, values), ["in"], o, d), 3)
-    again = written(lambda o, d: StatelessOperator(Q).rows(_input(spark, values), ["in"], o, d), 3)
+    first = written(op.rows(_input(spark, values), ["in"]), 3)
+    again = written(StatelessOperator(Q).rows(_input(spark, values), ["in"]), 3)
     assert first == again and len(first) == 50
 
 
 def test_several_input_topics_name_the_source_record(spark, written):
     """With n input topics the routed partition is `partition * n + source` (spark_jobs.inputs)."""
     op = StatelessOperator(StatelessQuery(input_schema=SCHEMA, output=("auction",)))
-    got = written(lambda o, d: op.rows(_input(spark, [b"{"], partition=2 * 2 + 1), ["a", "b"], o, d), 1)
+    got = written(op.rows(_input(spark, [b"{"], partition=2 * 2 + 1), ["a", "b"]), 1)
     assert got[0]["headers"]["ballast-source"] == "b:2:100"
     assert got[0]["headers"]["ballast-id"] == "1:5:100"
 
@@ -92,7 +91,7 @@ def test_several_input_topics_name_the_source_record(spark, written):
 def test_an_output_over_the_record_limit_is_a_dead_letter_without_payload(spark, written):
     op = StatelessOperator(StatelessQuery(input_schema=SCHEMA, output=("note",)))
     big = json.dumps({"auction": 1, "price": 1, "note": "x" * MAX_RECORD_BYTES}).encode()
-    got = written(lambda o, d: op.rows(_input(spark, [big]), ["in"], o, d), 1)
+    got = written(op.rows(_input(spark, [big]), ["in"]), 1)
     assert got[0]["topic"] == "d" and got[0]["headers"][REASON_HEADER] == TOO_LARGE
     assert got[0]["value"] is None and "record limit" in got[0]["headers"]["ballast-error"]
 
@@ -101,7 +100,7 @@ def test_a_generator_is_refused_with_what_to_do(spark):
     op = StatelessOperator(StatelessQuery(input_schema=SCHEMA, columns=(("w", "explode(split(note, ' '))"),),
                                           output=("w",)))
     with pytest.raises(QueryRefused, match="Run it as a processor"):
-        op.rows(_input(spark, [b'{"note": "a b"}']), ["in"], "o", "d")
+        op.rows(_input(spark, [b'{"note": "a b"}']), ["in"])
 
 
 def test_a_query_needs_an_output_column():
@@ -113,5 +112,5 @@ def test_timestamps_reach_the_output_as_epoch_milliseconds(spark, written):
     """As in a processor's rows: a timestamp column of the input schema is written as epoch ms."""
     op = StatelessOperator(StatelessQuery(input_schema="auction long, at timestamp", output=("auction", "at")))
     at = b'{"auction": 1, "at": "1970-01-01T00:00:01.5Z"}'
-    got = written(lambda o, d: op.rows(_input(spark, [at]), ["in"], o, d), 1)
+    got = written(op.rows(_input(spark, [at]), ["in"]), 1)
     assert json.loads(got[0]["value"]) == {"auction": 1, "at": 1500}

@@ -63,7 +63,7 @@ class _Counting(ProcessorOperator):
                          ids=["stateless-q1", "processor-q8", "pre-aggregating-q5", "fold-wordcount"])
 def test_the_stream_plan_plus_the_epoch_equal_the_plan_built_in_the_epoch(spark, tmp_path: Path, make) -> None:
     batch, clock = _batch(spark), EpochClock(7, 1_050, 0)
-    once = StreamPlan(make(), InputRows(TOPICS, (), Location.of(str(tmp_path))), TOPICS, "o", "d")
+    once = StreamPlan(make(), InputRows(TOPICS, (), Location.of(str(tmp_path))), TOPICS)
     assert once.once
     rows = once.epoch(once.stream(batch), 7, clock, dead_column=True)
     if once.combine is not None:  # a pre-aggregating query's rows combine after the routing: here without it
@@ -72,7 +72,7 @@ def test_the_stream_plan_plus_the_epoch_equal_the_plan_built_in_the_epoch(spark,
     op = make()  # the whole plan in the epoch, as before the split
     src = InputRows(TOPICS, (), Location.of(str(tmp_path))).rows(batch, 7)
     if isinstance(op, StatelessOperator):
-        want = _rows(op.rows(src, TOPICS, "o", "d"))
+        want = _rows(op.rows(src, TOPICS))
     elif isinstance(op, ProcessorOperator):
         want = _rows(op.keyed(src, clock))
     else:
@@ -83,14 +83,14 @@ def test_the_stream_plan_plus_the_epoch_equal_the_plan_built_in_the_epoch(spark,
 def test_the_epoch_does_not_prepare_the_operator_again_unless_its_clock_is_needed(spark, tmp_path: Path) -> None:
     batch, inputs = _batch(spark), InputRows(TOPICS, (), Location.of(str(tmp_path)))
     plain = type("Q8Counting", (_Counting,), {"built": 0})
-    plan = StreamPlan(plain(Q8), inputs, TOPICS, "o", "d")
+    plan = StreamPlan(plain(Q8), inputs, TOPICS)
     stream = plan.stream(batch)
     for epoch in range(3):
         plan.epoch(stream, epoch, EpochClock(epoch, 1_050, 0)).collect()
     assert plain.built == 1  # once, for the stream
     # a pre-aggregating query's late filter reads the epoch's clock: parsed once, keyed per epoch
     pre = type("Q5Counting", (_Counting,), {"built": 0})
-    plan = StreamPlan(pre(windows.Q5), inputs, TOPICS, "o", "d")
+    plan = StreamPlan(pre(windows.Q5), inputs, TOPICS)
     stream = plan.stream(batch)
     late = {e: plan.epoch(stream, e, EpochClock(e, 1_050, w)).where("__reject IS NOT NULL").count()
             for e, w in ((1, 0), (2, 1_030))}
@@ -100,7 +100,7 @@ def test_the_epoch_does_not_prepare_the_operator_again_unless_its_clock_is_neede
 def test_hand_off_inputs_build_every_stage_in_the_epoch(spark, tmp_path: Path) -> None:
     """A chain's hand-off input is deduplicated against the marks of the epochs before: per epoch."""
     inputs = InputRows(TOPICS, ("t.bid",), Location.of(str(tmp_path)))
-    plan = StreamPlan(StatelessOperator(Q1), inputs, TOPICS, "o", "d")
+    plan = StreamPlan(StatelessOperator(Q1), inputs, TOPICS)
     assert not plan.once
     batch = _batch(spark)
     assert plan.stream(batch) is batch

@@ -281,3 +281,36 @@ def test_a_processor_job_dead_letters_what_it_cannot_read(spark, kafka_bootstrap
             assert s.scalar(select(func.sum(m.EpochMetrics.dead_letters)).where(m.EpochMetrics.job == job)) == 5
     finally:
         runner.stop()
+
+
+def test_a_stateless_job_dead_letters_what_it_cannot_read(spark, kafka_bootstrap, make_topics, unique_name,
+                                                          tmp_path, db_url):
+    """NEXMark Q2, a stateless query (its epoch is one Spark job; Ballast's Kafka writer in the JVM
+    sends a row with a reason to the dead-letter topic its write names): a bid whose price is a word
+    and a tombstone reach `<job>.dlq` with their reason and source, the bid it keeps reaches
+    `<job>.output`, and nothing else reaches either."""
+    import json
+
+    from spark_jobs.nexmark import topics as input_topics
+
+    job = unique_name
+    person, auction, bid = input_topics(job).split(",")
+    make_topics({person: 1, auction: 1, bid: 1})
+    cfg = RunConfig(job=job, operator="spark_jobs.nexmark.stateless:Q2", input_topic=input_topics(job),
+                    checkpoint_dir=str(tmp_path / "ckpt"), bootstrap=kafka_bootstrap, db_url=db_url, bins=4,
+                    workers=2, trigger_ms=200)
+    runner = start_job(spark, cfg)
+    j = ShapesJob(spark, kafka_bootstrap, cfg, runner)
+    j.topic = bid  # the only topic Q2 reads
+    doc = lambda a, price: json.dumps({"auction": a, "price": price, "bidder": 1, "date_time": 1}).encode()  # noqa: E731
+    try:
+        j.write([{"key": None, "value": doc(123, 7)}, {"key": None, "value": doc(1, 8)},
+                 {"key": None, "value": doc(246, "seven")}, {"key": b"k", "value": None}])
+        j.settle()
+        assert [json.loads(o.value) for o in j.read(f"{job}.output")] == [{"auction": 123, "price": 7}]
+        dlq = j.read(f"{job}.dlq")
+        got = [(dict(d.headers)["ballast-source"].decode(), dict(d.headers)["ballast-reason"].decode(), d.value)
+               for d in dlq]
+        assert got == [(f"{bid}:0:2", "decode-error", doc(246, "seven")), (f"{bid}:0:3", "null-value", None)]
+    finally:
+        runner.stop()

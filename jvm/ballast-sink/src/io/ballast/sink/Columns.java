@@ -21,10 +21,19 @@ final class Columns implements Serializable {
     source = optional(s, "__source", DataTypes.StringType);
   }
 
-  static Columns of(StructType schema, boolean topicOption) {
+  /**
+   * The columns of `schema`, refused when a record could have nowhere to go: no topic column and no
+   * `topic` option, or dead letters (a `__reason` column) with neither a topic column nor the
+   * `dead-letter-topic` option (they would land among the outputs).
+   */
+  static Columns of(StructType schema, boolean topicOption, boolean deadLetterTopicOption) {
     Columns c = new Columns(schema);
     if (c.topic < 0 && !topicOption) {
       throw new IllegalArgumentException("no topic: give the rows a `topic` column or the write a `topic` option");
+    }
+    if (c.topic < 0 && c.reason >= 0 && !deadLetterTopicOption) {
+      throw new IllegalArgumentException("no topic for dead letters: the rows have a __reason column but no `topic` "
+          + "column; give the write a `" + RecordWriter.DEAD_LETTER_TOPIC + "` option");
     }
     return c;
   }

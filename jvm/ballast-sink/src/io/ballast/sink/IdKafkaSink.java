@@ -11,9 +11,11 @@ import org.apache.spark.sql.types.StructType;
  * record cost 1.57-1.82x its write without one (the header array's projection, its strings, Scala
  * collections per row); made here from the id's numbers, 1.23-1.27x (bench/sink_headers.py).
  *
- * Rows: value (binary), __p (int), __o (bigint), optional topic (string; else the `topic`
- * option), key (binary), __reason / __detail / __source (string: a dead letter's). Options:
- * `epoch`, `topic`, and Kafka's producer settings as `kafka.*`, as Spark's sink takes them.
+ * Rows: value (binary), __p (int), __o (bigint), optional topic (string; else the `topic` option,
+ * or `dead-letter-topic` for a row with a __reason), key (binary), __reason / __detail / __source
+ * (string: a dead letter's). Options: `epoch`, `topic`, `dead-letter-topic`, and Kafka's producer
+ * settings as `kafka.*`, as Spark's sink takes them. A data-plane epoch's rows have no topic column:
+ * a per-row topic cost ~7 % of the write (bench/sink_headers.py, variant ballast_topic).
  */
 public final class IdKafkaSink extends KafkaSinkProvider {
 
@@ -24,6 +26,7 @@ public final class IdKafkaSink extends KafkaSinkProvider {
 
   @Override
   protected DataWriterFactory factory(Map<String, String> options, StructType schema) {
-    return new RecordWriter.Factory(options, Columns.of(schema, options.containsKey("topic")));
+    return new RecordWriter.Factory(options, Columns.of(schema, options.containsKey("topic"),
+        options.containsKey(RecordWriter.DEAD_LETTER_TOPIC)));
   }
 }

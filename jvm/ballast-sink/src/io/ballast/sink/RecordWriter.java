@@ -25,6 +25,8 @@ import org.apache.spark.unsafe.types.UTF8String;
  */
 final class RecordWriter implements DataWriter<InternalRow> {
   static final String ID = "ballast-id";
+  /** the option naming the dead letters' topic, for rows without a topic column */
+  static final String DEAD_LETTER_TOPIC = "dead-letter-topic";
   // a dead letter's headers after the id, as spark_jobs.records names them
   static final String REASON = "ballast-reason", ERROR = "ballast-error", EPOCH = "ballast-epoch",
       SOURCE = "ballast-source";
@@ -33,6 +35,7 @@ final class RecordWriter implements DataWriter<InternalRow> {
   private final KafkaProducer<byte[], byte[]> producer;
   private final Columns c;
   private final String topic;
+  private final String deadLetterTopic; // where a dead letter goes when the rows carry no topic
   private final byte[] epochPrefix; // "<epoch>:"
   private final byte[] epochText;
   private volatile Exception failed;
@@ -64,6 +67,7 @@ final class RecordWriter implements DataWriter<InternalRow> {
     }
     this.c = columns;
     this.topic = options.get("topic");
+    this.deadLetterTopic = options.get(DEAD_LETTER_TOPIC);
     String e = Long.toString(Long.parseLong(epoch));
     this.epochText = e.getBytes(StandardCharsets.US_ASCII);
     this.epochPrefix = (e + ":").getBytes(StandardCharsets.US_ASCII);
@@ -76,14 +80,16 @@ final class RecordWriter implements DataWriter<InternalRow> {
     if (failed != null) {
       throw new IOException("a send of this task failed", failed);
     }
-    String t = c.topic >= 0 && !row.isNullAt(c.topic) ? row.getUTF8String(c.topic).toString() : topic;
+    boolean dead = c.reason >= 0 && !row.isNullAt(c.reason);
+    String t = c.topic >= 0 && !row.isNullAt(c.topic) ? row.getUTF8String(c.topic).toString()
+        : dead ? deadLetterTopic : topic;
     if (t == null) {
       throw new IOException("a row has no topic and the write no `topic` option");
     }
     byte[] key = c.key >= 0 ? row.getBinary(c.key) : null;
     List<Header> headers = new ArrayList<>(1);
     headers.add(new RecordHeader(ID, id(row.getInt(c.partition), row.getLong(c.offset))));
-    if (c.reason >= 0 && !row.isNullAt(c.reason)) { // a dead letter: why, and where it came from
+    if (dead) { // a dead letter: why, and where it came from
       headers.add(new RecordHeader(REASON, text(row, c.reason)));
       headers.add(new RecordHeader(ERROR, text(row, c.detail)));
       headers.add(new RecordHeader(EPOCH, epochText));
