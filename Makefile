@@ -10,7 +10,8 @@ PYTEST_ARGS ?=
 # pytest-xdist workers for `make test` (0: one process). 2 on this 2-core machine. Three were tried on
 # 2026-11-30: fresh clones took 37.9 and 41.5 min at 3 workers against 41.8 at 2 (CPU idle 4 % / 2.5 % against
 # 13 %), and the second lost a test to the contention (a Python worker of Spark's transformWithState did not
-# connect back in time): docs/suite.md. One process took 55.4 min (2026-11-28). make test-fast runs on FAST_WORKERS
+# connect back in time): docs/suite.md. Again on 2026-12-01: 32.9 min at 3 against 25.8 at 2 (the waits burn CPU
+# for longer: 60 CPU-min against 44). One process took 55.4 min (2026-11-28). make test-fast runs on FAST_WORKERS
 TEST_WORKERS ?= 2
 FAST_WORKERS ?= 3
 
