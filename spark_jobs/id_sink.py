@@ -20,7 +20,7 @@ SINK_FORMAT = "io.ballast.sink.IdKafkaSink"
 #: the columns it reads: the record's key and value, the id's routed input partition and offset,
 #: and a dead letter's reason (null: an output), error detail and source record. A `topic` column
 #: is optional (the writer's `topic` and `dead-letter-topic` options otherwise): an epoch's rows have
-#: none, since a per-row topic cost ~7 % of the write (`python -m bench.sink_headers`, ballast_topic)
+#: none, since a per-row topic cost ~10 % of the write (`python -m bench.sink_headers`, ballast_topic)
 COLUMNS = ("key", "value", "__p", "__o", "__reason", "__detail", "__source")
 
 

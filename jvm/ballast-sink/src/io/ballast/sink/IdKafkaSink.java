@@ -15,7 +15,7 @@ import org.apache.spark.sql.types.StructType;
  * or `dead-letter-topic` for a row with a __reason), key (binary), __reason / __detail / __source
  * (string: a dead letter's). Options: `epoch`, `topic`, `dead-letter-topic`, and Kafka's producer
  * settings as `kafka.*`, as Spark's sink takes them. A data-plane epoch's rows have no topic column:
- * a per-row topic cost ~7 % of the write (bench/sink_headers.py, variant ballast_topic).
+ * a per-row topic cost ~10 % of the write (bench/sink_headers.py, variant ballast_topic).
  */
 public final class IdKafkaSink extends KafkaSinkProvider {
 

@@ -84,7 +84,8 @@ final class RecordWriter implements DataWriter<InternalRow> {
     String t = c.topic >= 0 && !row.isNullAt(c.topic) ? row.getUTF8String(c.topic).toString()
         : dead ? deadLetterTopic : topic;
     if (t == null) {
-      throw new IOException("a row has no topic and the write no `topic` option");
+      throw new IOException(dead ? "a dead letter has no topic and the write no `" + DEAD_LETTER_TOPIC + "` option"
+          : "a row has no topic and the write no `topic` option");
     }
     byte[] key = c.key >= 0 ? row.getBinary(c.key) : null;
     List<Header> headers = new ArrayList<>(1);
