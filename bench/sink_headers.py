@@ -17,6 +17,9 @@ until 2026-12-01: the output topic, or the dead-letter topic for a dead letter);
 the data plane did before the writer); `const` (one constant header: what the header itself costs,
 whatever its value); `binary` (the id as 20 bytes, epoch, partition and offset big-endian); and the
 text id without a header, `in_key` (as the record's key) and `in_value` (in front of the value).
+Ballast's writer batches more than Kafka's defaults (jvm/ballast-sink Producers.BATCHING):
+`ballast_unbatched` is its write with Kafka's defaults, `value_batched` Spark's sink with Ballast's
+batching. Each write's wall time is printed beside its CPU (the broker's work per request is in it).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -68,10 +72,19 @@ VARIANTS: dict[str, Callable[[Any, str], Any]] = {
         f"concat(unhex(lpad(hex({EPOCH}), 16, '0')), unhex(lpad(hex(__p), 8, '0')), unhex(lpad(hex(__o), 16, '0')))")),
     "in_key": lambda df, topic: df.selectExpr("value", f"{_id()} AS key"),
     "in_value": lambda df, topic: df.selectExpr(f"concat({_id()}, value) AS value"),
+    "value_batched": lambda df, topic: df.select("value"),
+    "ballast_unbatched": lambda df, topic: _ballast(df),
 }
 
+#: Ballast's writers' batching (jvm/ballast-sink Producers.BATCHING: up to 512 KiB per partition's
+#: batch, 5 ms to fill one) and Kafka's own defaults (16 KiB, no wait), which Spark's sink uses
+BATCHED = {"kafka.batch.size": str(512 * 1024), "kafka.linger.ms": "5"}
+KAFKA_DEFAULTS = {"kafka.batch.size": "16384", "kafka.linger.ms": "0"}
+#: the producer settings of the variants that do not write with their writer's own
+PRODUCER = {"value_batched": BATCHED, "ballast_unbatched": KAFKA_DEFAULTS}
+
 #: the variants Ballast's own writer writes (the others: Spark's Kafka sink)
-OWN_WRITER = ("ballast", "ballast_topic")
+OWN_WRITER = ("ballast", "ballast_topic", "ballast_unbatched")
 
 
 def _jvm_cpu_s(spark: Any) -> float:
@@ -95,17 +108,19 @@ def rows_like_q1(spark: Any, n: int) -> Any:
     return df
 
 
-def write(df: Any, variant: str, bootstrap: str, topic: str) -> float:
-    """The driver JVM's CPU seconds for one write of `df` as `variant`."""
+def write(df: Any, variant: str, bootstrap: str, topic: str) -> tuple[float, float]:
+    """The driver JVM's CPU seconds and the wall seconds for one write of `df` as `variant`."""
     from spark_jobs import id_sink
 
     out = VARIANTS[variant](df, topic)
-    t0 = _jvm_cpu_s(df.sparkSession)
+    opts = PRODUCER.get(variant, {})
+    t0, w0 = _jvm_cpu_s(df.sparkSession), time.perf_counter()
     if variant in OWN_WRITER:
-        id_sink.writer(out, EPOCH, bootstrap, {}, topic, f"{topic}.dlq").save()
+        id_sink.writer(out, EPOCH, bootstrap, opts, topic, f"{topic}.dlq").save()
     else:
-        out.write.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("topic", topic).save()
-    return _jvm_cpu_s(df.sparkSession) - t0
+        (out.write.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("topic", topic)
+         .options(**opts).save())
+    return _jvm_cpu_s(df.sparkSession) - t0, time.perf_counter() - w0
 
 
 def measure(spark: Any, bootstrap: str, rows: int, rounds: int, names: list[str],
@@ -119,16 +134,23 @@ def measure(spark: Any, bootstrap: str, rows: int, rounds: int, names: list[str]
     ensure_topics({f"sinkh-{tag}-warm": 4}, bootstrap)
     write(df, "value", bootstrap, f"sinkh-{tag}-warm")  # class loading and the producer's first connection
     cpu: dict[str, list[float]] = {n: [] for n in names}
+    wall: dict[str, list[float]] = {n: [] for n in names}
     for r in range(rounds):
         for n in names[r % len(names):] + names[:r % len(names)]:
             topic = f"sinkh-{tag}-{n}-{r}"
             ensure_topics({topic: 4}, bootstrap)
-            cpu[n].append(write(df, n, bootstrap, topic))
+            c, w = write(df, n, bootstrap, topic)
+            cpu[n].append(c)
+            wall[n].append(w)
         log(json.dumps({"round": r, **{n: round(cpu[n][-1], 3) for n in names}}))
     df.unpersist()
     base = statistics.median(cpu["value"]) if "value" in cpu else None
+    wbase = statistics.median(wall["value"]) if "value" in wall else None
     median = {n: {"cpu_s": round(statistics.median(v), 3),
-                  "ratio": round(statistics.median(v) / base, 3) if base else None} for n, v in cpu.items()}
+                  "ratio": round(statistics.median(v) / base, 3) if base else None,
+                  "wall_s": round(statistics.median(wall[n]), 3),
+                  "wall_ratio": round(statistics.median(wall[n]) / wbase, 3) if wbase else None}
+              for n, v in cpu.items()}
     return {"rows": rows, "rounds": rounds, "median": median,
             "topics": {n: f"sinkh-{tag}-{n}-{rounds - 1}" for n in names}}
 

@@ -38,8 +38,6 @@ final class TxnTarget implements Serializable {
     producerConfig.put("acks", "all");
     producerConfig.put("enable.idempotence", "true");
     producerConfig.put("transaction.timeout.ms", Integer.toString(TRANSACTION_TIMEOUT_MS));
-    producerConfig.putIfAbsent("linger.ms", "5");
-    producerConfig.putIfAbsent("batch.size", Integer.toString(512 * 1024));
     producerConfig.put("max.block.ms", Long.toString(timeoutMs));
     long request = Long.parseLong(producerConfig.getOrDefault("request.timeout.ms", "30000"));
     request = Math.min(request, timeoutMs);
