@@ -46,8 +46,9 @@ final class Producers {
    * Ballast's writers batch more than Kafka's defaults (16 KiB, no wait): a partition's batch takes up
    * to 512 KiB and waits up to 5 ms to fill. An epoch's task sends thousands of small records in a
    * burst, and each request costs the producer's sender and the broker per batch, not per byte:
-   * with these, a write of 400 000 Q1-sized records took 0.71-0.90 of the wall time and 0.79-0.86 of
-   * the CPU it took with the defaults (bench/sink_headers.py, variants *_batched). A task's commit
+   * with these, a write of 400 000 Q1-sized records took 0.71-0.74 of the wall time and 0.79-0.85 of
+   * the CPU it took with the defaults, through this writer or Spark's sink (bench/sink_headers.py,
+   * variants ballast against ballast_unbatched, value_batched against value). A task's commit
    * flushes, so the wait never holds an epoch. A write's own `kafka.batch.size` / `kafka.linger.ms` win.
    */
   static final Map<String, String> BATCHING = Map.of("batch.size", Integer.toString(512 * 1024), "linger.ms", "5");
