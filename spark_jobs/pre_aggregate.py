@@ -20,11 +20,16 @@ from typing import Any
 
 from spark_jobs.processor import QuerySpec
 from spark_jobs.records import AHEAD, LATE, REJECT_COLUMN
+from spark_jobs.sql_steps import aggregate, select
 from spark_jobs.sql_text import ident, json_of, text
 
 #: the routing's columns over `mark`'s rows (spark_jobs.routing.route), internal names beside the
 #: query's own columns; the combine groups by them (each is a function of the key) and keeps them
 KEY, WORKER, HASH, BIN = "__key", "__worker", "__h", "__bin"
+#: a record's own group when it is rejected (null for a good record): its (partition, offset)
+BAD = "CASE WHEN __reject IS NOT NULL THEN struct(__p, __o) END"
+#: the combine's grouping columns as Spark keeps them in its result (`__g0`, `__g1`, ...)
+GROUP_PREFIX = "__g"
 
 
 def key_sql(spec: QuerySpec) -> str:
@@ -49,9 +54,9 @@ def mark(rows: Any, spec: QuerySpec, ts_columns: tuple[str, ...], clock: Any) ->
             why = f"CASE WHEN {why} IS NULL AND {et} > {ahead_ms} THEN {text(AHEAD)} ELSE {why} END"
         why = (f"CASE WHEN __reject IS NULL AND {et} < {int(clock.watermark_ms)} THEN {text(LATE)} "
                f"ELSE {why} END")
-    return rows.selectExpr("* EXCEPT (__reject, __raw)", f"{why} AS __reject",
-                           f"IF(({why}) IS NULL, NULL, __raw) AS __raw",
-                           f"IF(({why}) IS NULL, {key_sql(spec)}, NULL) AS {KEY}")
+    return select(rows, ["* EXCEPT (__reject, __raw)", f"{why} AS __reject",
+                         f"IF(({why}) IS NULL, NULL, __raw) AS __raw",
+                         f"IF(({why}) IS NULL, {key_sql(spec)}, NULL) AS {KEY}"])
 
 
 def combine(marked: Any, spec: QuerySpec, ts_columns: tuple[str, ...], routed: bool) -> Any:
@@ -61,19 +66,22 @@ def combine(marked: Any, spec: QuerySpec, ts_columns: tuple[str, ...], routed: b
     One aggregation for both kinds of row, so the batch is read and parsed once (a union of a good and
     a rejected branch reads it twice): a rejected record is a group of its own, keyed by its
     (partition, offset), and carries its raw value and reason; good rows group as declared. A group's
-    partition and offset are its first record's, which orders a key's groups as its records were."""
-    from pyspark.sql import functions as F
+    partition and offset are its first record's, which orders a key's groups as its records were.
 
+    One Dataset, whose Columns are made once (spark_jobs.sql_steps.aggregate): the outputs are
+    written over the grouping expressions and aggregates themselves, not over a second step's
+    names. Spark keeps the grouping columns too, first, under internal names (GROUP_PREFIX): the
+    task reads its columns by name and ignores them."""
     pre = spec.pre_aggregate
     assert pre is not None
-    value = json_of((c, f"unix_millis({ident(c)})" if c in ts_columns else ident(c)) for c in pre.columns)
-    by = [F.col(c) for c in (WORKER, HASH, BIN)] if routed else []
-    groups = marked.groupBy(*by, *[F.col(ident(g)) for g in pre.group_by], F.expr(
-        "CASE WHEN __reject IS NOT NULL THEN struct(__p, __o) END").alias("__bad")).agg(
-        *[F.expr(f"{e} AS {ident(n)}") for n, e in pre.aggregates], F.expr("min(struct(__p, __o)) AS __first"),
-        F.expr("first(CASE WHEN __reject IS NOT NULL THEN struct(__raw, __reject) END, true) AS __dead"))
-    return groups.selectExpr(
-        f"CASE WHEN __bad IS NULL THEN {key_sql(spec)} END AS key",
-        f"CASE WHEN __bad IS NULL THEN {value} ELSE __dead.__raw END AS value",
-        "__first.__p AS partition", "__first.__o AS offset", f"__dead.__reject AS {ident(REJECT_COLUMN)}",
-        *([f"{HASH} AS h", f"{BIN} AS bin", f"{WORKER} AS worker"] if routed else []))
+    exprs = [*((g, ident(g)) for g in pre.group_by), *pre.aggregates]  # PreAggregate.columns, as expressions
+    value = json_of((n, f"unix_millis({e})" if n in ts_columns else e) for n, e in exprs)
+    own = [*((WORKER, HASH, BIN) if routed else ()), *pre.group_by]
+    by = [f"{ident(g)} AS {ident(GROUP_PREFIX + str(i))}" for i, g in enumerate(own)]
+    good = f"({BAD}) IS NULL"
+    return aggregate(marked, [*by, f"{BAD} AS __bad"], [
+        f"CASE WHEN {good} THEN {key_sql(spec)} END AS key",
+        f"CASE WHEN {good} THEN {value} ELSE first(__raw, true) END AS value",
+        "min(struct(__p, __o)).__p AS partition", "min(struct(__p, __o)).__o AS offset",
+        f"first(__reject, true) AS {ident(REJECT_COLUMN)}",
+        *([f"{HASH} AS h", f"{BIN} AS bin", f"{WORKER} AS worker"] if routed else [])])

@@ -8,6 +8,7 @@ from typing import Any
 
 from spark_jobs.output import output_type
 from spark_jobs.records import EVENT_MS_COLUMN, REJECT_COLUMN
+from spark_jobs.sql_steps import select
 
 
 def route(keyed: Any, k: int, assignment: Any, tasks: int, fn: Any, handover: tuple[Any, ...] = (),
@@ -20,14 +21,13 @@ def route(keyed: Any, k: int, assignment: Any, tasks: int, fn: Any, handover: tu
     record is routed and `combine` groups each worker's partition after the one shuffle."""
     from spark_jobs.bins import routing_sql
     from spark_jobs.handover import copies_kept, fan_out
-
     if combine is not None:
         return _route_then_combine(keyed, k, assignment, tasks, fn, handover, combine)
     h, b, w = routing_sql("key", k, assignment)
     rejects = [REJECT_COLUMN] if REJECT_COLUMN in (names := keyed.columns) else []  # spark_jobs.records
     et = [EVENT_MS_COLUMN] if EVENT_MS_COLUMN in names else []
     cols = ["key", "value", "partition", "offset", *rejects, "h", "bin"]
-    routed = keyed.selectExpr(*cols[:-2], *et, f"{h} AS h", f"{b} AS bin", f"{w} AS worker")
+    routed = select(keyed, [*cols[:-2], *et, f"{h} AS h", f"{b} AS bin", f"{w} AS worker"])
     if (fan := fan_out(handover, len(assignment))) is not None:
         routed = routed.selectExpr(*cols, *et, f"{fan} AS (copy, worker)")
         kept = copies_kept(handover, len(assignment), rule, EVENT_MS_COLUMN) if et and rule is not None else None
@@ -47,9 +47,8 @@ def _route_then_combine(marked: Any, k: int, assignment: Any, tasks: int, fn: An
     from spark_jobs.bins import routing_sql
     from spark_jobs.handover import fan_out
     from spark_jobs.pre_aggregate import BIN, HASH, KEY, WORKER
-
     h, b, w = routing_sql(KEY, k, assignment)
-    routed = marked.selectExpr("*", f"{h} AS {HASH}", f"{b} AS {BIN}", f"{w} AS {WORKER}")
+    routed = select(marked, ["*", f"{h} AS {HASH}", f"{b} AS {BIN}", f"{w} AS {WORKER}"])
     if (fan := fan_out(handover, len(assignment), BIN, WORKER)) is not None:
         routed = routed.selectExpr(f"* EXCEPT ({WORKER})", f"{fan} AS (__copy, {WORKER})")
     return map_in_arrow(combine(routed.repartitionById(tasks, WORKER)), fn)
