@@ -21,6 +21,7 @@ def route(keyed: Any, k: int, assignment: Any, tasks: int, fn: Any, handover: tu
     record is routed and `combine` groups each worker's partition after the one shuffle."""
     from spark_jobs.bins import routing_sql
     from spark_jobs.handover import copies_kept, fan_out
+
     if combine is not None:
         return _route_then_combine(keyed, k, assignment, tasks, fn, handover, combine)
     h, b, w = routing_sql("key", k, assignment)
@@ -29,13 +30,13 @@ def route(keyed: Any, k: int, assignment: Any, tasks: int, fn: Any, handover: tu
     cols = ["key", "value", "partition", "offset", *rejects, "h", "bin"]
     routed = select(keyed, [*cols[:-2], *et, f"{h} AS h", f"{b} AS bin", f"{w} AS worker"])
     if (fan := fan_out(handover, len(assignment))) is not None:
-        routed = routed.selectExpr(*cols, *et, f"{fan} AS (copy, worker)")
+        routed = select(routed, [*cols, *et, f"{fan} AS (copy, worker)"])
         kept = copies_kept(handover, len(assignment), rule, EVENT_MS_COLUMN) if et and rule is not None else None
         if kept is not None:
-            routed = (routed.selectExpr("*", *kept.columns) if kept.columns else routed).where(kept.keep)
-        routed = routed.selectExpr(*cols, "worker")
+            routed = (select(routed, ["*", *kept.columns]) if kept.columns else routed).where(kept.keep)
+        routed = select(routed, [*cols, "worker"])
     elif et:
-        routed = routed.selectExpr(*cols, "worker")
+        routed = select(routed, [*cols, "worker"])
     return map_in_arrow(routed.repartitionById(tasks, "worker"), fn)
 
 
@@ -47,10 +48,11 @@ def _route_then_combine(marked: Any, k: int, assignment: Any, tasks: int, fn: An
     from spark_jobs.bins import routing_sql
     from spark_jobs.handover import fan_out
     from spark_jobs.pre_aggregate import BIN, HASH, KEY, WORKER
+
     h, b, w = routing_sql(KEY, k, assignment)
     routed = select(marked, ["*", f"{h} AS {HASH}", f"{b} AS {BIN}", f"{w} AS {WORKER}"])
     if (fan := fan_out(handover, len(assignment), BIN, WORKER)) is not None:
-        routed = routed.selectExpr(f"* EXCEPT ({WORKER})", f"{fan} AS (__copy, {WORKER})")
+        routed = select(routed, [f"* EXCEPT ({WORKER})", f"{fan} AS (__copy, {WORKER})"])
     return map_in_arrow(combine(routed.repartitionById(tasks, WORKER)), fn)
 
 

@@ -24,8 +24,7 @@ def _classes(sc: Any) -> dict[str, Any]:
     made: dict[str, Any] = sc.__dict__.get("_ballast_sql_classes") or {}
     if not made:
         jvm = sc._jvm
-        made = {"split": jvm.org.apache.commons.lang3.StringUtils, "seq": jvm.scala.collection.immutable.ArraySeq,
-                "functions": jvm.org.apache.spark.sql.functions}
+        made = {"split": jvm.org.apache.commons.lang3.StringUtils, "seq": jvm.scala.collection.immutable.ArraySeq}
         sc.__dict__["_ballast_sql_classes"] = made  # gone with its context
     return made
 
@@ -53,21 +52,17 @@ def cached_columns(sc: Any, exprs: Sequence[str]) -> tuple[Any, Any, Any]:
     """The JVM Columns of `exprs` (SQL text, `... AS name` allowed) as (the first, a Scala Seq of the
     rest, a Seq of all), made once per SparkContext and list of texts: a Column is an unresolved
     expression, the same in every epoch's plan."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.classic.column import _to_seq
+
     made: dict[tuple[str, ...], tuple[Any, Any, Any]] = sc.__dict__.setdefault("_ballast_sql_columns", {})
     key = tuple(exprs)
     hit = made.get(key)
     if hit is None:
         if not key:
             raise ValueError("cached_columns needs at least one expression")
-        f = _classes(sc)["functions"]
-        cols = [f.expr(e) for e in key]
-        seqs = []
-        for part in (cols[1:], cols):
-            jlist = sc._jvm.java.util.ArrayList()
-            for c in part:
-                jlist.add(c)
-            seqs.append(sc._jvm.org.apache.spark.api.python.PythonUtils.toSeq(jlist))
-        hit = made[key] = (cols[0], seqs[0], seqs[1])
+        cols = [F.expr(e)._jc for e in key]
+        hit = made[key] = (cols[0], _to_seq(sc, cols[1:]), _to_seq(sc, cols))
     return hit
 
 
