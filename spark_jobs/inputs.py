@@ -83,7 +83,8 @@ class InputRows:
             "*", f"CAST(array_position(array({names}), topic) AS INT) - 1 AS __source")
         if self.handoff:
             # the dedup's shuffles are query stages AQE may find empty (a batch of copies only, or a
-            # step with no input): it must not drop the routing's W tasks with them
+            # step with no input): it must not drop the routing's W tasks with them (if AQE is on at all:
+            # spark_jobs.session.EPOCH_CONF turns it off for epochs)
             src.sparkSession.conf.set("spark.sql.adaptive.optimizer.excludedRules", NO_EMPTY_PROPAGATION)
             src = self._deduplicate(src, epoch)
         if n > 1:

@@ -92,7 +92,8 @@ class ProcessorOperator(Operator):
         if spec.pre_aggregate is not None:
             # an epoch with no rows aggregates to an empty shuffle stage, from which AQE would
             # propagate an empty relation through the routing: no task would run, and a commit
-            # needs all W. Set once here, where the stream's plan is made, not in every epoch's key
+            # needs all W (epochs run without AQE, spark_jobs.session.EPOCH_CONF; this holds if a session
+            # turns it back on). Set once here, where the stream's plan is made, not in every epoch's key
             df.sparkSession.conf.set("spark.sql.adaptive.optimizer.excludedRules", NO_EMPTY_PROPAGATION)
         rows = parsed_rows(df, spec)
         cols = [f for f in rows.schema.fields if f.name not in INTERNAL]

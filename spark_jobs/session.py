@@ -15,6 +15,7 @@ import os
 import shutil
 import sys
 from pathlib import Path
+from typing import Any
 
 from ballast.errors import BallastError
 from ballast.options import settings
@@ -25,6 +26,24 @@ CONNECTOR_JARS = settings().cache_dir / "jars" / "spark-kafka"
 S3A_JARS = settings().cache_dir / "jars" / "hadoop-aws"
 SINK_JARS = settings().cache_dir / "jars" / "ballast-sink"  # jvm/ballast-sink, built by scripts/build_sink.sh
 SESSION_TIME_ZONE = "UTC"
+
+
+#: What a job's epochs need of its session, set by the runner on whatever session it is given (a
+#: test's shared one too): no adaptive query execution. An epoch is a batch job inside `foreachBatch`,
+#: which Spark plans adaptively, while Spark's own streaming queries run without it (StreamExecution
+#: turns it off, since it may change the shuffles' partition counts). An epoch's shuffles are
+#: Ballast's own (the routing's `repartitionById` into the W workers; `shuffle_partitions`
+#: elsewhere), so AQE has nothing to adapt; it costs a re-planning on the driver between the stages
+#: of every epoch, and could drop the routing's W tasks for an empty stage (its
+#: `AQEPropagateEmptyRelation`). `python -m bench.adaptive`: an epoch's job without it took
+#: 0.88-0.97 of the time with it (docs/benchmarks.md, "An epoch without adaptive execution").
+EPOCH_CONF = {"spark.sql.adaptive.enabled": "false"}
+
+
+def for_epochs(spark: Any) -> None:
+    """Set EPOCH_CONF on `spark` (a job's session, before its warm-up plans anything)."""
+    for k, v in EPOCH_CONF.items():
+        spark.conf.set(k, v)
 
 
 def connector_jars() -> list[str]:

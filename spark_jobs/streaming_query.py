@@ -23,6 +23,7 @@ from typing import Any
 from ballast.protocol import Settings
 from spark_jobs.run_config import RunConfig, tick_topic
 from spark_jobs.s3a import explain_spark_storage_error
+from spark_jobs.session import for_epochs
 
 log = logging.getLogger("ballast.runner")
 
@@ -53,6 +54,7 @@ class StreamingQuery:
     def __init__(self, spark: Any, cfg: RunConfig, topics: list[str], control_topic: str, kafka_options: dict[str, str],
                  stream: Callable[[Any], Any], batch: Callable[[Any, int], None], checkpoint: Any,
                  in_batch: threading.Event, stopping: threading.Event) -> None:
+        for_epochs(spark)  # before the warm-up or the query plans anything (spark_jobs.session.EPOCH_CONF)
         self.spark, self.cfg = spark, cfg
         self.topics = [*topics, control_topic, tick_topic(cfg.job)]
         self.kafka_options = kafka_options
