@@ -36,7 +36,7 @@ SESSION_TIME_ZONE = "UTC"
 #: elsewhere), so AQE has nothing to adapt; it costs a re-planning on the driver between the stages
 #: of every epoch, and could drop the routing's W tasks for an empty stage (its
 #: `AQEPropagateEmptyRelation`). `python -m bench.adaptive`: an epoch's job without it took
-#: 0.88-0.97 of the time with it (docs/benchmarks.md, "An epoch without adaptive execution").
+#: 0.86-0.99 of the time with it (docs/benchmarks.md, "An epoch without adaptive execution").
 EPOCH_CONF = {"spark.sql.adaptive.enabled": "false"}
 
 
