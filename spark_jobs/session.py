@@ -28,13 +28,13 @@ SINK_JARS = settings().cache_dir / "jars" / "ballast-sink"  # jvm/ballast-sink, 
 SESSION_TIME_ZONE = "UTC"
 
 
-#: What a job's epochs need of its session, set by the runner on whatever session it is given (a
-#: test's shared one too): no adaptive query execution. An epoch is a batch job inside `foreachBatch`,
-#: which Spark plans adaptively, while Spark's own streaming queries run without it (StreamExecution
-#: turns it off, since it may change the shuffles' partition counts). An epoch's shuffles are
-#: Ballast's own (the routing's `repartitionById` into the W workers; `shuffle_partitions`
-#: elsewhere), so AQE has nothing to adapt; it costs a re-planning on the driver between the stages
-#: of every epoch, and could drop the routing's W tasks for an empty stage (its
+#: What a job's epochs need of its session, set by its streaming query (spark_jobs.streaming_query)
+#: on whatever session it is given (a test's shared one too): no adaptive query execution. An epoch
+#: is a batch job inside `foreachBatch`, which Spark plans adaptively, while Spark's own streaming
+#: queries run without it (StreamExecution turns it off: it may change a shuffle's partition count).
+#: An epoch's shuffles are Ballast's own (the routing's `repartitionById` into the W workers;
+#: `shuffle_partitions` elsewhere), so AQE has nothing to adapt; it costs a re-planning on the driver
+#: between the stages of every epoch, and could drop the routing's W tasks for an empty stage (its
 #: `AQEPropagateEmptyRelation`). `python -m bench.adaptive`: an epoch's job without it took
 #: 0.86-0.99 of the time with it (docs/benchmarks.md, "An epoch without adaptive execution").
 EPOCH_CONF = {"spark.sql.adaptive.enabled": "false"}

@@ -14,6 +14,7 @@ import pytest
 
 from ballast.protocol import Settings
 from spark_jobs.run_config import RunConfig
+from spark_jobs.storage import Location
 from spark_jobs.streaming_query import Effective, StreamingQuery, await_commit
 
 pytestmark = pytest.mark.dataplane
@@ -70,11 +71,6 @@ def test_a_query_that_ended_or_never_reports_does_not_hold_the_restart() -> None
     assert time.monotonic() - t0 < 1, "bounded: it stops anyway after the timeout"
 
 
-class _Checkpoint:
-    def __init__(self, path: Any) -> None:
-        self.hadoop_uri, self.uri = str(path), str(path)
-
-
 def test_the_epochs_run_without_adaptive_execution_as_sparks_own_streaming_queries_do(spark, tmp_path) -> None:
     """spark_jobs.session.EPOCH_CONF: a `foreachBatch` batch is planned adaptively by default; the
     query's epochs are not (an epoch's shuffle keeps its W partitions, no re-planning between stages)."""
@@ -88,8 +84,8 @@ def test_the_epochs_run_without_adaptive_execution_as_sparks_own_streaming_queri
     before = spark.conf.get("spark.sql.adaptive.enabled")
     spark.conf.unset("spark.sql.adaptive.enabled")  # Spark's default, whatever ran on this session before
     try:
-        sq = StreamingQuery(spark, _cfg(), ["j.in"], "j.control", {}, lambda s: s, batch, _Checkpoint(tmp_path / "ck"),
-                            threading.Event(), threading.Event())
+        sq = StreamingQuery(spark, _cfg(), ["j.in"], "j.control", {}, lambda s: s, batch,
+                            Location.of(str(tmp_path / "ck")), threading.Event(), threading.Event())
         query = sq.start(spark.readStream.format("rate").option("rowsPerSecond", 100).load(), Effective(100, None))
         try:
             assert ran.wait(60), "no epoch ran"
