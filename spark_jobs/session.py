@@ -37,7 +37,15 @@ SESSION_TIME_ZONE = "UTC"
 #: between the stages of every epoch, and could drop the routing's W tasks for an empty stage (its
 #: `AQEPropagateEmptyRelation`). `python -m bench.adaptive`: an epoch's job without it took
 #: 0.86-0.99 of the time with it (docs/benchmarks.md, "An epoch without adaptive execution").
-EPOCH_CONF = {"spark.sql.adaptive.enabled": "false"}
+#: And Spark's offset and commit logs through Hadoop's FileSystem API rather than its FileContext
+#: API: without Hadoop's native library (a pip-installed Spark has none) FileContext's local file
+#: system resolves each path's links by running `readlink` and `chmod` as child processes of the
+#: driver's JVM, about 15 of them per epoch between the epochs (strace), 45 -> 13 ms per log write
+#: (`python -m bench.checkpoint_io`; docs/dataplane.md, "One epoch"). The same files, renamed into
+#: place from a temporary file as before, their checksums kept; for s3a:// Spark uses this manager anyway.
+EPOCH_CONF = {"spark.sql.adaptive.enabled": "false",
+              "spark.sql.streaming.checkpointFileManagerClass":
+                  "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"}
 
 
 def for_epochs(spark: Any) -> None:

@@ -94,3 +94,26 @@ def test_the_epochs_run_without_adaptive_execution_as_sparks_own_streaming_queri
     finally:
         spark.conf.set("spark.sql.adaptive.enabled", before)
     assert plans and "AdaptiveSparkPlan" not in plans, plans
+
+
+def test_the_querys_offset_and_commit_logs_are_written_through_the_file_system_api(spark, tmp_path) -> None:
+    """spark_jobs.session.EPOCH_CONF: Spark's default (FileContext) manager runs `readlink` and `chmod` as
+    child processes for every log write on a Spark without Hadoop's native library; the query's logs go
+    through the FileSystem API's manager instead, whatever the session had before."""
+    key = "spark.sql.streaming.checkpointFileManagerClass"
+    before = spark.conf.get(key, None)
+    spark.conf.unset(key)  # Spark's default
+    try:
+        sq = StreamingQuery(spark, _cfg(), ["j.in"], "j.control", {}, lambda s: s, lambda df, epoch: None,
+                            Location.of(str(tmp_path / "ck")), threading.Event(), threading.Event())
+        query = sq.start(spark.readStream.format("rate").option("rowsPerSecond", 100).load(), Effective(100, None))
+        try:
+            engine = query._jsq.streamingQuery()
+            logs = (engine.offsetLog(), engine.commitLog())
+            managers = {log.fileManager().getClass().getSimpleName() for log in logs}
+        finally:
+            query.stop()
+    finally:
+        spark.conf.unset(key) if before is None else spark.conf.set(key, before)
+    assert managers == {"FileSystemBasedCheckpointFileManager"}, managers
+    assert (tmp_path / "ck").exists()
