@@ -24,7 +24,6 @@ import sys
 import tempfile
 from typing import Any
 
-KEY = "spark.sql.streaming.checkpointFileManagerClass"
 VARIANTS = ("default", "epoch")
 PHASES = ("walCommit", "commitOffsets", "triggerExecution")
 SKIP = 5  # each query's first batches: the JVM's code for them is still cold
@@ -32,12 +31,13 @@ SKIP = 5  # each query's first batches: the JVM's code for them is still cold
 
 def _query(spark: Any, variant: str, batches: int, root: str) -> dict[str, list[float]]:
     """One query of `batches` micro-batches with `variant`'s manager: its per-batch phase times (ms)."""
+    from spark_jobs.s3a import CHECKPOINT_MANAGER_KEY
     from spark_jobs.session import EPOCH_CONF
 
     if variant == "epoch":
-        spark.conf.set(KEY, EPOCH_CONF[KEY])
+        spark.conf.set(CHECKPOINT_MANAGER_KEY, EPOCH_CONF[CHECKPOINT_MANAGER_KEY])
     else:
-        spark.conf.unset(KEY)  # Spark's default
+        spark.conf.unset(CHECKPOINT_MANAGER_KEY)  # Spark's default
     ck = tempfile.mkdtemp(prefix=f"ckpt-{variant}-", dir=root)
     try:
         src = spark.readStream.format("rate-micro-batch").option("rowsPerBatch", 100).load()

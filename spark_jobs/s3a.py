@@ -20,6 +20,13 @@ from ballast.errors import BallastError
 _HADOOP_SCHEMES = {"s3": "s3a"}
 
 
+#: Spark's conf for the checkpoint's file manager, and its manager on Hadoop's FileSystem API: what an
+#: s3a:// checkpoint needs (below) and what every job's epochs use (spark_jobs.session.EPOCH_CONF)
+CHECKPOINT_MANAGER_KEY = "spark.sql.streaming.checkpointFileManagerClass"
+FILE_SYSTEM_CHECKPOINT_MANAGER = ("org.apache.spark.sql.execution.streaming.checkpointing."
+                                  "FileSystemBasedCheckpointFileManager")
+
+
 def hadoop_uri(uri: str) -> str:
     """`uri` as Hadoop's filesystems (Spark's checkpoint) read it: `s3://b/p` -> `s3a://b/p`;
     every other URI and local path unchanged."""
@@ -79,8 +86,7 @@ def s3a_conf(env: dict[str, str] | None = None) -> dict[str, str]:
         # the FileSystem API, not FileContext: FileContext's create checks that the parent is a
         # directory with a HEAD on its key, which a server that maps keys to files (s3s-fs) answers
         # as an object; with it the Spark checkpoint fails at its first file
-        "spark.sql.streaming.checkpointFileManagerClass":
-            "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager",
+        CHECKPOINT_MANAGER_KEY: FILE_SYSTEM_CHECKPOINT_MANAGER,
         # the same quirk makes an empty directory list as itself, so a new query would find its
         # offsets "not empty"; the job's own journal (ballast/job.json) refuses a foreign dir instead
         "spark.sql.streaming.verifyCheckpointDirectoryEmptyOnStart": "false",

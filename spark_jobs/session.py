@@ -19,7 +19,7 @@ from typing import Any
 
 from ballast.errors import BallastError
 from ballast.options import settings
-from spark_jobs.s3a import is_s3_uri, s3a_conf
+from spark_jobs.s3a import CHECKPOINT_MANAGER_KEY, FILE_SYSTEM_CHECKPOINT_MANAGER, is_s3_uri, s3a_conf
 
 REPO = Path(__file__).resolve().parent.parent
 CONNECTOR_JARS = settings().cache_dir / "jars" / "spark-kafka"
@@ -40,12 +40,10 @@ SESSION_TIME_ZONE = "UTC"
 #: And Spark's offset and commit logs through Hadoop's FileSystem API rather than its FileContext
 #: API: without Hadoop's native library (a pip-installed Spark has none) FileContext's local file
 #: system resolves each path's links by running `readlink` and `chmod` as child processes of the
-#: driver's JVM, about 15 of them per epoch between the epochs (strace), 45 -> 13 ms per log write
+#: driver's JVM, about 15 of them per epoch between the epochs (strace), 38 -> 9 ms per log write
 #: (`python -m bench.checkpoint_io`; docs/dataplane.md, "One epoch"). The same files, renamed into
 #: place from a temporary file as before, their checksums kept; for s3a:// Spark uses this manager anyway.
-EPOCH_CONF = {"spark.sql.adaptive.enabled": "false",
-              "spark.sql.streaming.checkpointFileManagerClass":
-                  "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"}
+EPOCH_CONF = {"spark.sql.adaptive.enabled": "false", CHECKPOINT_MANAGER_KEY: FILE_SYSTEM_CHECKPOINT_MANAGER}
 
 
 def for_epochs(spark: Any) -> None:

@@ -14,6 +14,7 @@ import pytest
 
 from ballast.protocol import Settings
 from spark_jobs.run_config import RunConfig
+from spark_jobs.s3a import CHECKPOINT_MANAGER_KEY
 from spark_jobs.storage import Location
 from spark_jobs.streaming_query import Effective, StreamingQuery, await_commit
 
@@ -100,7 +101,7 @@ def test_the_querys_offset_and_commit_logs_are_written_through_the_file_system_a
     """spark_jobs.session.EPOCH_CONF: Spark's default (FileContext) manager runs `readlink` and `chmod` as
     child processes for every log write on a Spark without Hadoop's native library; the query's logs go
     through the FileSystem API's manager instead, whatever the session had before."""
-    key = "spark.sql.streaming.checkpointFileManagerClass"
+    key = CHECKPOINT_MANAGER_KEY
     before = spark.conf.get(key, None)
     spark.conf.unset(key)  # Spark's default
     try:
@@ -114,6 +115,9 @@ def test_the_querys_offset_and_commit_logs_are_written_through_the_file_system_a
         finally:
             query.stop()
     finally:
-        spark.conf.unset(key) if before is None else spark.conf.set(key, before)
+        if before is None:
+            spark.conf.unset(key)
+        else:
+            spark.conf.set(key, before)
     assert managers == {"FileSystemBasedCheckpointFileManager"}, managers
     assert (tmp_path / "ck").exists()
